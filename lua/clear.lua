@@ -1,0 +1,20 @@
+-- clear.lua: remove every unpinned item, or every item with include_pinned.
+-- KEYS: the seven window keys. ARGV[1..6]: caller config (unused).
+-- ARGV[7]: '1' to include pinned items. Reply: number of items removed.
+local cfg = read_config()
+if cfg == nil or cfg.new then return 0 end
+local include_pinned = ARGV[7] == '1'
+local pinned = {}
+if not include_pinned then
+  for _, id in ipairs(redis.call('SMEMBERS', K_PINNED)) do pinned[id] = true end
+end
+local ids = {}
+for _, id in ipairs(redis.call('LRANGE', K_FIFO, 0, -1)) do
+  if not pinned[id] then ids[#ids + 1] = id end
+end
+local before = cfg.tokens
+local freed = remove_many(ids, 'clear')
+event('cleared', 'items_cleared', fmt(#ids), 'tokens_cleared', fmt(freed),
+  'included_pinned', include_pinned and '1' or '0', 'total_tokens_after', fmt(before - freed))
+touch(cfg)
+return #ids

@@ -1,0 +1,24 @@
+-- pin.lua: pin or unpin one item.
+-- KEYS: the seven window keys. ARGV[1..6]: caller config (unused).
+-- ARGV[7]: item id; ARGV[8]: '1' to pin, '0' to unpin.
+-- Reply: 1 if the item exists (event only when its state changed), 0 if absent.
+local cfg = read_config()
+if cfg == nil or cfg.new then return 0 end
+local id, pin = ARGV[7], ARGV[8] == '1'
+local json = redis.call('HGET', K_ITEMS, id)
+if not json then return 0 end
+local _, e, pr = string.find(json, '^{"priority":(%d+),"pinned":%a+,')
+if not e then return fail('CORRUPT', id) end
+local was = redis.call('SISMEMBER', K_PINNED, id) == 1
+if was == pin then return 1 end
+redis.call('HSET', K_ITEMS, id, '{"priority":' .. pr .. ',"pinned":' .. (pin and 'true' or 'false')
+  .. ',' .. string.sub(json, e + 1))
+if pin then
+  redis.call('SADD', K_PINNED, id)
+  event('pinned', 'item_id', id, 'pinned', '1')
+else
+  redis.call('SREM', K_PINNED, id)
+  event('unpinned', 'item_id', id, 'pinned', '0')
+end
+touch(cfg)
+return 1

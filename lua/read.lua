@@ -1,0 +1,55 @@
+-- read.lua: one consistent read of a window (no writes, no TTL re-arm).
+-- KEYS: the seven window keys.
+-- ARGV[1]: 'fifo' (arrival order), 'order' (build order), 'pinned' (pinned, build order),
+--          'meta' (no items) or 'get' (ARGV[2] = one id)
+-- ARGV[2]: comma-separated types to keep ('' = all); ARGV[3]: keep the last N (-1 = all)
+-- Reply: {meta as a flat field/value array (empty if the window does not exist),
+--         pinned count, {item JSON...}}
+local meta = redis.call('HGETALL', K_META)
+if #meta == 0 then return {{}, 0, {}} end
+local mode = ARGV[1]
+local npinned = redis.call('SCARD', K_PINNED)
+if mode == 'meta' then return {meta, npinned, {}} end
+if mode == 'get' then
+  local j = redis.call('HGET', K_ITEMS, ARGV[2])
+  return {meta, npinned, j and {j} or {}}
+end
+
+local ids
+if mode == 'fifo' then
+  ids = redis.call('LRANGE', K_FIFO, 0, -1)
+elseif mode == 'order' or mode == 'pinned' then
+  ids = redis.call('ZRANGE', K_ORDER, 0, -1)
+else
+  return fail('BADARG', 'mode')
+end
+if mode == 'pinned' then
+  local keep = {}
+  for _, id in ipairs(ids) do
+    if redis.call('SISMEMBER', K_PINNED, id) == 1 then keep[#keep + 1] = id end
+  end
+  ids = keep
+end
+if ARGV[2] ~= '' and #ids > 0 then
+  local want = {}
+  for t in string.gmatch(ARGV[2], '[^,]+') do want[t] = true end
+  local keep = {}
+  for i = 1, #ids, 500 do
+    local chunk = redis.call('HMGET', K_ATTRS, unpack(ids, i, math.min(i + 499, #ids)))
+    for j = 1, #chunk do
+      if chunk[j] and want[unpack_attrs(chunk[j]).type] then keep[#keep + 1] = ids[i + j - 1] end
+    end
+  end
+  ids = keep
+end
+local limit = tonumber(ARGV[3]) or -1
+local first = 1
+if limit >= 0 and #ids > limit then first = #ids - limit + 1 end
+local out = {}
+for i = first, #ids, 500 do
+  local chunk = redis.call('HMGET', K_ITEMS, unpack(ids, i, math.min(i + 499, #ids)))
+  for j = 1, #chunk do
+    if chunk[j] then out[#out + 1] = chunk[j] end
+  end
+end
+return {meta, npinned, out}
