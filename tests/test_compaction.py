@@ -1,0 +1,148 @@
+"""Compaction strategies that need helpers outside Redis: SUMMARIZE and SELECTIVE."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+import contextstore as cs
+from conftest import check_invariants, events
+
+
+def summarize(items):
+    return "summary: " + "; ".join(i.content[:10] for i in items)
+
+
+class Scorer:
+    def __init__(self):
+        self.queries = []
+
+    def score(self, query, items):
+        self.queries.append(query)
+        return [1.0 if "keep" in i.content else 0.0 for i in items]
+
+
+def _fill(w):
+    for i in range(10):
+        w.add(f"note {i} " + "lorem ipsum dolor sit amet " * 8, token_count=100, priority=i * 10)
+
+
+def test_summarize_replaces_low_priority_items(make_store, r, prefix):
+    store = make_store(summarizer=summarize)
+    w = store.window("c-sum", max_tokens=2000, compaction_threshold=100)
+    _fill(w)
+    w.add("pinned", token_count=100, pinned=True, priority=0)
+    freed = w.compact("summarize", target_percent=40)
+    items = w.items()
+    summary = [i for i in items if i.metadata and "summary_of" in i.metadata]
+    assert len(summary) == 1
+    s = summary[0]
+    assert s.type is cs.ItemType.WORKING_MEMORY and s.content.startswith("summary: note 0")
+    # 1100 tokens, target 40% of 2000 = 800: the three lowest-priority unpinned items go
+    assert s.metadata["summary_of"] == ["ctx-1", "ctx-2", "ctx-3"]
+    assert freed == 300 - s.token_count
+    assert "pinned" in [i.content for i in items]
+    st = w.stats()
+    assert st.compaction_count == 1 and st.total_tokens_freed == freed
+    ev = [e for e in events(r, prefix, "c-sum") if e["event"] in ("compacted", "item_removed")]
+    assert [e["reason"] for e in ev if e["event"] == "item_removed"] == ["compaction"] * 3
+    assert ev[-1]["strategy"] == "summarize"
+    check_invariants(r, prefix, "c-sum")
+
+
+def test_summarize_object_with_method_and_async_helper(make_store, api):
+    class Summarizer:
+        def summarize(self, items):
+            return "short"
+
+    async def async_summarize(items):
+        await asyncio.sleep(0)
+        return "async short"
+
+    helper = async_summarize if api == "async" else Summarizer()
+    w = make_store(summarizer=helper).window("c-sum2", max_tokens=1000, compaction_threshold=100)
+    _fill(w)
+    assert w.compact("summarize", target_percent=50) > 0
+    assert any(i.content in ("short", "async short") for i in w.items())
+
+
+def test_async_helper_on_sync_store_is_a_clear_error(redis_url, prefix):
+    async def helper(items):
+        return "x"
+
+    with cs.ContextStore.from_url(redis_url, prefix=prefix, summarizer=helper) as s:
+        w = s.window("c-async-on-sync", max_tokens=1000, compaction_threshold=100)
+        _fill(w)
+        with pytest.raises(cs.InvalidOptionsError):
+            w.compact("summarize", target_percent=50)
+        assert w.stats().total_items == 10
+
+
+def test_summary_not_smaller_changes_nothing(make_store, r, prefix):
+    w = make_store(summarizer=lambda items: "word " * 2000).window("c-sum3", max_tokens=2000, compaction_threshold=100)
+    _fill(w)
+    assert w.compact("summarize", target_percent=40) == 0
+    assert w.stats().total_items == 10 and w.stats().compaction_count == 0
+
+
+def test_summarizer_error_is_wrapped_and_changes_nothing(make_store):
+    def broken(items):
+        raise RuntimeError("LLM down")
+
+    w = make_store(summarizer=broken).window("c-sum4", max_tokens=2000, compaction_threshold=100)
+    _fill(w)
+    with pytest.raises(cs.ContextStoreError, match="LLM down"):
+        w.compact("summarize", target_percent=40)
+    assert w.stats().total_items == 10
+
+
+def test_selective_removes_least_relevant(make_store, r, prefix):
+    scorer = Scorer()
+    w = make_store(relevance_scorer=scorer).window("c-sel", max_tokens=1000, compaction_threshold=100)
+    w.add("keep: the deploy plan", token_count=300, priority=0)
+    w.add("irrelevant chatter", token_count=300, priority=100)
+    w.add("what about the deploy?", type="user_message", role="user", token_count=300, priority=100)
+    assert w.compact("selective", target_percent=70) == 300
+    assert [i.content for i in w.items()] == ["keep: the deploy plan", "what about the deploy?"]
+    assert scorer.queries == ["what about the deploy?"]  # default query: the latest user message
+    w.add("more chatter", token_count=300)
+    w.compact("selective", target_percent=70, query="deploy")
+    assert scorer.queries[-1] == "deploy"
+    check_invariants(r, prefix, "c-sel")
+
+
+def test_default_strategy_summarize_used_by_compact_but_not_by_add(make_store, r, prefix):
+    w = make_store(summarizer=summarize).window("c-default", max_tokens=1000, default_strategy="summarize")
+    for i in range(8):
+        w.add(f"n{i}", token_count=100, priority=i)
+    w.add("trigger", token_count=100)  # auto-compaction inside add runs server-side
+    ev = [e for e in events(r, prefix, "c-default") if e["event"] == "compacted"]
+    assert ev and ev[0]["strategy"] == "remove_low_priority"
+    w.add("more", token_count=100)
+    assert w.compact(target_percent=20) > 0  # None: the window's default, summarize
+    ev = [e for e in events(r, prefix, "c-default") if e["event"] == "compacted"]
+    assert ev[-1]["strategy"] == "summarize"
+    check_invariants(r, prefix, "c-default")
+
+
+def test_commit_refuses_items_changed_meanwhile(make_store, redis_url, r, prefix):
+    """The summarizer runs while another worker changes the window: the commit must notice."""
+    other_store = cs.ContextStore.from_url(redis_url, prefix=prefix)  # another worker's store
+    other = other_store.window("c-race", max_tokens=2000, compaction_threshold=100)
+    calls = []
+
+    def racing_summarizer(items):
+        calls.append(len(items))
+        if len(calls) == 1:
+            other.pin(items[0].id)  # meanwhile, another worker pins one of the chosen items
+        return "tiny"
+
+    w = make_store(summarizer=racing_summarizer).window("c-race")
+    _fill(other)
+    freed = w.compact("summarize", target_percent=40)
+    assert len(calls) == 2  # the first attempt was refused and decided again
+    assert w.get("ctx-1").pinned  # the pinned item survived
+    assert freed > 0
+    check_invariants(r, prefix, "c-race")
+    other_store.close()
