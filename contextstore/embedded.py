@@ -20,6 +20,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from .errors import StoreUnavailableError
 
@@ -155,9 +157,11 @@ class EmbeddedServer:
         pid = None
         with contextlib.suppress(OSError, ValueError):
             pid = int(pid_file.read_text().strip())
-        client = redis.Redis(unix_socket_path=self.socket_path, socket_timeout=timeout)
+        # no retries: the server closing the connection is the expected answer to SHUTDOWN
+        client = redis.Redis(unix_socket_path=self.socket_path, socket_timeout=timeout,
+                             retry=Retry(NoBackoff(), 0))
         try:
-            client.shutdown(nosave=True)
+            client.shutdown(nosave=True)  # NOSAVE skips RDB only; the AOF is still fsynced
         except (redis.exceptions.ConnectionError, OSError):
             pass  # the server closes the connection as it exits
         finally:
@@ -175,10 +179,17 @@ class EmbeddedServer:
 
 
 def _pid_alive(pid: int) -> bool:
+    """True while ``pid`` runs. A zombie (exited, not yet reaped by its parent, which for a
+    daemon is whatever init the machine has) counts as gone: it holds no files any more."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            state = fh.read().rsplit(")", 1)[1].split()[0]
+        return state not in ("Z", "X")
+    except (OSError, IndexError):
+        return True

@@ -1,0 +1,131 @@
+"""The embedded default: a bundled redis-server with AOF, shared by processes on one path."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+import pytest
+import redis
+
+import contextstore as cs
+
+
+@pytest.fixture
+def server_path():
+    d = tempfile.mkdtemp(prefix="cs-emb-")
+    yield d
+    cs.EmbeddedServer(d).stop()
+
+
+def _pid(server: cs.EmbeddedServer) -> int:
+    c = redis.Redis(unix_socket_path=server.socket_path)
+    try:
+        return int(c.info("server")["process_id"])
+    finally:
+        c.close()
+
+
+def test_embedded_store_starts_on_first_use_and_persists(server_path):
+    server = cs.EmbeddedServer(server_path)
+    assert not server.running
+    store = cs.ContextStore.embedded(path=server_path)  # no I/O yet
+    assert not server.running
+    w = store.window("emb", max_tokens=500)
+    w.add("survives a restart", pinned=True)
+    assert server.running and server.url == f"unix://{server.socket_path}"
+    conf = (Path(server_path) / "redis.conf").read_text()
+    assert "appendonly yes" in conf and "unixsocket" in conf
+    store.close()
+    server.stop()
+    assert not server.running
+    with cs.ContextStore.embedded(path=server_path) as again:  # AOF brings it back
+        items = again.window("emb").items()
+        assert [i.content for i in items] == ["survives a restart"] and items[0].pinned
+        assert again.window("emb").stats().max_tokens == 500
+
+
+def test_second_process_reuses_the_running_server_which_outlives_its_starter(server_path):
+    code = textwrap.dedent(f"""
+        import contextstore as cs, redis
+        s = cs.ContextStore.embedded(path={server_path!r})
+        s.window("shared").add("from process " + __import__("sys").argv[1])
+        c = redis.Redis(unix_socket_path=cs.EmbeddedServer({server_path!r}).socket_path)
+        print(c.info("server")["process_id"])
+    """)
+    pids = [subprocess.run([sys.executable, "-c", code, str(n)], capture_output=True, text=True,
+                           check=True, timeout=60).stdout.strip() for n in (1, 2)]
+    assert pids[0] == pids[1]  # the second process reused the first one's server
+    server = cs.EmbeddedServer(server_path)
+    assert server.running and str(_pid(server)) == pids[0]  # both processes have exited
+    with cs.ContextStore.embedded(path=server_path) as s:
+        assert [i.content for i in s.window("shared").items()] == ["from process 1", "from process 2"]
+
+
+def test_start_is_idempotent(server_path):
+    a = cs.EmbeddedServer(server_path).start()
+    pid = _pid(a)
+    b = cs.EmbeddedServer(server_path).start()
+    assert _pid(b) == pid
+
+
+def test_long_paths_get_a_short_socket(tmp_path):
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    server = cs.EmbeddedServer(deep)
+    assert len(server.socket_path) <= 100
+    try:
+        server.start()
+        assert server.running
+    finally:
+        server.stop()
+
+
+@pytest.mark.asyncio
+async def test_async_embedded(server_path):
+    async with cs.AsyncContextStore.embedded(path=server_path) as store:
+        w = await store.window("aemb")
+        await w.add("async hello")
+        assert [i.content for i in await w.items()] == ["async hello"]
+        assert await store.windows() == ["aemb"]
+
+
+def test_from_env(monkeypatch, redis_url, server_path, prefix):
+    monkeypatch.setenv("CONTEXTSTORE_URL", redis_url)
+    with cs.ContextStore.from_env(prefix=prefix) as s:
+        s.window("env").add("x")
+    raw = redis.Redis.from_url(redis_url)
+    assert raw.exists(f"{prefix}:{{env}}:meta")
+    raw.close()
+    monkeypatch.delenv("CONTEXTSTORE_URL")
+    monkeypatch.setenv("CONTEXTSTORE_HOME", server_path)
+    with cs.ContextStore.from_env(prefix=prefix) as s:
+        s.window("env-embedded").add("y")
+        assert s.windows() == ["env-embedded"]
+    assert cs.EmbeddedServer(server_path).running
+
+
+def test_close_does_not_close_a_callers_client(redis_url, prefix):
+    client = redis.Redis.from_url(redis_url)
+    store = cs.ContextStore(client, prefix=prefix)
+    store.window("own").add("x")
+    store.close()
+    assert client.ping()  # still usable
+    with cs.ContextStore(client, prefix=prefix) as s2:
+        assert len(s2.window("own").items()) == 1
+    assert client.ping()
+    client.close()
+
+
+def test_decode_responses_client_works(redis_url, prefix):
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    with cs.ContextStore(client, prefix=prefix) as s:
+        w = s.window("decoded", max_tokens=100)
+        w.add("héllo", metadata={"k": [1, 2]})
+        assert w.items()[0].content == "héllo" and w.stats().current_tokens > 0
+        assert s.windows() == ["decoded"]
+        w.compact("remove_oldest", 0)
+    client.close()

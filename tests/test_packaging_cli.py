@@ -1,0 +1,89 @@
+"""The wheel ships the Lua scripts; the CLI runs the demo and inspects windows."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+import contextstore as cs
+from contextstore import scripts
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_every_script_has_a_header_naming_keys_and_reply():
+    for name in scripts.SCRIPT_NAMES:
+        text = (ROOT / "lua" / f"{name}.lua").read_text()
+        head = text.split("\n\n", 1)[0]
+        assert head.startswith(f"-- {name}.lua:"), name
+        assert "KEYS" in head and ("Reply" in head or "reply" in head), name
+
+
+@pytest.mark.slow
+def test_installed_wheel_loads_its_lua(tmp_path):
+    wheel_dir = tmp_path / "wheel"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheel_dir), str(ROOT)],
+                   check=True, capture_output=True, timeout=300)
+    (wheel,) = wheel_dir.glob("contextstore-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    for name in ("_lib", *scripts.SCRIPT_NAMES):
+        assert f"contextstore/lua/{name}.lua" in names
+    assert "contextstore/py.typed" in names
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
+                   check=True, capture_output=True, timeout=300)
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import contextstore.scripts as s; "
+            "print(s._lua_dir()); print(len(s.sources()))")
+    out = subprocess.run([sys.executable, "-c", code, str(target)], check=True, capture_output=True,
+                         text=True, cwd=tmp_path, timeout=60).stdout.split()
+    assert out[0].startswith(str(target)) and int(out[1]) == len(scripts.SCRIPT_NAMES)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "contextstore.cli", *args], capture_output=True,
+                          text=True, timeout=180)
+
+
+@pytest.mark.slow
+def test_cli_demo_and_inspection(redis_url, prefix):
+    res = _cli("--url", redis_url, "--prefix", prefix, "demo", "--workers", "2", "--items", "15")
+    assert res.returncode == 0, res.stderr
+    assert "invariants (unique ids, seq order, token totals, budget): OK" in res.stdout
+    assert "=== built prompt" in res.stdout
+    assert _cli("--url", redis_url, "--prefix", prefix, "windows").stdout.split() == ["demo"]
+    stats = _cli("--url", redis_url, "--prefix", prefix, "stats", "demo", "--json")
+    assert '"total_items"' in stats.stdout
+    items = _cli("--url", redis_url, "--prefix", prefix, "items", "demo", "--limit", "3").stdout
+    assert len(items.strip().splitlines()) == 3
+    assert _cli("--url", redis_url, "--prefix", prefix, "markdown", "demo").stdout.startswith("## Context\n\n")
+    assert "You are a helpful" in _cli("--url", redis_url, "--prefix", prefix, "build", "demo", "--reserve", "0").stdout
+
+
+def test_cli_reports_typed_errors(redis_url):
+    res = _cli("--url", redis_url, "stats", "bad{id}")
+    assert res.returncode == 2 and "contextstore:" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_public_names():
+    expected = {"ContextStore", "AsyncContextStore", "ContextWindow", "AsyncContextWindow", "ContextItem",
+                "ItemType", "CompactionStrategy", "BuildOptions", "BuiltContext", "ContextSnapshot",
+                "ContextWindowStats", "EmbeddedServer", "TokenCounter", "TiktokenCounter",
+                "ContextStoreError", "InvalidItemError", "InvalidWindowIdError", "InvalidOptionsError",
+                "DuplicateItemError", "ContextWindowFullError", "BudgetTooSmallError", "ConfigConflictError",
+                "StrategyUnavailableError", "StoreUnavailableError"}
+    assert expected <= set(cs.__all__)
+
+
+def test_token_counter_options(redis_url, prefix):
+    with cs.ContextStore.from_url(redis_url, prefix=prefix, token_counter=len) as s:
+        assert s.window("tc").add("12345").token_count == 5
+    with cs.ContextStore.from_url(redis_url, prefix=prefix, token_counter="cl100k_base") as s:
+        assert s.window("tc2").add("hello world").token_count == 2
+    with pytest.raises(cs.InvalidOptionsError):
+        cs.ContextStore.from_url(redis_url, token_counter="no-such-encoding")
+    with pytest.raises(cs.InvalidOptionsError):
+        cs.ContextStore.from_url(redis_url, token_counter=42)
