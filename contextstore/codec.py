@@ -154,13 +154,14 @@ def validate_item(
     id: object = None,  # noqa: A002
 ) -> NewItem:
     """Check one item completely (before anything is written). Raises InvalidItemError."""
+    content: object
     if isinstance(content_or_item, ContextItem):
         it = content_or_item
         content, type, priority, pinned = it.content, it.type, it.priority, it.pinned
         role, source_ref, metadata, id = it.role, it.source_ref, it.metadata, it.id
-        token_count = it.token_count if it.token_count > 0 else None
         if not isinstance(it.token_count, int) or isinstance(it.token_count, bool) or it.token_count < 0:
             raise InvalidItemError(f"token_count must be an int >= 0, not {it.token_count!r}")
+        token_count = it.token_count if it.token_count > 0 else None
     else:
         content = content_or_item
     if not isinstance(content, str):
@@ -308,7 +309,7 @@ def creation_config(values: dict[str, Any], item_limit: int) -> WindowConfig:
     )
 
 
-def config_args(cfg: WindowConfig) -> list[str]:
+def config_args(cfg: WindowConfig) -> list[str | bytes]:
     """ARGV[1..6] of every mutating script."""
     return [
         str(cfg.max_tokens or 0),

@@ -30,7 +30,6 @@ from .keys import WindowKeys, validate_window_id, window_keys
 from .scripts import CommitConflict, check
 from .tokens import TokenCounter
 from .types import (
-    BuildOptions,
     BuiltContext,
     CompactionStrategy,
     ContextItem,
@@ -210,7 +209,7 @@ def _validate_many(st: Settings, entries: Sequence[tuple[object, dict[str, Any]]
     todo = [i for i, it in enumerate(items) if it.token_count == 0]
     if todo:
         counts = st.counter.count_many([items[i].content for i in todo])
-        for i, n in zip(todo, counts):
+        for i, n in zip(todo, counts, strict=True):
             items[i].token_count = max(1, n)
     return items
 

@@ -164,7 +164,7 @@ class _Costs:
         head = right.content[:EDGE] if right is not None else ""
         if not text and not (tail and head):
             return 0
-        n = self.count(tail + text + head)
+        n: int = self.count(tail + text + head)
         if tail:
             n -= self.count(tail)
         if head:

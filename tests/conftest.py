@@ -17,7 +17,6 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -58,7 +57,7 @@ class RedisProcess:
                 break
             except redis.ConnectionError:
                 if time.monotonic() > deadline or self.proc.poll() is not None:
-                    raise RuntimeError("test redis-server did not start")
+                    raise RuntimeError("test redis-server did not start") from None
                 time.sleep(0.02)
         client.close()
         return self
