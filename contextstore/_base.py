@@ -3,14 +3,19 @@ and URL redaction. Only driving a plan (``sync.py`` / ``aio.py``) differs betwee
 
 from __future__ import annotations
 
-from typing import Any
+import os
+from typing import Any, ClassVar, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import redis.exceptions
 
 from . import ops, scripts
+from .embedded import EmbeddedServer
 from .errors import ContextStoreError, InvalidOptionsError, StoreUnavailableError
+from .keys import window_id_from_meta_key
 from .tokens import resolve_counter
+
+S = TypeVar("S", bound="StoreBase")
 
 DEFAULTS: dict[str, Any] = {
     "prefix": "ctx",
@@ -93,3 +98,52 @@ class ScriptRegistry:
 
 def helper_failed(exc: Exception) -> ContextStoreError:
     return ContextStoreError(f"the summarizer / relevance scorer raised {type(exc).__name__}: {exc}")
+
+
+class StoreBase:
+    """Construction shared by ``ContextStore`` and ``AsyncContextStore``; a subclass names the
+    redis-py client class it uses (``redis.Redis`` or ``redis.asyncio.Redis``)."""
+
+    _redis_class: ClassVar[Any]
+
+    def __init__(self, client: Any, **options: Any) -> None:
+        self._owns_client = bool(options.pop("_owns_client", False))
+        where = options.pop("_where", None)
+        self._server: EmbeddedServer | None = options.pop("_server", None)
+        self._settings = make_settings(options)
+        self._client = client
+        self._scripts = ScriptRegistry(client)
+        self._where = where or describe_client(client)
+
+    @classmethod
+    def from_url(cls: type[S], url: str, **options: Any) -> S:
+        """Connect to ``redis://``, ``rediss://`` or ``unix://`` URLs (credentials included)."""
+        try:
+            client = cls._redis_class.from_url(url)
+        except (ValueError, TypeError) as exc:
+            raise InvalidOptionsError(f"invalid Redis URL {redact_url(str(url))}: {exc}") from None
+        return cls(client, _owns_client=True, _where=redact_url(url), **options)
+
+    @classmethod
+    def embedded(cls: type[S], path: str | os.PathLike[str] | None = None, **options: Any) -> S:
+        """Use the bundled ``redis-server`` (AOF on, unix socket, data under ``path``), started
+        on the first operation, or reused if it already runs there."""
+        server = EmbeddedServer(path)
+        client = cls._redis_class(unix_socket_path=server.socket_path)
+        return cls(client, _owns_client=True, _where=server.url, _server=server, **options)
+
+    @classmethod
+    def from_env(cls: type[S], **options: Any) -> S:
+        """``CONTEXTSTORE_URL`` if it is set, else :meth:`embedded`."""
+        url = os.environ.get("CONTEXTSTORE_URL")
+        return cls.from_url(url, **options) if url else cls.embedded(**options)
+
+    def _ensure_server(self) -> None:
+        if self._server is not None and not self._server.started_here:
+            self._server.ensure_running()  # blocking, once per process
+
+    def _window_id(self, key: bytes | str) -> str | None:
+        return window_id_from_meta_key(self._settings.prefix, key.decode() if isinstance(key, bytes) else key)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._where}, prefix={self._settings.prefix!r})"

@@ -4,17 +4,14 @@ sync API (``ops``); only the I/O is awaited."""
 from __future__ import annotations
 
 import inspect
-import os
 from types import TracebackType
 from typing import Any, TypeVar
 
 import redis.asyncio
 
 from . import ops
-from ._base import REDIS_ERRORS, ScriptRegistry, describe_client, helper_failed, make_settings, redact_url, store_error
-from .embedded import EmbeddedServer
-from .errors import InvalidOptionsError
-from .keys import meta_pattern, window_id_from_meta_key
+from ._base import REDIS_ERRORS, StoreBase, helper_failed, store_error
+from .keys import meta_pattern
 from .types import (
     BuildOptions,
     BuiltContext,
@@ -29,40 +26,13 @@ from .types import (
 T = TypeVar("T")
 
 
-class AsyncContextStore:
+class AsyncContextStore(StoreBase):
     """The asyncio twin of :class:`contextstore.ContextStore`: same names, awaitable."""
 
-    def __init__(self, client: Any, **options: Any) -> None:
-        self._owns_client = bool(options.pop("_owns_client", False))
-        where = options.pop("_where", None)
-        self._server: EmbeddedServer | None = options.pop("_server", None)
-        self._settings = make_settings(options)
-        self._client = client
-        self._scripts = ScriptRegistry(client)
-        self._where = where or describe_client(client)
-
-    @classmethod
-    def from_url(cls, url: str, **options: Any) -> AsyncContextStore:
-        try:
-            client = redis.asyncio.Redis.from_url(url)
-        except (ValueError, TypeError) as exc:
-            raise InvalidOptionsError(f"invalid Redis URL {redact_url(str(url))}: {exc}") from None
-        return cls(client, _owns_client=True, _where=redact_url(url), **options)
-
-    @classmethod
-    def embedded(cls, path: str | os.PathLike[str] | None = None, **options: Any) -> AsyncContextStore:
-        server = EmbeddedServer(path)
-        client = redis.asyncio.Redis(unix_socket_path=server.socket_path)
-        return cls(client, _owns_client=True, _where=server.url, _server=server, **options)
-
-    @classmethod
-    def from_env(cls, **options: Any) -> AsyncContextStore:
-        url = os.environ.get("CONTEXTSTORE_URL")
-        return cls.from_url(url, **options) if url else cls.embedded(**options)
+    _redis_class = redis.asyncio.Redis
 
     async def _run(self, plan: ops.Plan[T]) -> T:
-        if self._server is not None and not self._server.started_here:
-            self._server.ensure_running()  # a blocking start, once per process
+        self._ensure_server()
         try:
             request = next(plan)
             while True:
@@ -89,13 +59,11 @@ class AsyncContextStore:
         return AsyncContextWindow(self, state)
 
     async def windows(self) -> list[str]:
-        prefix = self._settings.prefix
         found: set[str] = set()
-        if self._server is not None:
-            self._server.ensure_running()
+        self._ensure_server()
         try:
-            async for key in self._client.scan_iter(match=meta_pattern(prefix), count=1000):
-                wid = window_id_from_meta_key(prefix, key.decode() if isinstance(key, bytes) else key)
+            async for key in self._client.scan_iter(match=meta_pattern(self._settings.prefix), count=1000):
+                wid = self._window_id(key)
                 if wid is not None:
                     found.add(wid)
         except REDIS_ERRORS as exc:
@@ -112,8 +80,6 @@ class AsyncContextStore:
     async def __aexit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
         await self.close()
 
-    def __repr__(self) -> str:
-        return f"AsyncContextStore({self._where}, prefix={self._settings.prefix!r})"
 
 
 class AsyncContextWindow:

@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import inspect
-import os
 from types import TracebackType
 from typing import Any, TypeVar
 
 import redis
 
 from . import ops
-from ._base import REDIS_ERRORS, ScriptRegistry, describe_client, helper_failed, make_settings, redact_url, store_error
-from .embedded import EmbeddedServer
+from ._base import REDIS_ERRORS, StoreBase, helper_failed, store_error
 from .errors import InvalidOptionsError
-from .keys import meta_pattern, window_id_from_meta_key
+from .keys import meta_pattern
 from .types import (
     BuildOptions,
     BuiltContext,
@@ -28,7 +26,7 @@ from .types import (
 T = TypeVar("T")
 
 
-class ContextStore:
+class ContextStore(StoreBase):
     """Shared context windows in one Redis (or Redis Cluster).
 
     ``ContextStore(client)`` uses a ``redis.Redis`` / ``RedisCluster`` the caller brought (and
@@ -36,45 +34,12 @@ class ContextStore:
     no I/O: an unreachable Redis is reported by the first operation.
     """
 
-    def __init__(self, client: Any, **options: Any) -> None:
-        self._owns_client = bool(options.pop("_owns_client", False))
-        where = options.pop("_where", None)
-        self._server: EmbeddedServer | None = options.pop("_server", None)
-        self._settings = make_settings(options)
-        self._client = client
-        self._scripts = ScriptRegistry(client)
-        self._where = where or describe_client(client)
-
-    # -- constructors ----------------------------------------------------------------------
-
-    @classmethod
-    def from_url(cls, url: str, **options: Any) -> ContextStore:
-        """Connect to ``redis://``, ``rediss://`` or ``unix://`` URLs (credentials included)."""
-        try:
-            client = redis.Redis.from_url(url)
-        except (ValueError, TypeError) as exc:
-            raise InvalidOptionsError(f"invalid Redis URL {redact_url(str(url))}: {exc}") from None
-        return cls(client, _owns_client=True, _where=redact_url(url), **options)
-
-    @classmethod
-    def embedded(cls, path: str | os.PathLike[str] | None = None, **options: Any) -> ContextStore:
-        """Use the bundled ``redis-server`` (AOF on, unix socket, data under ``path``), started
-        on first use or reused if it already runs there."""
-        server = EmbeddedServer(path)
-        client = redis.Redis(unix_socket_path=server.socket_path)
-        return cls(client, _owns_client=True, _where=server.url, _server=server, **options)
-
-    @classmethod
-    def from_env(cls, **options: Any) -> ContextStore:
-        """``CONTEXTSTORE_URL`` if it is set, else :meth:`embedded`."""
-        url = os.environ.get("CONTEXTSTORE_URL")
-        return cls.from_url(url, **options) if url else cls.embedded(**options)
+    _redis_class = redis.Redis
 
     # -- running plans ---------------------------------------------------------------------
 
     def _run(self, plan: ops.Plan[T]) -> T:
-        if self._server is not None and not self._server.started_here:
-            self._server.ensure_running()
+        self._ensure_server()
         try:
             request = next(plan)
             while True:
@@ -111,13 +76,11 @@ class ContextStore:
 
     def windows(self) -> list[str]:
         """Sorted ids of every window under this store's prefix (every primary of a cluster)."""
-        prefix = self._settings.prefix
         found: set[str] = set()
-        if self._server is not None:
-            self._server.ensure_running()
+        self._ensure_server()
         try:
-            for key in self._client.scan_iter(match=meta_pattern(prefix), count=1000):
-                wid = window_id_from_meta_key(prefix, key.decode() if isinstance(key, bytes) else key)
+            for key in self._client.scan_iter(match=meta_pattern(self._settings.prefix), count=1000):
+                wid = self._window_id(key)
                 if wid is not None:
                     found.add(wid)
         except REDIS_ERRORS as exc:
@@ -135,8 +98,6 @@ class ContextStore:
     def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
         self.close()
 
-    def __repr__(self) -> str:
-        return f"ContextStore({self._where}, prefix={self._settings.prefix!r})"
 
 
 class ContextWindow:
