@@ -9,14 +9,13 @@ only the I/O differs.
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 import time
 from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, TypeVar
-
-import logging
 
 from . import codec, render
 from .codec import NewItem, as_str
@@ -243,7 +242,16 @@ def add(st: Settings, w: WindowState, entries: Sequence[tuple[object, dict[str, 
     for it in items:
         args += codec.item_args(it)
     reply = check((yield ScriptCall("add", w.keys, args)))
-    return int(reply[1]), [codec.decode_item(j) for j in reply[2:]]
+    added, evicted, compactions = int(reply[1]), int(reply[2]), int(reply[3])
+    stored = [codec.decode_item(j) for j in reply[4:]]
+    if log.isEnabledFor(logging.DEBUG):
+        for got in stored:
+            log.debug("added context item %s type=%s tokens=%d to window %s", got.id, got.type.value,
+                      got.token_count, w.window_id)
+    if evicted or compactions:
+        log.info("window %s: adding %d item(s) evicted %d and ran %d compaction(s)", w.window_id,
+                 added, evicted, compactions)
+    return added, stored
 
 
 def get(w: WindowState, item_id: object) -> Plan[ContextItem | None]:
@@ -324,8 +332,12 @@ def compact(st: Settings, w: WindowState, strategy: object = None, target_percen
         _require_helper(st, s)
     if s.server_side:
         args = codec.config_args(w.config) + [s.value, repr(float(target_percent))]
-        return int(check((yield ScriptCall("compact", w.keys, args))))
-    return (yield from _compact_outside(st, w, s, float(target_percent), query))
+        freed = int(check((yield ScriptCall("compact", w.keys, args))))
+    else:
+        freed = yield from _compact_outside(st, w, s, float(target_percent), query)
+    if freed:
+        log.info("compacted window %s: strategy=%s, freed=%d tokens", w.window_id, s.value, freed)
+    return freed
 
 
 def _require_helper(st: Settings, s: CompactionStrategy) -> None:
@@ -433,6 +445,7 @@ def build(st: Settings, w: WindowState, options: object = None) -> Plan[BuiltCon
             items = [codec.decode_item(j) for j in r.raw]
     content, total, included, excluded = render.build(items, o, budget, st.counter)
     ms = (time.perf_counter() - t0) * 1000
+    log.debug("built context for window %s: %d items, %d tokens", w.window_id, len(included), total)
     yield ScriptCall("event", w.keys, [
         "built", "items_included", str(len(included)), "items_excluded", str(len(excluded)),
         "total_tokens", str(total), "was_compacted", "1" if freed else "0", "build_time_ms", f"{ms:.3f}",

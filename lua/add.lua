@@ -3,8 +3,8 @@
 -- ARGV[1..6]: the caller's config (used only if the window does not exist).
 -- ARGV[7]: n; then n groups of 6: id ('' = ctx-<seq>), body JSON ({"type":...}), type,
 --          token_count, priority, pinned ('1'/'0').
--- Reply: {'ok', added, stored_json_1, ..., stored_json_n} in call order; added counts the new
---   items (one evicted by a later item of the same call still counts) (an existing caller id with the
+-- Reply: {'ok', added, evicted, compactions, stored_json_1, ..., stored_json_n} in call order;
+--   added counts the new items (one evicted by a later item of the same call still counts) (an existing caller id with the
 --   same content returns the stored JSON, unchanged), or
 --   {'!', 'FULL', unit, current, max, requested} / {'!', 'DUPLICATE', id} / {'!', 'BADARG', what}.
 -- The whole call is planned first (FIFO eviction at max_items, then compaction when the add
@@ -35,6 +35,7 @@ end
 -- plan ---------------------------------------------------------------------------------------
 local count, tokens, seq = cfg.items, cfg.tokens, cfg.seq
 local removed, added, actions = {}, {}, {}
+local evicted, compactions = 0, 0
 local strategy = SERVER_SIDE[cfg.strategy] and cfg.strategy or 'remove_low_priority'
 
 local fifo_pos, fifo_len, buf, buf_i = 0, 0, {}, 1
@@ -72,12 +73,13 @@ end
 for _, it in ipairs(items) do
   if not it.existing then
     local current = tokens
-    if count >= cfg.max_items then
+    while count >= cfg.max_items do  -- a loop: a restored window may hold more than max_items
       local id, a = oldest_evictable()
       if not id then return fail('FULL', 'items', count, cfg.max_items, 1) end
       removed[id] = true
       count = count - 1
       tokens = tokens - a.tokens
+      evicted = evicted + 1
       actions[#actions + 1] = {'evict', id}
     end
     if cfg.max_tokens > 0 then
@@ -87,6 +89,7 @@ for _, it in ipairs(items) do
         if #ids > 0 then
           for _, id in ipairs(ids) do removed[id] = true end
           actions[#actions + 1] = {'compact', ids, tokens}
+          compactions = compactions + 1
           count = count - #ids
           tokens = tokens - freed
         end
@@ -123,6 +126,6 @@ end
 redis.call('HSET', K_META, 'seq', fmt(seq))
 touch(cfg)
 
-local out = {'ok', #added}
+local out = {'ok', #added, evicted, compactions}
 for _, it in ipairs(items) do out[#out + 1] = it.existing or it.json end
 return out

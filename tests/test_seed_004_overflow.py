@@ -68,3 +68,19 @@ def test_add_many_batch_evicts_its_own_items_and_counts_them(store, r, prefix):
     assert w.add_many([f"new{i}" for i in range(5)]) == 5
     assert [i.content for i in w.items()] == ["new2", "new3", "new4"]
     check_invariants(r, prefix, "s004-batch")
+
+
+def test_window_restored_over_capacity_is_brought_back_by_the_next_add(store, r, prefix):
+    w = store.window("s004-over", max_items=10)
+    for i in range(10):
+        w.add(f"x{i}")
+    snap = w.snapshot()
+    over = store.window("s004-over2", max_items=3)
+    over.restore(snap)  # restore does not re-apply limits: 10 items, max_items 10
+    over.configure(max_items=4)  # evicts down to the new cap at once
+    assert len(over.items()) == 4
+    w.restore(type(snap)(window_id="x", created_at=snap.created_at, max_items=3, items=snap.items))
+    assert len(w.items()) == 10  # over capacity, as restored
+    w.add("next")
+    assert [i.content for i in w.items()] == ["x8", "x9", "next"]
+    check_invariants(r, prefix, "s004-over")
