@@ -8,6 +8,7 @@ Docker engine answers; else a ``redis-server`` process started here from the bin
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import itertools
 import os
@@ -183,6 +184,30 @@ def make_store(api: str, redis_url: str, prefix: str) -> Iterator[StoreFactory]:
 @pytest.fixture
 def store(make_store: StoreFactory) -> Any:
     return make_store()
+
+
+@contextlib.contextmanager
+def open_store(kind: str, *, url: str | None = None, client: Any = None, env: bool = False,
+               loop: asyncio.AbstractEventLoop | None = None, **options: Any) -> Iterator[Any]:
+    """A store of either API outside the fixtures (hypothesis tests, env, own clients); async
+    stores come behind SyncProxy, on ``loop`` or on a loop of their own."""
+    cls: Any = cs.ContextStore if kind == "sync" else cs.AsyncContextStore
+    own_loop = kind == "async" and loop is None
+    if own_loop:
+        loop = asyncio.new_event_loop()
+    if client is not None:
+        store = cls(client, **options)
+    elif env:
+        store = cls.from_env(**options)
+    else:
+        store = cls.from_url(url, **options)
+    wrapped = store if loop is None else SyncProxy(store, loop)
+    try:
+        yield wrapped
+    finally:
+        wrapped.close()
+        if own_loop and loop is not None:
+            loop.close()
 
 
 def dump_window(client: redis.Redis, prefix: str, window_id: str) -> dict[bytes, tuple[Any, ...]]:

@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import contextstore as cs
+from conftest import open_store
 
 COUNTER = cs.TiktokenCounter()
 
@@ -130,12 +131,13 @@ _text = st.text(
 ).filter(lambda s: s.strip())
 
 
+@pytest.mark.parametrize("api_kind", ["sync", "async"])
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(contents=st.lists(st.tuples(_text, st.sampled_from([None, "user", "assistant", "tool"])), min_size=1, max_size=12),
        sep=st.sampled_from(["\n\n---\n\n", "\n", " ", "", "\n\n"]))
-def test_total_tokens_bounds(redis_url, prefix, contents, sep):
+def test_total_tokens_bounds(redis_url, prefix, api_kind, contents, sep):
     """exact <= total_tokens <= exact + 2 per included item, and within the budget."""
-    with cs.ContextStore.from_url(redis_url, prefix=prefix) as s:
+    with open_store(api_kind, url=redis_url, prefix=prefix) as s:
         w = s.window("b-prop")
         w.clear()
         w.add_many([{"content": c, "role": role, "type": "text"} for c, role in contents])

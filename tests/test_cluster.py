@@ -4,6 +4,7 @@ bundled redis-server binary and stops it afterwards."""
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import socket
 import subprocess
@@ -13,10 +14,12 @@ from collections.abc import Iterator
 
 import pytest
 import redis
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
 import contextstore as cs
+from conftest import open_store
 from contextstore.embedded import find_redis_server
 
 pytestmark = pytest.mark.cluster
@@ -41,7 +44,7 @@ def _ports(n: int) -> list[int]:
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[RedisCluster]:
+def cluster_port() -> Iterator[int]:
     d = tempfile.mkdtemp(prefix="cs-cluster-")
     ports = _ports(3)
     procs = [subprocess.Popen([find_redis_server(), "--port", str(p), "--bind", "127.0.0.1",
@@ -69,9 +72,7 @@ def cluster() -> Iterator[RedisCluster]:
             if time.monotonic() > deadline:
                 raise RuntimeError("test cluster did not converge")
             time.sleep(0.05)
-        client = RedisCluster(host="127.0.0.1", port=ports[0])
-        yield client
-        client.close()
+        yield ports[0]
     finally:
         for n in nodes:
             n.close()
@@ -81,10 +82,33 @@ def cluster() -> Iterator[RedisCluster]:
         shutil.rmtree(d, ignore_errors=True)
 
 
+@pytest.fixture(params=["sync", "async"])
+def cluster(request, cluster_port):
+    """A RedisCluster client of the parametrised API and a loop for the async one."""
+    if request.param == "sync":
+        client = RedisCluster(host="127.0.0.1", port=cluster_port)
+        yield request.param, client, None
+        client.close()
+    else:
+        loop = asyncio.new_event_loop()
+        client = AsyncRedisCluster(host="127.0.0.1", port=cluster_port)
+        yield request.param, client, loop
+        loop.run_until_complete(client.aclose())
+        loop.close()
+
+
 def test_windows_on_many_slots(cluster):
-    store = cs.ContextStore(cluster, prefix="cl")
+    kind, client, loop = cluster
+    prefix = f"cl-{kind}"
+    with open_store(kind, client=client, loop=loop, prefix=prefix) as store:
+        _exercise(store, prefix)
+    ping = client.ping() if loop is None else loop.run_until_complete(client.ping())
+    assert ping  # a caller's client stays open
+
+
+def _exercise(store, prefix):
     ids = [f"agent-{i}" for i in range(12)]
-    slots = {key_slot(f"cl:{{{wid}}}:meta".encode()) for wid in ids}
+    slots = {key_slot(f"{prefix}:{{{wid}}}:meta".encode()) for wid in ids}
     assert len({s // 5461 for s in slots}) == 3  # the windows live on all three primaries
     for wid in ids:
         w = store.window(wid, max_tokens=300, max_items=5)
@@ -99,17 +123,19 @@ def test_windows_on_many_slots(cluster):
         assert w.items() == snap.items
         assert w.compact("remove_oldest", 0) > 0
     assert store.windows() == sorted(ids)  # SCAN of every primary
-    store.close()
-    assert cluster.ping()  # a caller's client stays open
 
 
-def test_script_cache_loss_on_every_node(cluster):
-    store = cs.ContextStore(cluster, prefix="cl2")
-    w = store.window("flushed")
-    w.add("before")
-    for node in cluster.get_nodes():
-        node_client = redis.Redis(host=node.host, port=node.port)
-        node_client.script_flush()
-        node_client.close()
-    w.add("after")
-    assert [i.content for i in w.items()] == ["before", "after"]
+def test_script_cache_loss_on_every_node(cluster, cluster_port):
+    kind, client, loop = cluster
+    with open_store(kind, client=client, loop=loop, prefix=f"cl2-{kind}") as store:
+        w = store.window("flushed")
+        w.add("before")
+        seed = redis.Redis(port=cluster_port)
+        for line in seed.execute_command("CLUSTER", "NODES").decode().splitlines():
+            host, port = line.split()[1].split("@")[0].rsplit(":", 1)
+            node_client = redis.Redis(host=host, port=int(port))
+            node_client.script_flush()
+            node_client.close()
+        seed.close()
+        w.add("after")
+        assert [i.content for i in w.items()] == ["before", "after"]

@@ -62,15 +62,18 @@ def test_valid_window_id_alphabet(store):
     assert wid in store.windows()
 
 
-def test_invalid_store_options(redis_url):
+@pytest.mark.parametrize("cls", [cs.ContextStore, cs.AsyncContextStore])
+def test_invalid_store_options(redis_url, cls):
     with pytest.raises(cs.InvalidWindowIdError):
-        cs.ContextStore.from_url(redis_url, prefix="bad{prefix}")
+        cls.from_url(redis_url, prefix="bad{prefix}")
     with pytest.raises(cs.InvalidOptionsError):
-        cs.ContextStore.from_url(redis_url, item_limit=0)
+        cls.from_url(redis_url, item_limit=0)
     with pytest.raises(cs.InvalidOptionsError):
-        cs.ContextStore.from_url(redis_url, colour="red")
+        cls.from_url(redis_url, colour="red")
     with pytest.raises(cs.InvalidOptionsError):
-        cs.ContextStore.from_url("http://not-redis")
+        cls.from_url("http://not-redis")
+    with pytest.raises(cs.InvalidOptionsError):
+        cls.from_url(redis_url, token_counter=42)
 
 
 def test_windows_lists_this_prefix_only(make_store, redis_url, prefix):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import tempfile
@@ -10,6 +11,8 @@ from pathlib import Path
 
 import pytest
 import redis
+import redis.asyncio
+from conftest import open_store
 
 import contextstore as cs
 
@@ -92,39 +95,52 @@ async def test_async_embedded(server_path):
         assert await store.windows() == ["aemb"]
 
 
-def test_from_env(monkeypatch, redis_url, server_path, prefix):
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_from_env(monkeypatch, redis_url, server_path, prefix, kind):
     monkeypatch.setenv("CONTEXTSTORE_URL", redis_url)
-    with cs.ContextStore.from_env(prefix=prefix) as s:
+    with open_store(kind, env=True, prefix=prefix) as s:
         s.window("env").add("x")
     raw = redis.Redis.from_url(redis_url)
     assert raw.exists(f"{prefix}:{{env}}:meta")
     raw.close()
     monkeypatch.delenv("CONTEXTSTORE_URL")
     monkeypatch.setenv("CONTEXTSTORE_HOME", server_path)
-    with cs.ContextStore.from_env(prefix=prefix) as s:
+    with open_store(kind, env=True, prefix=prefix) as s:
         s.window("env-embedded").add("y")
         assert s.windows() == ["env-embedded"]
     assert cs.EmbeddedServer(server_path).running
 
 
-def test_close_does_not_close_a_callers_client(redis_url, prefix):
-    client = redis.Redis.from_url(redis_url)
-    store = cs.ContextStore(client, prefix=prefix)
-    store.window("own").add("x")
-    store.close()
-    assert client.ping()  # still usable
-    with cs.ContextStore(client, prefix=prefix) as s2:
+def _client(kind, url, **kw):
+    return (redis.Redis if kind == "sync" else redis.asyncio.Redis).from_url(url, **kw)
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_close_does_not_close_a_callers_client(redis_url, prefix, kind):
+    client = _client(kind, redis_url)
+    loop = asyncio.new_event_loop() if kind == "async" else None  # an async client has one loop
+    with open_store(kind, client=client, prefix=prefix, loop=loop) as s:
+        s.window("own").add("x")
+    with open_store(kind, client=client, prefix=prefix, loop=loop) as s2:  # the client still works
         assert len(s2.window("own").items()) == 1
-    assert client.ping()
-    client.close()
+    if loop is None:
+        assert client.ping()
+        client.close()
+    else:
+        assert loop.run_until_complete(client.ping())
+        loop.run_until_complete(client.aclose())
+        loop.close()
 
 
-def test_decode_responses_client_works(redis_url, prefix):
-    client = redis.Redis.from_url(redis_url, decode_responses=True)
-    with cs.ContextStore(client, prefix=prefix) as s:
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_decode_responses_client_works(redis_url, prefix, kind):
+    client = _client(kind, redis_url, decode_responses=True)
+    with open_store(kind, client=client, prefix=prefix) as s:
         w = s.window("decoded", max_tokens=100)
         w.add("héllo", metadata={"k": [1, 2]})
         assert w.items()[0].content == "héllo" and w.stats().current_tokens > 0
         assert s.windows() == ["decoded"]
-        w.compact("remove_oldest", 0)
-    client.close()
+        assert w.compact("remove_oldest", 0) > 0
+        w.add("again")
+        w.restore(w.snapshot())
+        assert [i.content for i in w.items()] == ["again"]

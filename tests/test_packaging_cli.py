@@ -78,12 +78,18 @@ def test_public_names():
     assert expected <= set(cs.__all__)
 
 
-def test_token_counter_options(redis_url, prefix):
-    with cs.ContextStore.from_url(redis_url, prefix=prefix, token_counter=len) as s:
-        assert s.window("tc").add("12345").token_count == 5
-    with cs.ContextStore.from_url(redis_url, prefix=prefix, token_counter="cl100k_base") as s:
-        assert s.window("tc2").add("hello world").token_count == 2
+def test_token_counter_options(make_store):
+    assert make_store(token_counter=len).window("tc").add("12345").token_count == 5
+    assert make_store(token_counter="cl100k_base").window("tc2").add("hello world").token_count == 2
+
+    class Words:
+        def count(self, text):
+            return len(text.split())
+
+        def count_many(self, texts):
+            return [self.count(t) for t in texts]
+
+    w = make_store(token_counter=Words()).window("tc3")
+    assert w.add_many(["a b c", "d e"]) == 2 and w.stats().current_tokens == 5
     with pytest.raises(cs.InvalidOptionsError):
-        cs.ContextStore.from_url(redis_url, token_counter="no-such-encoding")
-    with pytest.raises(cs.InvalidOptionsError):
-        cs.ContextStore.from_url(redis_url, token_counter=42)
+        make_store(token_counter="no-such-encoding")
