@@ -135,7 +135,8 @@ def test_close_does_not_close_a_callers_client(redis_url, prefix, kind):
 @pytest.mark.parametrize("kind", ["sync", "async"])
 def test_decode_responses_client_works(redis_url, prefix, kind):
     client = _client(kind, redis_url, decode_responses=True)
-    with open_store(kind, client=client, prefix=prefix) as s:
+    loop = asyncio.new_event_loop() if kind == "async" else None
+    with open_store(kind, client=client, prefix=prefix, loop=loop) as s:
         w = s.window("decoded", max_tokens=100)
         w.add("héllo", metadata={"k": [1, 2]})
         assert w.items()[0].content == "héllo" and w.stats().current_tokens > 0
@@ -144,3 +145,8 @@ def test_decode_responses_client_works(redis_url, prefix, kind):
         w.add("again")
         w.restore(w.snapshot())
         assert [i.content for i in w.items()] == ["again"]
+    if loop is None:
+        client.close()
+    else:
+        loop.run_until_complete(client.aclose())
+        loop.close()
