@@ -93,6 +93,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     events = Counter(e for e in _event_kinds(store, win))
     print("events: " + ", ".join(f"{k}={v}" for k, v in sorted(events.items())))
     print(f"invariants (unique ids, seq order, token totals, budget): {'OK' if ok else 'BROKEN'}")
+    if not args.url:
+        print(f"\nthe embedded server keeps running for other processes; inspect it with "
+              f"`redis-cli -s {server.socket_path}`, stop it with `contextstore server stop`")
     store.close()
     return 0 if ok else 1
 

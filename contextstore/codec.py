@@ -256,9 +256,6 @@ def decode_item(raw: bytes | str) -> ContextItem:
 
 # -- window config ---------------------------------------------------------------------------
 
-CONFIG_FIELDS = ("max_tokens", "max_items", "compaction_threshold", "default_strategy", "ttl_seconds")
-
-
 def _int_opt(name: str, value: object, lo: int, hi: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
         raise InvalidOptionsError(f"{name} must be an int from {lo} to {hi}, not {value!r}")

@@ -13,7 +13,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Generator, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, TypeVar
 
@@ -80,7 +80,6 @@ class WindowState:
     window_id: str
     keys: WindowKeys
     config: WindowConfig
-    log_extra: dict[str, str] = field(default_factory=dict)
 
 
 def validate_settings(prefix: object, item_limit: object, max_content_bytes: object) -> None:
@@ -438,7 +437,7 @@ def build(st: Settings, w: WindowState, options: object = None) -> Plan[BuiltCon
     render.check_pinned(items, o, budget, st.counter)
     freed = 0
     if o.compact and budget is not None and int(r.meta.get("tokens", 0)) > budget:
-        freed = yield from compact(st, w, cfg.default_strategy if st_has_helper(st, cfg.default_strategy)
+        freed = yield from compact(st, w, cfg.default_strategy if _has_helper(st, cfg.default_strategy)
                                    else CompactionStrategy.REMOVE_LOW_PRIORITY, 70.0, o.query)
         if freed:
             r = yield from _read(w, "order")
@@ -460,7 +459,7 @@ def build(st: Settings, w: WindowState, options: object = None) -> Plan[BuiltCon
     )
 
 
-def st_has_helper(st: Settings, s: CompactionStrategy) -> bool:
+def _has_helper(st: Settings, s: CompactionStrategy) -> bool:
     return s.server_side or (s is CompactionStrategy.SUMMARIZE and st.summarizer is not None) or (
         s is CompactionStrategy.SELECTIVE and st.relevance_scorer is not None
     )
