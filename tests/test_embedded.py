@@ -32,23 +32,31 @@ def _pid(server: cs.EmbeddedServer) -> int:
         c.close()
 
 
-def test_embedded_store_starts_on_first_use_and_persists(server_path):
+@pytest.mark.parametrize("cls", [cs.ContextStore, cs.AsyncContextStore])
+def test_embedded_store_starts_on_first_use_and_persists(server_path, cls):
     server = cs.EmbeddedServer(server_path)
     assert not server.running
-    store = cs.ContextStore.embedded(path=server_path)  # no I/O yet
+    loop = asyncio.new_event_loop()
+
+    def run(x):
+        return loop.run_until_complete(x) if asyncio.iscoroutine(x) else x
+
+    store = cls.embedded(path=server_path)  # no I/O yet
     assert not server.running
-    w = store.window("emb", max_tokens=500)
-    w.add("survives a restart", pinned=True)
+    w = run(store.window("emb", max_tokens=500))
+    run(w.add("survives a restart", pinned=True))
     assert server.running and server.url == f"unix://{server.socket_path}"
     conf = (Path(server_path) / "redis.conf").read_text()
     assert "appendonly yes" in conf and "unixsocket" in conf
-    store.close()
+    run(store.close())
     server.stop()
     assert not server.running
-    with cs.ContextStore.embedded(path=server_path) as again:  # AOF brings it back
-        items = again.window("emb").items()
-        assert [i.content for i in items] == ["survives a restart"] and items[0].pinned
-        assert again.window("emb").stats().max_tokens == 500
+    again = cls.embedded(path=server_path)  # the AOF brings it back
+    items = run(run(again.window("emb")).items())
+    assert [i.content for i in items] == ["survives a restart"] and items[0].pinned
+    assert run(run(again.window("emb")).stats()).max_tokens == 500
+    run(again.close())
+    loop.close()
 
 
 def test_second_process_reuses_the_running_server_which_outlives_its_starter(server_path):
