@@ -240,6 +240,8 @@ def build(
         ordered = sorted(pinned + chosen, key=key)
         content = o.section_separator.join(costs.render(i) for i in ordered)
         total = counter.count(content) if o.exact_tokens else costs.total(ordered)
-        if budget is None or total <= budget or not chosen:
+        if budget is None or total <= budget:
             return content, total, ordered, excluded
+        if not chosen:  # counted exactly, the pinned items alone do not fit
+            raise BudgetTooSmallError(total, budget)
         excluded.append(chosen.pop().id or "")  # the estimate used to choose was short: drop one

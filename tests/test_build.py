@@ -148,3 +148,12 @@ def test_total_tokens_bounds(redis_url, prefix, api_kind, contents, sep):
             assert exact <= b.total_tokens <= exact + 2 * len(b.included_item_ids)
             if budget is not None:
                 assert b.total_tokens <= budget
+
+
+def test_exact_count_of_pinned_items_over_budget_is_budget_too_small(make_store):
+    # a caller-given token_count is trusted by the estimate; the exact count knows better
+    w = make_store(token_counter=len).window("b-exact-pinned")
+    w.add("x" * 50, pinned=True, token_count=5)
+    assert w.build_structured(cs.BuildOptions(max_tokens=20, reserve_for_response=0)).total_tokens <= 20
+    with pytest.raises(cs.BudgetTooSmallError):
+        w.build_structured(cs.BuildOptions(max_tokens=20, reserve_for_response=0, exact_tokens=True))
