@@ -120,7 +120,8 @@ def _config_of(r: _Read, w: WindowState) -> WindowConfig:
     )
 
 
-def _types_arg(types: object) -> str:
+def _types_arg(types: object) -> str | None:
+    """The read script's type filter: "" for all types, None when nothing can match (``[]``)."""
     if types is None:
         return ""
     if isinstance(types, (str, ItemType)):
@@ -133,7 +134,7 @@ def _types_arg(types: object) -> str:
             out.append(ItemType(t).value)
         except ValueError:
             raise InvalidOptionsError(f"unknown item type {t!r}") from None
-    return ",".join(out) if out else "\0none"  # an empty list matches nothing
+    return ",".join(out) if out else None
 
 
 def _limit_arg(limit: object) -> int:
@@ -275,14 +276,17 @@ def update_priority(w: WindowState, item_id: object, priority: object) -> Plan[b
 
 def items(w: WindowState, types: object = None, limit: object = None) -> Plan[list[ContextItem]]:
     t, n = _types_arg(types), _limit_arg(limit)
-    if n == 0:
+    if n == 0 or t is None:
         return []
     r = yield from _read(w, "fifo", t, n)
     return [codec.decode_item(j) for j in r.raw]
 
 
 def ordered_items(w: WindowState, types: object = None, pinned_only: bool = False) -> Plan[list[ContextItem]]:
-    r = yield from _read(w, "pinned" if pinned_only else "order", _types_arg(types))
+    t = _types_arg(types)
+    if t is None:
+        return []
+    r = yield from _read(w, "pinned" if pinned_only else "order", t)
     return [codec.decode_item(j) for j in r.raw]
 
 
