@@ -13,7 +13,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Generator, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, TypeVar
 
@@ -70,6 +70,10 @@ class Settings:
     max_content_bytes: int
     summarizer: Any = None
     relevance_scorer: Any = None
+    joint_count: Callable[[str], int] = field(init=False)  # memoised counter.count (build joints)
+
+    def __post_init__(self) -> None:
+        self.joint_count = render.cached_count(self.counter)
 
 
 @dataclass(slots=True)
@@ -438,7 +442,7 @@ def build(st: Settings, w: WindowState, options: object = None) -> Plan[BuiltCon
             f"reserve_for_response ({o.reserve_for_response}) exceeds the token limit ({max_t})"
         )
     items = [codec.decode_item(j) for j in r.raw]
-    render.check_pinned(items, o, budget, st.counter)
+    render.check_pinned(items, o, budget, st.joint_count)
     freed = 0
     if o.compact and budget is not None and int(r.meta.get("tokens", 0)) > budget:
         freed = yield from compact(st, w, cfg.default_strategy if _has_helper(st, cfg.default_strategy)
@@ -446,7 +450,7 @@ def build(st: Settings, w: WindowState, options: object = None) -> Plan[BuiltCon
         if freed:
             r = yield from _read(w, "order")
             items = [codec.decode_item(j) for j in r.raw]
-    content, total, included, excluded = render.build(items, o, budget, st.counter)
+    content, total, included, excluded = render.build(items, o, budget, st.counter, st.joint_count)
     ms = (time.perf_counter() - t0) * 1000
     log.debug("built context for window %s: %d items, %d tokens", w.window_id, len(included), total)
     yield ScriptCall("event", w.keys, [

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from pathlib import PurePosixPath
 from typing import Any
@@ -143,12 +143,12 @@ class _Costs:
     per item above it; ``BuildOptions(exact_tokens=True)`` counts the output instead.
     """
 
-    def __init__(self, counter: TokenCounter, o: BuildOptions, tight: bool = False) -> None:
+    def __init__(self, count: Callable[[str], int], o: BuildOptions, tight: bool = False) -> None:
         self.sep = o.section_separator
         fmt = o.message_format or DEFAULT_MESSAGE_FORMAT
         self.pre, self.post = fmt.split("{content}")
         self.slack = 0 if tight else 1
-        self.count = _cached_counter(counter)
+        self.count = count  # memoised per store: joints repeat from build to build
 
     def _pre(self, item: ContextItem | None) -> str:
         return "" if item is None or item.role is None else self.pre.replace("{role}", item.role)
@@ -185,36 +185,29 @@ class _Costs:
         return n + self.joint(ordered[-1], self._post(ordered[-1]), None)
 
 
-_COUNT_CACHES: dict[int, Any] = {}
-
-
-def _cached_counter(counter: TokenCounter) -> Any:
-    """A memoised ``counter.count`` for the short strings joints are made of."""
-    key = id(counter)
-    cached = _COUNT_CACHES.get(key)
-    if cached is None or cached.counter is not counter:
-        fn = lru_cache(maxsize=65536)(counter.count)
-        fn.counter = counter  # type: ignore[attr-defined]
-        _COUNT_CACHES[key] = cached = fn
-    return cached
+def cached_count(counter: TokenCounter, size: int = 65536) -> Callable[[str], int]:
+    """A memoised ``counter.count`` for the short strings joints are made of (one per store)."""
+    return lru_cache(maxsize=size)(counter.count)
 
 
 def check_pinned(items: Sequence[ContextItem], o: BuildOptions, budget: int | None,
-                 counter: TokenCounter) -> None:
+                 count: Callable[[str], int]) -> None:
     """BudgetTooSmallError if the pinned items alone cannot fit (checked before anything else)."""
     if budget is None:
         return
     pinned = sorted((i for i in items if i.pinned), key=_section_key)
-    need = _Costs(counter, o).total(pinned)
+    need = _Costs(count, o).total(pinned)
     if need > budget:
         raise BudgetTooSmallError(need, budget)
 
 
 def build(
-    items: Sequence[ContextItem], o: BuildOptions, budget: int | None, counter: TokenCounter
+    items: Sequence[ContextItem], o: BuildOptions, budget: int | None, counter: TokenCounter,
+    count: Callable[[str], int],
 ) -> tuple[str, int, list[ContextItem], list[str]]:
-    """Select and render. Returns (content, total_tokens, included items, excluded ids)."""
-    costs = _Costs(counter, o, tight=o.exact_tokens)
+    """Select and render. Returns (content, total_tokens, included items, excluded ids).
+    ``count`` is the store's memoised ``counter.count``; ``counter`` counts exact totals."""
+    costs = _Costs(count, o, tight=o.exact_tokens)
     pinned = [i for i in items if i.pinned]
     loose = [i for i in items if not i.pinned]
     history: list[ContextItem] = []
