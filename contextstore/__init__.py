@@ -15,9 +15,12 @@ from .errors import (
     InvalidItemError,
     InvalidOptionsError,
     InvalidWindowIdError,
+    PermissionDeniedError,
+    StoreOutOfMemoryError,
     StoreUnavailableError,
     StrategyUnavailableError,
 )
+from .retry import RetryPolicy
 from .sync import ContextStore, ContextWindow
 from .tokens import TiktokenCounter, TokenCounter
 from .types import (
@@ -53,6 +56,9 @@ __all__ = [
     "InvalidOptionsError",
     "InvalidWindowIdError",
     "ItemType",
+    "PermissionDeniedError",
+    "RetryPolicy",
+    "StoreOutOfMemoryError",
     "StoreUnavailableError",
     "StrategyUnavailableError",
     "TiktokenCounter",

@@ -3,6 +3,7 @@ and URL redaction. Only driving a plan (``sync.py`` / ``aio.py``) differs betwee
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any, ClassVar, TypeVar
 from urllib.parse import urlsplit, urlunsplit
@@ -11,11 +12,19 @@ import redis.exceptions
 
 from . import ops, scripts
 from .embedded import EmbeddedServer
-from .errors import ContextStoreError, InvalidOptionsError, StoreUnavailableError
+from .errors import (
+    ContextStoreError,
+    InvalidOptionsError,
+    PermissionDeniedError,
+    StoreOutOfMemoryError,
+    StoreUnavailableError,
+)
 from .keys import window_id_from_meta_key
+from .retry import RetryPolicy, retryable
 from .tokens import resolve_counter
 
 S = TypeVar("S", bound="StoreBase")
+log = logging.getLogger("contextstore")
 
 DEFAULTS: dict[str, Any] = {
     "prefix": "ctx",
@@ -24,6 +33,7 @@ DEFAULTS: dict[str, Any] = {
     "max_content_bytes": 1_048_576,
     "summarizer": None,
     "relevance_scorer": None,
+    "retry": RetryPolicy(),
 }
 
 
@@ -62,6 +72,8 @@ def make_settings(opts: dict[str, Any]) -> ops.Settings:
         raise InvalidOptionsError(f"unknown store option(s): {', '.join(sorted(unknown))}")
     o = {**DEFAULTS, **opts}
     ops.validate_settings(o["prefix"], o["item_limit"], o["max_content_bytes"])
+    if o["retry"] is not None and not isinstance(o["retry"], RetryPolicy):
+        raise InvalidOptionsError(f"retry must be a RetryPolicy or None, not {o['retry']!r}")
     return ops.Settings(
         prefix=o["prefix"],
         counter=resolve_counter(o["token_counter"]),
@@ -69,12 +81,24 @@ def make_settings(opts: dict[str, Any]) -> ops.Settings:
         max_content_bytes=o["max_content_bytes"],
         summarizer=o["summarizer"],
         relevance_scorer=o["relevance_scorer"],
+        retry=o["retry"],
     )
 
 
 def store_error(exc: Exception, where: str) -> ContextStoreError:
     """Map a redis-py exception to ours (the caller raises it ``from exc``)."""
-    if isinstance(exc, (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)):
+    rx = redis.exceptions
+    text = str(exc)
+    if isinstance(exc, rx.OutOfMemoryError) or text.startswith("OOM ") or "-OOM " in text:
+        return StoreOutOfMemoryError(
+            f"Redis at {where} is out of memory (maxmemory reached, nothing evictable); "
+            f"nothing was changed: {text}"
+        )
+    if isinstance(exc, (rx.NoPermissionError, rx.AuthenticationError, rx.AuthorizationError)) or (
+        "NOPERM" in text
+    ):
+        return PermissionDeniedError(f"Redis at {where} denied access: {text}")
+    if isinstance(exc, (rx.ConnectionError, rx.TimeoutError, OSError)):
         return StoreUnavailableError(f"Redis at {where} is unavailable: {exc}")
     return ContextStoreError(f"Redis at {where} answered with an error: {exc}")
 
@@ -105,6 +129,13 @@ class StoreBase:
     redis-py client class it uses (``redis.Redis`` or ``redis.asyncio.Redis``)."""
 
     _redis_class: ClassVar[Any]
+    _retry_class: ClassVar[Any]
+
+    @classmethod
+    def _no_retry(cls) -> Any:
+        from redis.backoff import NoBackoff
+
+        return cls._retry_class(NoBackoff(), 0)
 
     def __init__(self, client: Any, **options: Any) -> None:
         self._owns_client = bool(options.pop("_owns_client", False))
@@ -119,7 +150,8 @@ class StoreBase:
     def from_url(cls: type[S], url: str, **options: Any) -> S:
         """Connect to ``redis://``, ``rediss://`` or ``unix://`` URLs (credentials included)."""
         try:
-            client = cls._redis_class.from_url(url)
+            # no retries inside redis-py: the store's RetryPolicy retries (safely, by request id)
+            client = cls._redis_class.from_url(url, retry=cls._no_retry())
         except (ValueError, TypeError) as exc:
             raise InvalidOptionsError(f"invalid Redis URL {redact_url(str(url))}: {exc}") from None
         return cls(client, _owns_client=True, _where=redact_url(url), **options)
@@ -129,7 +161,7 @@ class StoreBase:
         """Use the bundled ``redis-server`` (AOF on, unix socket, data under ``path``), started
         on the first operation, or reused if it already runs there."""
         server = EmbeddedServer(path)
-        client = cls._redis_class(unix_socket_path=server.socket_path)
+        client = cls._redis_class(unix_socket_path=server.socket_path, retry=cls._no_retry())
         return cls(client, _owns_client=True, _where=server.url, _server=server, **options)
 
     @classmethod
@@ -137,6 +169,17 @@ class StoreBase:
         """``CONTEXTSTORE_URL`` if it is set, else :meth:`embedded`."""
         url = os.environ.get("CONTEXTSTORE_URL")
         return cls.from_url(url, **options) if url else cls.embedded(**options)
+
+    def _retry_delay(self, exc: Exception, attempt: int, call: ops.ScriptCall) -> float:
+        """Seconds to wait before sending ``call`` again after its ``attempt``-th failure, or
+        raise the mapped error when ``exc`` is not retryable or the attempts are used up."""
+        policy = self._settings.retry
+        if policy is None or attempt >= policy.attempts or not retryable(exc):
+            raise store_error(exc, self._where) from exc
+        delay = policy.delay(attempt)
+        log.warning("retrying %s on %s in %.3fs (attempt %d of %d failed: %s: %s)", call.name,
+                    self._where, delay, attempt, policy.attempts, type(exc).__name__, exc)
+        return delay
 
     def _ensure_server(self) -> None:
         if self._server is not None and not self._server.started_here:

@@ -3,11 +3,13 @@ sync API (``ops``); only the I/O is awaited."""
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from types import TracebackType
 from typing import Any, TypeVar
 
 import redis.asyncio
+import redis.asyncio.retry
 
 from . import ops
 from ._base import REDIS_ERRORS, StoreBase, helper_failed, store_error
@@ -30,6 +32,7 @@ class AsyncContextStore(StoreBase):
     """The asyncio twin of :class:`contextstore.ContextStore`: same names, awaitable."""
 
     _redis_class = redis.asyncio.Redis
+    _retry_class = redis.asyncio.retry.Retry
 
     async def _run(self, plan: ops.Plan[T]) -> T:
         self._ensure_server()
@@ -49,10 +52,14 @@ class AsyncContextStore(StoreBase):
             except Exception as exc:
                 raise helper_failed(exc) from exc
             return result
-        try:
-            return await self._scripts[request.name](keys=list(request.keys), args=list(request.args))
-        except REDIS_ERRORS as exc:
-            raise store_error(exc, self._where) from exc
+        keys, argv, attempt = list(request.keys), request.argv(), 0
+        while True:
+            try:
+                return await self._scripts[request.name](keys=keys, args=argv)
+            except REDIS_ERRORS as exc:
+                attempt += 1
+                delay = self._retry_delay(exc, attempt, request)
+            await asyncio.sleep(delay)
 
     async def window(self, window_id: str, **config: Any) -> AsyncContextWindow:
         state = await self._run(ops.open_window(self._settings, window_id, config))
@@ -98,31 +105,32 @@ class AsyncContextWindow:
     async def add(self, content_or_item: str | ContextItem, *, type: ItemType | str = ItemType.CODE,  # noqa: A002
                   priority: int = 50, pinned: bool = False, role: str | None = None,
                   source_ref: str | None = None, metadata: dict[str, Any] | None = None,
-                  token_count: int | None = None, id: str | None = None) -> ContextItem:  # noqa: A002
+                  token_count: int | None = None, id: str | None = None,  # noqa: A002
+            request_id: str | None = None) -> ContextItem:
         kw = dict(type=type, priority=priority, pinned=pinned, role=role, source_ref=source_ref,
                   metadata=metadata, token_count=token_count, id=id)
-        return (await self._store._run(ops.add(self._settings, self._state, [(content_or_item, kw)])))[1][0]
+        return (await self._store._run(ops.add(self._settings, self._state, [(content_or_item, kw)], request_id)))[1][0]
 
-    async def add_many(self, items: list[str | ContextItem | dict[str, Any]]) -> int:
+    async def add_many(self, items: list[str | ContextItem | dict[str, Any]], *, request_id: str | None = None) -> int:
         entries = ops.entries(items)
         if not entries:
             return 0
-        return (await self._store._run(ops.add(self._settings, self._state, entries)))[0]
+        return (await self._store._run(ops.add(self._settings, self._state, entries, request_id)))[0]
 
     async def get(self, item_id: str) -> ContextItem | None:
         return await self._store._run(ops.get(self._state, item_id))
 
-    async def remove(self, item_id: str) -> bool:
-        return await self._store._run(ops.remove(self._state, item_id))
+    async def remove(self, item_id: str, *, request_id: str | None = None) -> bool:
+        return await self._store._run(ops.remove(self._state, item_id, request_id))
 
-    async def pin(self, item_id: str) -> bool:
-        return await self._store._run(ops.set_pinned(self._state, item_id, True))
+    async def pin(self, item_id: str, *, request_id: str | None = None) -> bool:
+        return await self._store._run(ops.set_pinned(self._state, item_id, True, request_id))
 
-    async def unpin(self, item_id: str) -> bool:
-        return await self._store._run(ops.set_pinned(self._state, item_id, False))
+    async def unpin(self, item_id: str, *, request_id: str | None = None) -> bool:
+        return await self._store._run(ops.set_pinned(self._state, item_id, False, request_id))
 
-    async def update_priority(self, item_id: str, priority: int) -> bool:
-        return await self._store._run(ops.update_priority(self._state, item_id, priority))
+    async def update_priority(self, item_id: str, priority: int, *, request_id: str | None = None) -> bool:
+        return await self._store._run(ops.update_priority(self._state, item_id, priority, request_id))
 
     async def items(self, types: Any = None, limit: int | None = None) -> list[ContextItem]:
         return await self._store._run(ops.items(self._state, types, limit))
@@ -133,12 +141,12 @@ class AsyncContextWindow:
     async def pinned_items(self) -> list[ContextItem]:
         return await self._store._run(ops.ordered_items(self._state, None, pinned_only=True))
 
-    async def clear(self, include_pinned: bool = False) -> int:
-        return await self._store._run(ops.clear(self._state, include_pinned))
+    async def clear(self, include_pinned: bool = False, *, request_id: str | None = None) -> int:
+        return await self._store._run(ops.clear(self._state, include_pinned, request_id))
 
     async def compact(self, strategy: CompactionStrategy | str | None = None, target_percent: float = 70.0,
-                      *, query: str | None = None) -> int:
-        return await self._store._run(ops.compact(self._settings, self._state, strategy, target_percent, query))
+                      *, query: str | None = None, request_id: str | None = None) -> int:
+        return await self._store._run(ops.compact(self._settings, self._state, strategy, target_percent, query, request_id))
 
     async def build(self, options: BuildOptions | None = None) -> str:
         return (await self.build_structured(options)).content
@@ -152,17 +160,17 @@ class AsyncContextWindow:
     async def snapshot(self) -> ContextSnapshot:
         return await self._store._run(ops.snapshot(self._state))
 
-    async def restore(self, snapshot: ContextSnapshot) -> None:
-        await self._store._run(ops.restore(self._settings, self._state, snapshot))
+    async def restore(self, snapshot: ContextSnapshot, *, request_id: str | None = None) -> None:
+        await self._store._run(ops.restore(self._settings, self._state, snapshot, request_id))
 
     async def stats(self) -> ContextWindowStats:
         return await self._store._run(ops.stats(self._state))
 
-    async def configure(self, **changes: Any) -> WindowConfig:
-        return await self._store._run(ops.configure(self._settings, self._state, changes))
+    async def configure(self, *, request_id: str | None = None, **changes: Any) -> WindowConfig:
+        return await self._store._run(ops.configure(self._settings, self._state, changes, request_id))
 
-    async def delete(self) -> bool:
-        return await self._store._run(ops.delete(self._state))
+    async def delete(self, *, request_id: str | None = None) -> bool:
+        return await self._store._run(ops.delete(self._state, request_id))
 
     def __repr__(self) -> str:
         return f"AsyncContextWindow({self._state.window_id!r})"

@@ -306,6 +306,9 @@ def creation_config(values: dict[str, Any], item_limit: int) -> WindowConfig:
     )
 
 
+CONFIG_ARGS = 6  #: how many arguments config_args() gives
+
+
 def config_args(cfg: WindowConfig) -> list[str | bytes]:
     """ARGV[1..6] of every mutating script."""
     return [

@@ -67,3 +67,14 @@ class StrategyUnavailableError(ContextStoreError):
 
 class StoreUnavailableError(ContextStoreError):
     """Redis could not be reached. The message names the URL without its password."""
+
+
+class StoreOutOfMemoryError(ContextStoreError):
+    """Redis refused a write: it reached ``maxmemory`` and its policy evicts nothing
+    (``noeviction``). The call changed nothing; free memory (remove, clear, compact, delete)
+    or raise ``maxmemory``."""
+
+
+class PermissionDeniedError(ContextStoreError):
+    """Redis refused the credentials, or the ACL user may not touch this window's keys or run
+    the command (a tenant confined to its own key pattern, see ``docs/reliability.md``)."""

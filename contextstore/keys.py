@@ -16,7 +16,7 @@ _ID_RE = re.compile(r"[A-Za-z0-9._\-:@/+=]{1,200}")
 MAX_WINDOW_ID = 200
 
 #: Names of the per-window keys, in the order they are passed to every script as KEYS.
-KEY_NAMES = ("meta", "items", "order", "fifo", "pinned", "attrs", "events")
+KEY_NAMES = ("meta", "items", "order", "fifo", "pinned", "attrs", "events", "requests", "replies")
 
 
 class WindowKeys(NamedTuple):
@@ -27,6 +27,8 @@ class WindowKeys(NamedTuple):
     pinned: str
     attrs: str
     events: str
+    requests: str
+    replies: str
 
 
 def validate_window_id(window_id: object, what: str = "window id") -> str:

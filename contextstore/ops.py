@@ -11,7 +11,10 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
+import os
+import re
 import time
+import zlib
 from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -26,6 +29,7 @@ from .errors import (
     StrategyUnavailableError,
 )
 from .keys import WindowKeys, validate_window_id, window_keys
+from .retry import RetryPolicy
 from .scripts import CommitConflict, check
 from .tokens import TokenCounter
 from .types import (
@@ -44,9 +48,45 @@ T = TypeVar("T")
 
 @dataclass(frozen=True, slots=True)
 class ScriptCall:
+    """Run Lua script ``name``. ``request`` ("<operation>:<request id>") makes a mutation
+    exactly-once (see ``_lib.lua``); reads leave it empty. ``same_args`` checks that a replayed
+    request id comes with the arguments it was first used with, apart from the six config
+    arguments every mutation starts with (the handle's cached config, which may have changed)."""
+
     name: str
     keys: WindowKeys
     args: Sequence[str | bytes]
+    request: str = ""
+    same_args: bool = True
+
+    def argv(self) -> list[str | bytes]:
+        """ARGV as sent: the request ("<request>|<fingerprint of args>"), then the args."""
+        if not self.request:
+            return ["", *self.args]
+        fp = _fingerprint(self.args[codec.CONFIG_ARGS:]) if self.same_args else ""
+        return [f"{self.request}|{fp}", *self.args]
+
+
+def _fingerprint(args: Sequence[str | bytes]) -> str:
+    crc = 0
+    for a in args:
+        b = a if isinstance(a, bytes) else a.encode("utf-8")
+        crc = zlib.crc32(b, zlib.crc32(len(b).to_bytes(8, "little"), crc))
+    return f"{crc:08x}"
+
+
+_REQUEST_ID_RE = re.compile(r"[A-Za-z0-9._\-:@/+=]{1,128}")
+
+
+def request(op: str, request_id: object = None) -> str:
+    """The request of one public call: the caller's ``request_id`` (checked) or a new one."""
+    if request_id is None:
+        return f"{op}:{os.urandom(12).hex()}"
+    if not isinstance(request_id, str) or not _REQUEST_ID_RE.fullmatch(request_id):
+        raise InvalidOptionsError(
+            f"request_id must be 1-128 characters from A-Z a-z 0-9 . _ - : @ / + =, not {request_id!r}"
+        )
+    return f"{op}:{request_id}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +110,7 @@ class Settings:
     max_content_bytes: int
     summarizer: Any = None
     relevance_scorer: Any = None
+    retry: RetryPolicy | None = None
     joint_count: Callable[[str], int] = field(init=False)  # memoised counter.count (build joints)
 
     def __post_init__(self) -> None:
@@ -174,7 +215,8 @@ def open_window(st: Settings, window_id: object, passed: dict[str, Any]) -> Plan
     return w
 
 
-def configure(st: Settings, w: WindowState, changes: dict[str, Any]) -> Plan[WindowConfig]:
+def configure(st: Settings, w: WindowState, changes: dict[str, Any], request_id: object = None) -> Plan[WindowConfig]:
+    req = request("configure", request_id)
     if "max_items" in changes and changes["max_items"] is None:
         raise InvalidOptionsError("max_items cannot be None in configure()")
     values = codec.validate_config_values(changes, w.config.item_limit)
@@ -189,13 +231,13 @@ def configure(st: Settings, w: WindowState, changes: dict[str, Any]) -> Plan[Win
         else:
             s = str(v or 0)
         args += [names[k], s]
-    reply = check((yield ScriptCall("configure", w.keys, args)), InvalidOptionsError)
+    reply = check((yield ScriptCall("configure", w.keys, args, req)), InvalidOptionsError)
     w.config = codec.config_from_reply(reply)
     return w.config
 
 
-def delete(w: WindowState) -> Plan[bool]:
-    return bool((yield ScriptCall("delete", w.keys, [])))
+def delete(w: WindowState, request_id: object = None) -> Plan[bool]:
+    return bool((yield ScriptCall("delete", w.keys, [], request("delete", request_id))))
 
 
 # -- items -----------------------------------------------------------------------------------
@@ -240,12 +282,14 @@ def entries(items: object) -> list[tuple[object, dict[str, Any]]]:
     return out
 
 
-def add(st: Settings, w: WindowState, entries: Sequence[tuple[object, dict[str, Any]]]) -> Plan[tuple[int, list[ContextItem]]]:
+def add(st: Settings, w: WindowState, entries: Sequence[tuple[object, dict[str, Any]]],
+        request_id: object = None) -> Plan[tuple[int, list[ContextItem]]]:
+    req = request("add", request_id)
     items = _validate_many(st, entries)
     args: list[str | bytes] = codec.config_args(w.config) + [str(len(items))]
     for it in items:
         args += codec.item_args(it)
-    reply = check((yield ScriptCall("add", w.keys, args)))
+    reply = check((yield ScriptCall("add", w.keys, args, req)))
     added, evicted, compactions = int(reply[1]), int(reply[2]), int(reply[3])
     stored = [codec.decode_item(j) for j in reply[4:]]
     if log.isEnabledFor(logging.DEBUG):
@@ -263,19 +307,23 @@ def get(w: WindowState, item_id: object) -> Plan[ContextItem | None]:
     return codec.decode_item(r.raw[0]) if r.raw else None
 
 
-def remove(w: WindowState, item_id: object) -> Plan[bool]:
-    return bool(check((yield ScriptCall("remove", w.keys, codec.config_args(w.config) + [_item_id(item_id)]))))
+def remove(w: WindowState, item_id: object, request_id: object = None) -> Plan[bool]:
+    req = request("remove", request_id)
+    args = codec.config_args(w.config) + [_item_id(item_id)]
+    return bool(check((yield ScriptCall("remove", w.keys, args, req))))
 
 
-def set_pinned(w: WindowState, item_id: object, pinned: bool) -> Plan[bool]:
+def set_pinned(w: WindowState, item_id: object, pinned: bool, request_id: object = None) -> Plan[bool]:
+    req = request("pin" if pinned else "unpin", request_id)
     args = codec.config_args(w.config) + [_item_id(item_id), "1" if pinned else "0"]
-    return bool(check((yield ScriptCall("pin", w.keys, args))))
+    return bool(check((yield ScriptCall("pin", w.keys, args, req))))
 
 
-def update_priority(w: WindowState, item_id: object, priority: object) -> Plan[bool]:
+def update_priority(w: WindowState, item_id: object, priority: object, request_id: object = None) -> Plan[bool]:
+    req = request("priority", request_id)
     p = codec.validate_priority(priority)
     args = codec.config_args(w.config) + [_item_id(item_id), str(p)]
-    return bool(check((yield ScriptCall("priority", w.keys, args))))
+    return bool(check((yield ScriptCall("priority", w.keys, args, req))))
 
 
 def items(w: WindowState, types: object = None, limit: object = None) -> Plan[list[ContextItem]]:
@@ -294,11 +342,12 @@ def ordered_items(w: WindowState, types: object = None, pinned_only: bool = Fals
     return [codec.decode_item(j) for j in r.raw]
 
 
-def clear(w: WindowState, include_pinned: object = False) -> Plan[int]:
+def clear(w: WindowState, include_pinned: object = False, request_id: object = None) -> Plan[int]:
+    req = request("clear", request_id)
     if not isinstance(include_pinned, bool):
         raise InvalidOptionsError("include_pinned must be a bool")
     args = codec.config_args(w.config) + ["1" if include_pinned else "0"]
-    return int(check((yield ScriptCall("clear", w.keys, args))))
+    return int(check((yield ScriptCall("clear", w.keys, args, req))))
 
 
 # -- compaction ------------------------------------------------------------------------------
@@ -323,7 +372,8 @@ def _helper(obj: Any, method: str) -> Callable[..., Any]:
 
 
 def compact(st: Settings, w: WindowState, strategy: object = None, target_percent: object = 70.0,
-            query: str | None = None) -> Plan[int]:
+            query: str | None = None, request_id: object = None) -> Plan[int]:
+    req = request("compact", request_id)
     s = _strategy(strategy)
     if isinstance(target_percent, bool) or not isinstance(target_percent, (int, float)) or not (
         0 <= target_percent <= 100
@@ -339,9 +389,9 @@ def compact(st: Settings, w: WindowState, strategy: object = None, target_percen
         _require_helper(st, s)
     if s.server_side:
         args = codec.config_args(w.config) + [s.value, repr(float(target_percent))]
-        freed = int(check((yield ScriptCall("compact", w.keys, args))))
+        freed = int(check((yield ScriptCall("compact", w.keys, args, req))))
     else:
-        freed = yield from _compact_outside(st, w, s, float(target_percent), query)
+        freed = yield from _compact_outside(st, w, s, float(target_percent), query, req)
     if freed:
         log.info("compacted window %s: strategy=%s, freed=%d tokens", w.window_id, s.value, freed)
     return freed
@@ -361,8 +411,12 @@ def _sha1(raw: bytes | str) -> str:
 
 
 def _compact_outside(st: Settings, w: WindowState, s: CompactionStrategy, target_percent: float,
-                     query: str | None, attempts: int = 3) -> Plan[int]:
-    """SUMMARIZE / SELECTIVE: read, decide outside Redis, commit only if nothing changed."""
+                     query: str | None, req: str, attempts: int = 3) -> Plan[int]:
+    """SUMMARIZE / SELECTIVE: read, decide outside Redis, commit only if nothing changed.
+
+    Every commit attempt carries the call's request: only a successful commit is recorded, so
+    a repeated call returns that commit's result even though it would now choose other items
+    (hence ``same_args=False``)."""
     for _ in range(attempts):
         r = yield from _read(w, "fifo")
         cfg = _config_of(r, w)
@@ -420,7 +474,7 @@ def _compact_outside(st: Settings, w: WindowState, s: CompactionStrategy, target
         if summary is not None:
             args += codec.item_args(summary)
         try:
-            return int(check((yield ScriptCall("commit", w.keys, args))))
+            return int(check((yield ScriptCall("commit", w.keys, args, req, same_args=False))))
         except CommitConflict:
             continue  # another worker changed the window meanwhile: decide again
     log.warning("compaction of window %s gave up after %d conflicting attempts", w.window_id, attempts)
@@ -456,7 +510,7 @@ def build(st: Settings, w: WindowState, options: object = None) -> Plan[BuiltCon
     yield ScriptCall("event", w.keys, [
         "built", "items_included", str(len(included)), "items_excluded", str(len(excluded)),
         "total_tokens", str(total), "was_compacted", "1" if freed else "0", "build_time_ms", f"{ms:.3f}",
-    ])
+    ])  # no request id: a retry may log a second `built` event, which is harmless
     return BuiltContext(
         content=content,
         total_tokens=total,
@@ -498,7 +552,8 @@ def snapshot(w: WindowState) -> Plan[ContextSnapshot]:
     )
 
 
-def restore(st: Settings, w: WindowState, snap: object) -> Plan[None]:
+def restore(st: Settings, w: WindowState, snap: object, request_id: object = None) -> Plan[None]:
+    req = request("restore", request_id)
     if not isinstance(snap, ContextSnapshot):
         raise InvalidOptionsError(f"restore() takes a ContextSnapshot, not {type(snap).__name__}")
     if snap.format_version != 1:
@@ -542,7 +597,7 @@ def restore(st: Settings, w: WindowState, snap: object) -> Plan[None]:
     args: list[str | bytes] = codec.config_args(w.config) + [
         str(c["max_tokens"] or 0), str(c["max_items"]), repr(float(c["compaction_threshold"])),
         c["default_strategy"].value, str(c["ttl_seconds"] or 0), str(len(snap.items))] + rows
-    check((yield ScriptCall("restore", w.keys, args)), InvalidOptionsError)
+    check((yield ScriptCall("restore", w.keys, args, req)), InvalidOptionsError)
     w.config = WindowConfig(max_tokens=c["max_tokens"], max_items=c["max_items"],
                             compaction_threshold=c["compaction_threshold"],
                             default_strategy=c["default_strategy"], ttl_seconds=c["ttl_seconds"],

@@ -17,6 +17,7 @@ from .errors import (
     ContextWindowFullError,
     DuplicateItemError,
     InvalidItemError,
+    InvalidOptionsError,
 )
 
 SCRIPT_NAMES = (
@@ -38,10 +39,15 @@ def _lua_dir() -> Path:
 
 @lru_cache(maxsize=1)
 def sources() -> dict[str, str]:
-    """Every script's full source: the shared ``_lib.lua`` followed by the script itself."""
+    """Every script's full source: the shared ``_lib.lua``, then the script's body as ``main``,
+    run under the request protocol (``run_request``, see ``_lib.lua``)."""
     d = _lua_dir()
     lib = (d / "_lib.lua").read_text(encoding="utf-8")
-    return {n: lib + "\n" + (d / f"{n}.lua").read_text(encoding="utf-8") for n in SCRIPT_NAMES}
+    return {
+        n: f"{lib}\nlocal function main()\n{(d / f'{n}.lua').read_text(encoding='utf-8')}\nend\n"
+        "return run_request(main)\n"
+        for n in SCRIPT_NAMES
+    }
 
 
 class ScriptError(ContextStoreError):
@@ -64,6 +70,8 @@ def check(reply: Any, badarg: type[ContextStoreError] = InvalidItemError) -> Any
             raise DuplicateItemError(f"item id {rest[0]!r} exists with other content")
         if code == "CONFLICT":
             raise CommitConflict(rest[0] if rest else "")
+        if code == "REUSED":
+            raise InvalidOptionsError(f"request id {rest[0]!r} was already used for a different call")
         if code == "BADARG":
             raise badarg(f"rejected by the server: {' '.join(rest)}")
         raise ScriptError(f"{code}: {' '.join(rest)}")

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import inspect
+import time
 from types import TracebackType
 from typing import Any, TypeVar
 
 import redis
+import redis.retry
 
 from . import ops
 from ._base import REDIS_ERRORS, StoreBase, helper_failed, store_error
@@ -35,6 +37,7 @@ class ContextStore(StoreBase):
     """
 
     _redis_class = redis.Redis
+    _retry_class = redis.retry.Retry
 
     # -- running plans ---------------------------------------------------------------------
 
@@ -57,10 +60,14 @@ class ContextStore(StoreBase):
                 getattr(result, "close", lambda: None)()
                 raise InvalidOptionsError("an async summarizer/scorer needs AsyncContextStore")
             return result
-        try:
-            return self._scripts[request.name](keys=list(request.keys), args=list(request.args))
-        except REDIS_ERRORS as exc:
-            raise store_error(exc, self._where) from exc
+        keys, argv, attempt = list(request.keys), request.argv(), 0
+        while True:
+            try:
+                return self._scripts[request.name](keys=keys, args=argv)
+            except REDIS_ERRORS as exc:
+                attempt += 1
+                delay = self._retry_delay(exc, attempt, request)
+            time.sleep(delay)
 
     # -- API -------------------------------------------------------------------------------
 
@@ -115,7 +122,8 @@ class ContextWindow:
     def add(self, content_or_item: str | ContextItem, *, type: ItemType | str = ItemType.CODE,  # noqa: A002
             priority: int = 50, pinned: bool = False, role: str | None = None,
             source_ref: str | None = None, metadata: dict[str, Any] | None = None,
-            token_count: int | None = None, id: str | None = None) -> ContextItem:  # noqa: A002
+            token_count: int | None = None, id: str | None = None,  # noqa: A002
+            request_id: str | None = None) -> ContextItem:
         """Add one item; returns it as stored (id, seq, added_at, token_count filled in).
 
         Evicts the oldest unpinned item at ``max_items`` and compacts at the token threshold;
@@ -123,29 +131,29 @@ class ContextWindow:
         """
         kw = dict(type=type, priority=priority, pinned=pinned, role=role, source_ref=source_ref,
                   metadata=metadata, token_count=token_count, id=id)
-        return self._run(ops.add(self._settings, self._state, [(content_or_item, kw)]))[1][0]
+        return self._run(ops.add(self._settings, self._state, [(content_or_item, kw)], request_id))[1][0]
 
-    def add_many(self, items: list[str | ContextItem | dict[str, Any]]) -> int:
+    def add_many(self, items: list[str | ContextItem | dict[str, Any]], *, request_id: str | None = None) -> int:
         """Add several items all-or-nothing; returns how many were added."""
         entries = ops.entries(items)
         if not entries:
             return 0
-        return self._run(ops.add(self._settings, self._state, entries))[0]
+        return self._run(ops.add(self._settings, self._state, entries, request_id))[0]
 
     def get(self, item_id: str) -> ContextItem | None:
         return self._run(ops.get(self._state, item_id))
 
-    def remove(self, item_id: str) -> bool:
-        return self._run(ops.remove(self._state, item_id))
+    def remove(self, item_id: str, *, request_id: str | None = None) -> bool:
+        return self._run(ops.remove(self._state, item_id, request_id))
 
-    def pin(self, item_id: str) -> bool:
-        return self._run(ops.set_pinned(self._state, item_id, True))
+    def pin(self, item_id: str, *, request_id: str | None = None) -> bool:
+        return self._run(ops.set_pinned(self._state, item_id, True, request_id))
 
-    def unpin(self, item_id: str) -> bool:
-        return self._run(ops.set_pinned(self._state, item_id, False))
+    def unpin(self, item_id: str, *, request_id: str | None = None) -> bool:
+        return self._run(ops.set_pinned(self._state, item_id, False, request_id))
 
-    def update_priority(self, item_id: str, priority: int) -> bool:
-        return self._run(ops.update_priority(self._state, item_id, priority))
+    def update_priority(self, item_id: str, priority: int, *, request_id: str | None = None) -> bool:
+        return self._run(ops.update_priority(self._state, item_id, priority, request_id))
 
     def items(self, types: Any = None, limit: int | None = None) -> list[ContextItem]:
         """Items in arrival order; ``limit`` keeps the most recent N after filtering."""
@@ -158,13 +166,13 @@ class ContextWindow:
     def pinned_items(self) -> list[ContextItem]:
         return self._run(ops.ordered_items(self._state, None, pinned_only=True))
 
-    def clear(self, include_pinned: bool = False) -> int:
-        return self._run(ops.clear(self._state, include_pinned))
+    def clear(self, include_pinned: bool = False, *, request_id: str | None = None) -> int:
+        return self._run(ops.clear(self._state, include_pinned, request_id))
 
     def compact(self, strategy: CompactionStrategy | str | None = None, target_percent: float = 70.0,
-                *, query: str | None = None) -> int:
+                *, query: str | None = None, request_id: str | None = None) -> int:
         """Remove (or summarize) unpinned items until usage <= target_percent; tokens freed."""
-        return self._run(ops.compact(self._settings, self._state, strategy, target_percent, query))
+        return self._run(ops.compact(self._settings, self._state, strategy, target_percent, query, request_id))
 
     def build(self, options: BuildOptions | None = None) -> str:
         return self.build_structured(options).content
@@ -178,18 +186,18 @@ class ContextWindow:
     def snapshot(self) -> ContextSnapshot:
         return self._run(ops.snapshot(self._state))
 
-    def restore(self, snapshot: ContextSnapshot) -> None:
-        self._run(ops.restore(self._settings, self._state, snapshot))
+    def restore(self, snapshot: ContextSnapshot, *, request_id: str | None = None) -> None:
+        self._run(ops.restore(self._settings, self._state, snapshot, request_id))
 
     def stats(self) -> ContextWindowStats:
         return self._run(ops.stats(self._state))
 
-    def configure(self, **changes: Any) -> WindowConfig:
+    def configure(self, *, request_id: str | None = None, **changes: Any) -> WindowConfig:
         """Change the stored config for every worker, atomically."""
-        return self._run(ops.configure(self._settings, self._state, changes))
+        return self._run(ops.configure(self._settings, self._state, changes, request_id))
 
-    def delete(self) -> bool:
-        return self._run(ops.delete(self._state))
+    def delete(self, *, request_id: str | None = None) -> bool:
+        return self._run(ops.delete(self._state, request_id))
 
     # properties: each reads Redis
     @property

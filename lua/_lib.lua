@@ -1,23 +1,38 @@
 -- _lib.lua: helpers shared by every contextstore script. contextstore/scripts.py prepends this
--- file to each script before registering it, so every script is one self-contained EVAL body.
+-- file to each script and wraps the script's body in `local function main() ... end`, so every
+-- script is one self-contained EVAL body that ends in `return run_request(main)`.
 --
--- KEYS (the same seven for every script, all under the hash tag {<window_id>}):
---   KEYS[1] meta    hash: config + counters (tokens, items, seq, per-type tokens:/items:)
---   KEYS[2] items   hash: id -> item JSON
---   KEYS[3] order   zset: id scored in build order (type rank, priority desc, seq asc)
---   KEYS[4] fifo    list: ids in arrival order
---   KEYS[5] pinned  set:  ids of pinned items
---   KEYS[6] attrs   hash: id -> "seq|tokens|priority|type" (what limits need, without the JSON)
---   KEYS[7] events  stream: one entry per mutation
--- ARGV[1..6] of every mutating script: the caller's config, used only when the window does not
---   exist yet: max_tokens (0 = none), max_items, item_limit, threshold, strategy, ttl (0 = none)
+-- KEYS (the same nine for every script, all under the hash tag {<window_id>}):
+--   KEYS[1] meta     hash: config + counters (tokens, items, seq, per-type tokens:/items:)
+--   KEYS[2] items    hash: id -> item JSON
+--   KEYS[3] order    zset: id scored in build order (type rank, priority desc, seq asc)
+--   KEYS[4] fifo     list: ids in arrival order
+--   KEYS[5] pinned   set:  ids of pinned items
+--   KEYS[6] attrs    hash: id -> "seq|tokens|priority|type" (what limits need, without the JSON)
+--   KEYS[7] events   stream: one entry per mutation
+--   KEYS[8] requests zset: request id -> server time (ms) of the call that wrote its reply
+--   KEYS[9] replies  hash: request id -> "<fingerprint>\n<reply record JSON>"
+-- ARGV[1] of every script: the request, "<request id>|<fingerprint>", or "" (no request id).
+--   It is removed from ARGV before the script runs, so a script's own arguments start at ARGV[1].
+-- ARGV[1..6] of every mutating script (after that removal): the caller's config, used only when
+--   the window does not exist yet: max_tokens (0 = none), max_items, item_limit, threshold,
+--   strategy, ttl (0 = none)
 -- Error replies are tables {'!', CODE, detail...}; Python turns them into typed exceptions.
 -- Every script checks everything before its first write: Redis does not roll scripts back.
+--
+-- Exactly-once: a script that wrote something records its reply under its request id; the same
+-- request id again (a retry whose first reply was lost) returns that reply and writes nothing.
+-- The log keeps the last REQUEST_MAX requests younger than REQUEST_TTL_MS; both keys expire
+-- when the window is idle that long. A request that wrote nothing (an error, a no-op) is not
+-- recorded: running it again is as safe as running it once.
 
 redis.replicate_commands()
 
-local K_META, K_ITEMS, K_ORDER, K_FIFO, K_PINNED, K_ATTRS, K_EVENTS =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local K_META, K_ITEMS, K_ORDER, K_FIFO, K_PINNED, K_ATTRS, K_EVENTS, K_REQUESTS, K_REPLIES =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
+local REQUEST = table.remove(ARGV, 1) or ''
+local REQUEST_TTL_MS, REQUEST_MAX = 900000, 2000
+local WROTE = false  -- set by every write helper; a request is recorded only if it wrote
 local ITEM_KEYS = {K_ITEMS, K_ORDER, K_FIFO, K_PINNED, K_ATTRS}
 local ALL_KEYS = {K_META, K_ITEMS, K_ORDER, K_FIFO, K_PINNED, K_ATTRS, K_EVENTS}
 local STREAM_MAXLEN = '10000'
@@ -95,6 +110,7 @@ end
 -- Write phase: give a new window its meta hash (a new lifetime: ids start again).
 local function persist_config(c)
   if not c.new then return end
+  WROTE = true
   redis.call('DEL', unpack(ITEM_KEYS))
   redis.call('HSET', K_META, 'max_tokens', fmt(c.max_tokens), 'max_items', fmt(c.max_items),
     'item_limit', fmt(c.item_limit), 'threshold', tostring(c.threshold), 'strategy', c.strategy,
@@ -111,6 +127,7 @@ local function touch(c)
 end
 
 local function event(name, ...)
+  WROTE = true
   redis.call('XADD', K_EVENTS, 'MAXLEN', '~', STREAM_MAXLEN, '*', 'event', name, ...)
 end
 
@@ -156,9 +173,10 @@ end
 -- client-encoded JSON object of the remaining fields without its opening brace.
 -- Returns the stored JSON.
 local function insert_item(it)
-  local json = '{"priority":' .. fmt(it.priority) .. ',"pinned":' .. (it.pinned and 'true' or 'false')
+  it.head = '{"priority":' .. fmt(it.priority) .. ',"pinned":' .. (it.pinned and 'true' or 'false')
     .. ',"seq":' .. fmt(it.seq) .. ',"id":' .. cjson.encode(it.id) .. ',"added_at_us":' .. fmt(it.ts)
-    .. ',' .. it.tail
+    .. ','
+  local json = it.head .. it.tail
   redis.call('HSET', K_ITEMS, it.id, json)
   redis.call('HSET', K_ATTRS, it.id, pack_attrs(it.seq, it.tokens, it.priority, it.type))
   redis.call('ZADD', K_ORDER, score(it.type, it.priority, it.seq), it.id)
@@ -236,3 +254,59 @@ local function parse_item(b)
   return it
 end
 
+
+-- Exactly-once ------------------------------------------------------------------------------
+
+-- add's record keeps, per item, only the head of its stored JSON (priority .. added_at_us); a
+-- replay appends the tail from the replayed call's own arguments (the same request carries the
+-- same arguments), so a 1 MB item costs the log ~100 bytes. An item that existed before the
+-- call (a safe retry of a caller id) is returned as it is stored now, if it still exists.
+local function replay_add(rec)
+  local out = {'ok', rec[1], rec[2], rec[3]}
+  for i = 4, #rec do
+    local kind, head, body_at = rec[i][1], rec[i][2], rec[i][3]
+    local json = nil
+    if kind == '=' then json = redis.call('HGET', K_ITEMS, rec[i][4]) end
+    out[#out + 1] = json or (head .. string.sub(ARGV[body_at], 2))
+  end
+  return out
+end
+
+local function record_request(rid, fp, record)
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  redis.call('ZADD', K_REQUESTS, now, rid)
+  redis.call('HSET', K_REPLIES, rid, fp .. '\n' .. cjson.encode(record))
+  -- expire old records (a few per call: each call adds one) and keep at most REQUEST_MAX
+  local old = redis.call('ZRANGEBYSCORE', K_REQUESTS, '-inf', now - REQUEST_TTL_MS, 'LIMIT', 0, 4)
+  local over = redis.call('ZCARD', K_REQUESTS) - #old - REQUEST_MAX
+  if over > 0 then
+    for _, r in ipairs(redis.call('ZRANGE', K_REQUESTS, #old, #old + over - 1)) do old[#old + 1] = r end
+  end
+  if #old > 0 then
+    redis.call('ZREM', K_REQUESTS, unpack(old))
+    redis.call('HDEL', K_REPLIES, unpack(old))
+  end
+  redis.call('PEXPIRE', K_REQUESTS, REQUEST_TTL_MS)
+  redis.call('PEXPIRE', K_REPLIES, REQUEST_TTL_MS)
+end
+
+-- Run a script's main() under the request protocol. main returns its reply and, optionally, a
+-- smaller record to keep instead of the reply ({add = ...} for add).
+local function run_request(main)
+  if REQUEST == '' then return (main()) end
+  local rid, fp = string.match(REQUEST, '^(.+)|(%x*)$')
+  if not rid then return fail('BADARG', 'request') end
+  local prior = redis.call('HGET', K_REPLIES, rid)
+  if prior then
+    local nl = string.find(prior, '\n', 1, true)
+    local pfp = string.sub(prior, 1, nl - 1)
+    if pfp ~= '' and fp ~= '' and pfp ~= fp then return fail('REUSED', rid) end
+    local rec = cjson.decode(string.sub(prior, nl + 1))
+    if rec.add then return replay_add(rec.add) end
+    return rec.r
+  end
+  local reply, record = main()
+  if WROTE then record_request(rid, fp, record or {r = reply}) end
+  return reply
+end

@@ -1,9 +1,10 @@
 -- add.lua: add one or more items in one atomic step (add and add_many).
--- KEYS: the seven window keys (see _lib.lua).
+-- KEYS: the nine window keys (see _lib.lua).
 -- ARGV[1..6]: the caller's config (used only if the window does not exist).
 -- ARGV[7]: n; then n groups of 6: id ('' = ctx-<seq>), body JSON ({"type":...}), type,
 --          token_count, priority, pinned ('1'/'0').
--- Reply: {'ok', added, evicted, compactions, stored_json_1, ..., stored_json_n} in call order;
+-- Reply: {'ok', added, evicted, compactions, stored_json_1, ..., stored_json_n} in call order
+--   (a replayed request returns the same);
 --   added counts the new items (one evicted by a later item of the same call still counts) (an existing caller id with the
 --   same content returns the stored JSON, unchanged), or
 --   {'!', 'FULL', unit, current, max, requested} / {'!', 'DUPLICATE', id} / {'!', 'BADARG', what}.
@@ -127,5 +128,15 @@ redis.call('HSET', K_META, 'seq', fmt(seq))
 touch(cfg)
 
 local out = {'ok', #added, evicted, compactions}
-for _, it in ipairs(items) do out[#out + 1] = it.existing or it.json end
-return out
+local rec = {#added, evicted, compactions}
+for i, it in ipairs(items) do
+  local body_at = 7 + (i - 1) * 6 + 2
+  if it.existing then
+    out[#out + 1] = it.existing
+    rec[#rec + 1] = {'=', string.match(it.existing, '^(.-,)"type":"'), body_at, it.id}
+  else
+    out[#out + 1] = it.json
+    rec[#rec + 1] = {'+', it.head, body_at}
+  end
+end
+return out, {add = rec}

@@ -1,5 +1,5 @@
 -- clear.lua: remove every unpinned item, or every item with include_pinned.
--- KEYS: the seven window keys. ARGV[1..6]: caller config (unused).
+-- KEYS: the nine window keys. ARGV[1..6]: caller config (unused).
 -- ARGV[7]: '1' to include pinned items. Reply: number of items removed.
 local cfg = read_config()
 if cfg == nil or cfg.new then return 0 end

@@ -1,5 +1,5 @@
 -- commit.lua: commit a compaction computed outside Redis (summarize / selective).
--- KEYS: the seven window keys. ARGV[1..6]: caller config (unused).
+-- KEYS: the nine window keys. ARGV[1..6]: caller config (unused).
 -- ARGV[7]: strategy; ARGV[8]: n; then n pairs (id, sha1 of the item JSON the caller read);
 --   then, for summarize, one item group of 6 as in add.lua (the summary).
 -- Reply: tokens freed (net of the summary), or {'!', 'CONFLICT', id} when an item changed,

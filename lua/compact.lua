@@ -1,5 +1,5 @@
 -- compact.lua: server-side compaction (remove_oldest / remove_low_priority) down to a target.
--- KEYS: the seven window keys. ARGV[1..6]: caller config (unused).
+-- KEYS: the nine window keys. ARGV[1..6]: caller config (unused).
 -- ARGV[7]: strategy; ARGV[8]: target percent of max_tokens.
 -- Reply: tokens freed (0 when there is no max_tokens, nothing to remove, or no window).
 local cfg = read_config()

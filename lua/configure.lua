@@ -1,5 +1,5 @@
 -- configure.lua: change a window's config for every worker, atomically.
--- KEYS: the seven window keys. ARGV[1..6]: caller config (used if the window does not exist).
+-- KEYS: the nine window keys. ARGV[1..6]: caller config (used if the window does not exist).
 -- ARGV[7..]: field/value pairs among max_tokens (0 = none), max_items, threshold, strategy,
 --   ttl (0 = none).
 -- Lowering max_items below the item count evicts the oldest unpinned items (reason eviction);

@@ -1,5 +1,6 @@
--- delete.lua: delete every key of a window. KEYS: the seven window keys.
+-- delete.lua: delete every key of a window but its request log. KEYS: the nine window keys.
 -- Reply: 1 if the window existed, else 0.
 local existed = redis.call('EXISTS', K_META)
+if existed == 1 then WROTE = true end
 redis.call('DEL', unpack(ALL_KEYS))
 return existed

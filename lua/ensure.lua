@@ -1,5 +1,5 @@
 -- ensure.lua: attach to a window, creating it with the caller's config if it does not exist.
--- KEYS: the seven window keys. ARGV[1..6]: caller config.
+-- KEYS: the nine window keys. ARGV[1..6]: caller config.
 -- Reply: {created (1/0), max_tokens, max_items, item_limit, threshold, strategy, ttl} as stored.
 local cfg = read_config()
 if not cfg then return fail('BADARG', 'config') end

@@ -1,5 +1,5 @@
 -- pin.lua: pin or unpin one item.
--- KEYS: the seven window keys. ARGV[1..6]: caller config (unused).
+-- KEYS: the nine window keys. ARGV[1..6]: caller config (unused).
 -- ARGV[7]: item id; ARGV[8]: '1' to pin, '0' to unpin.
 -- Reply: 1 if the item exists (event only when its state changed), 0 if absent.
 local cfg = read_config()

@@ -1,5 +1,5 @@
 -- priority.lua: change one item's priority (its build-order score follows).
--- KEYS: the seven window keys. ARGV[1..6]: caller config (unused).
+-- KEYS: the nine window keys. ARGV[1..6]: caller config (unused).
 -- ARGV[7]: item id; ARGV[8]: new priority 0-100.
 -- Reply: 1 if the item exists (event only when the value changed), 0 if absent.
 local cfg = read_config()

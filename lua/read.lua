@@ -1,5 +1,5 @@
 -- read.lua: one consistent read of a window (no writes, no TTL re-arm).
--- KEYS: the seven window keys.
+-- KEYS: the nine window keys.
 -- ARGV[1]: 'fifo' (arrival order), 'order' (build order), 'pinned' (pinned, build order),
 --          'meta' (no items) or 'get' (ARGV[2] = one id)
 -- ARGV[2]: comma-separated types to keep ('' = all); ARGV[3]: keep the last N (-1 = all)

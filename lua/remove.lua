@@ -1,5 +1,5 @@
 -- remove.lua: remove one item (reason "manual").
--- KEYS: the seven window keys. ARGV[1..6]: caller config (unused: a missing window is not made).
+-- KEYS: the nine window keys. ARGV[1..6]: caller config (unused: a missing window is not made).
 -- ARGV[7]: item id. Reply: 1 if it was removed, 0 if absent.
 local cfg = read_config()
 if cfg == nil or cfg.new then return 0 end

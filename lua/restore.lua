@@ -1,5 +1,5 @@
 -- restore.lua: replace a window's items and config with a snapshot's, atomically.
--- KEYS: the seven window keys. ARGV[1..6]: caller config (item_limit is taken from it when the
+-- KEYS: the nine window keys. ARGV[1..6]: caller config (item_limit is taken from it when the
 --   window does not exist yet).
 -- ARGV[7..11]: snapshot config: max_tokens (0 = none), max_items, threshold, strategy, ttl (0 = none)
 -- ARGV[12]: n; then n groups of 7: id, stored JSON, seq, token_count, priority, type, pinned.

@@ -116,9 +116,12 @@ def test_deleted_window_recreated_by_add(store, r, prefix):
     w.add("x")
     assert w.delete() is True
     assert w.delete() is False
-    assert not list(r.scan_iter(match=f"{prefix}:{{cfg-del}}:*"))
+    # only the request log stays (so a retried delete still answers True), and it expires
+    log_keys = {f"{prefix}:{{cfg-del}}:requests".encode(), f"{prefix}:{{cfg-del}}:replies".encode()}
+    assert set(r.scan_iter(match=f"{prefix}:{{cfg-del}}:*")) == log_keys
+    assert all(0 < r.ttl(k) <= 900 for k in log_keys)
     assert w.get("ctx-1") is None and w.remove("ctx-1") is False and w.clear() == 0
-    assert not list(r.scan_iter(match=f"{prefix}:{{cfg-del}}:*"))  # those did not recreate it
+    assert set(r.scan_iter(match=f"{prefix}:{{cfg-del}}:*")) == log_keys  # those did not recreate it
     assert w.add("y").id == "ctx-1" and w.stats().max_tokens == 300
 
 
@@ -126,5 +129,5 @@ def test_keys_share_one_hash_tag(store, r, prefix):
     w = store.window("cfg-keys")
     w.add("x", pinned=True)
     keys = sorted(k.decode() for k in r.scan_iter(match=f"{prefix}:*"))
-    assert keys == [f"{prefix}:{{cfg-keys}}:{n}" for n in ("attrs", "events", "fifo", "items", "meta", "order", "pinned")]
+    assert keys == [f"{prefix}:{{cfg-keys}}:{n}" for n in ("attrs", "events", "fifo", "items", "meta", "order", "pinned", "replies", "requests")]
     assert len({key_slot(k.encode()) for k in keys}) == 1  # one cluster slot: one script may touch all

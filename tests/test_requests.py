@@ -1,0 +1,147 @@
+"""Exactly-once: a request id used twice applies once and answers the first call's result."""
+
+from __future__ import annotations
+
+import pytest
+
+import contextstore as cs
+from conftest import check_invariants, dump_window, events
+
+
+def _log_keys(prefix: str, wid: str) -> tuple[str, str]:
+    return f"{prefix}:{{{wid}}}:requests", f"{prefix}:{{{wid}}}:replies"
+
+
+def _without_log(dump: dict) -> dict:
+    return {k: v for k, v in dump.items() if not k.endswith((b":requests", b":replies"))}
+
+
+def test_replayed_add_returns_the_first_result_and_adds_once(store, r, prefix):
+    w = store.window("rq-add", max_items=100)
+    first = w.add("hello", type="user_message", role="user", metadata={"a": [1, {}]}, request_id="req-1")
+    again = w.add("hello", type="user_message", role="user", metadata={"a": [1, {}]}, request_id="req-1")
+    assert again == first
+    assert [i.content for i in w.items()] == ["hello"]
+    assert [e["event"] for e in events(r, prefix, "rq-add")].count("item_added") == 1
+    assert w.add_many(["a", "b"], request_id="req-2") == 2
+    assert w.add_many(["a", "b"], request_id="req-2") == 2  # the first call's count
+    assert len(w.items()) == 3
+    check_invariants(r, prefix, "rq-add")
+
+
+def test_replay_of_an_evicted_item_returns_it_without_bringing_it_back(store, r, prefix):
+    w = store.window("rq-evict", max_items=2)
+    first = w.add("old one", priority=70, request_id="req-old")
+    w.add("b")
+    w.add("c")  # evicts "old one"
+    assert w.get(first.id) is None
+    assert w.add("old one", priority=70, request_id="req-old") == first
+    assert [i.content for i in w.items()] == ["b", "c"]
+    check_invariants(r, prefix, "rq-evict")
+
+
+def test_replay_of_every_mutation_changes_nothing_more(store, r, prefix):
+    w = store.window("rq-all", max_tokens=1000, max_items=20)
+    a = w.add("alpha " * 20)
+    b = w.add("beta " * 20)
+    calls = [
+        lambda rid: w.update_priority(a.id, 90, request_id=rid),
+        lambda rid: w.pin(a.id, request_id=rid),
+        lambda rid: w.unpin(a.id, request_id=rid),
+        lambda rid: w.remove(b.id, request_id=rid),
+        lambda rid: w.configure(max_items=15, request_id=rid),
+        lambda rid: w.compact("remove_oldest", 0, request_id=rid),
+    ]
+    for n, call in enumerate(calls):
+        w.add(f"filler {n} " * 20)
+        first = call(f"rq-{n}")
+        before = _without_log(dump_window(r, prefix, "rq-all"))
+        assert call(f"rq-{n}") == first, n
+        assert _without_log(dump_window(r, prefix, "rq-all")) == before, n
+    check_invariants(r, prefix, "rq-all")
+
+
+def test_replayed_clear_does_not_clear_what_came_later(store, r, prefix):
+    w = store.window("rq-clear")
+    w.add_many(["a", "b", "c"])
+    assert w.clear(request_id="clear-1") == 3
+    later = w.add("added after the clear")
+    assert w.clear(request_id="clear-1") == 3  # the first result, and nothing removed
+    assert [i.id for i in w.items()] == [later.id]
+
+
+def test_replayed_restore_and_delete(store, r, prefix):
+    w = store.window("rq-restore", max_items=10)
+    w.add("x")
+    snap = w.snapshot()
+    w.add("y")
+    w.restore(snap, request_id="rs-1")
+    z = w.add("z")
+    w.restore(snap, request_id="rs-1")  # replay: z stays
+    assert [i.id for i in w.items()] == ["ctx-1", z.id]
+    assert w.delete(request_id="del-1") is True
+    assert w.delete(request_id="del-1") is True  # the first answer, not "did not exist"
+    assert w.delete(request_id="del-2") is False
+
+
+def test_a_request_that_failed_is_not_recorded(store, r, prefix):
+    w = store.window("rq-fail", max_items=1)
+    p = w.add("pinned", pinned=True)
+    with pytest.raises(cs.ContextWindowFullError):
+        w.add("late", request_id="late-1")
+    w.unpin(p.id)
+    got = w.add("late", request_id="late-1")  # the failed attempt wrote nothing: this one runs
+    assert [i.content for i in w.items()] == ["late"] and got.content == "late"
+
+
+def test_reusing_a_request_id_for_another_call_is_refused(store, r, prefix):
+    w = store.window("rq-reuse")
+    w.add("one", request_id="same")
+    before = dump_window(r, prefix, "rq-reuse")
+    with pytest.raises(cs.InvalidOptionsError, match="already used"):
+        w.add("two", request_id="same")
+    assert dump_window(r, prefix, "rq-reuse") == before
+    w.remove("ctx-1", request_id="same")  # another operation: its own namespace
+    assert w.items() == []
+
+
+@pytest.mark.parametrize("bad", ["", "has space", "x" * 129, "br{ace}", 7, "naïve", "a|b"])
+def test_invalid_request_ids_are_refused(store, r, prefix, bad):
+    w = store.window("rq-bad")
+    with pytest.raises(cs.InvalidOptionsError):
+        w.add("x", request_id=bad)
+    with pytest.raises(cs.InvalidOptionsError):
+        w.clear(request_id=bad)
+    assert w.items() == []
+
+
+def test_request_log_is_bounded_and_expires(store, r, prefix):
+    w = store.window("rq-bound", max_items=5)
+    zkey, hkey = _log_keys(prefix, "rq-bound")
+    for i in range(30):
+        w.add(f"m{i}")
+    assert r.zcard(zkey) == r.hlen(hkey) == 30
+    assert 0 < r.pttl(zkey) <= 900_000 and 0 < r.pttl(hkey) <= 900_000
+    # a busy window: 2100 more records than fit; the next call trims to the newest 2000
+    now_ms = int(r.time()[0]) * 1000
+    r.zadd(zkey, {f"busy-{i}": now_ms for i in range(2100)})
+    r.hset(hkey, mapping={f"busy-{i}": "\n{}" for i in range(2100)})
+    kept = w.add("newest", request_id="newest")
+    assert r.zcard(zkey) == r.hlen(hkey) == 2000
+    assert w.add("newest", request_id="newest") == kept  # the newest record is among them
+    # records older than the retention go, a few per call
+    r.zadd(zkey, {"ancient-1": 1, "ancient-2": 2})
+    r.hset(hkey, mapping={"ancient-1": "\n{}", "ancient-2": "\n{}"})
+    w.add("after")
+    assert r.zscore(zkey, "ancient-1") is None and not r.hexists(hkey, "ancient-2")
+    check_invariants(r, prefix, "rq-bound")
+
+
+def test_reads_and_no_ops_write_no_record(store, r, prefix):
+    w = store.window("rq-noop")
+    w.add("x")
+    zkey, _ = _log_keys(prefix, "rq-noop")
+    n = r.zcard(zkey)
+    w.items(), w.stats(), w.build(), w.get("ctx-1")
+    assert w.remove("missing") is False and w.pin("missing") is False
+    assert r.zcard(zkey) == n
