@@ -32,6 +32,7 @@ from .types import (
     ContextWindowStats,
     ItemType,
 )
+from .verify import VerifyReport
 
 __version__ = "0.1.0"
 
@@ -63,4 +64,5 @@ __all__ = [
     "StrategyUnavailableError",
     "TiktokenCounter",
     "TokenCounter",
+    "VerifyReport",
 ]

@@ -24,6 +24,7 @@ from .types import (
     ItemType,
     WindowConfig,
 )
+from .verify import VerifyReport
 
 T = TypeVar("T")
 
@@ -162,6 +163,9 @@ class AsyncContextWindow:
 
     async def restore(self, snapshot: ContextSnapshot, *, request_id: str | None = None) -> None:
         await self._store._run(ops.restore(self._settings, self._state, snapshot, request_id))
+
+    async def verify(self) -> VerifyReport:
+        return await self._store._run(ops.verify(self._state))
 
     async def stats(self) -> ContextWindowStats:
         return await self._store._run(ops.stats(self._state))

@@ -78,8 +78,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     stats = win.stats()
     ids = [i.id for i in items]
     seqs = [i.seq for i in items]
-    ok = (len(ids) == len(set(ids)) and seqs == sorted(seqs)
-          and stats.current_tokens == sum(i.token_count for i in items)
+    report = win.verify()
+    ok = (report.ok and len(ids) == len(set(ids)) and seqs == sorted(seqs)
           and stats.current_tokens <= (stats.max_tokens or 0))
     built = win.build_structured(BuildOptions(reserve_for_response=200, max_history_items=6))
     print(f"\n{args.workers} workers added {sum(results)} items in {elapsed:.2f}s "
@@ -92,7 +92,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     _print_stats(stats)
     events = Counter(e for e in _event_kinds(store, win))
     print("events: " + ", ".join(f"{k}={v}" for k, v in sorted(events.items())))
-    print(f"invariants (unique ids, seq order, token totals, budget): {'OK' if ok else 'BROKEN'}")
+    print(f"verify(): {'OK' if report.ok else 'BROKEN: ' + '; '.join(report.problems)}; "
+          f"within budget: {'yes' if stats.current_tokens <= (stats.max_tokens or 0) else 'NO'}")
     if not args.url:
         print(f"\nthe embedded server keeps running for other processes; inspect it with "
               f"`redis-cli -s {server.socket_path}`, stop it with `contextstore server stop`")
@@ -162,6 +163,35 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_verify(args: argparse.Namespace) -> int:
+    """Exit 0 when the window is consistent, 1 when verify() found problems or it is missing."""
+    with _store(args) as store:
+        win = _existing(store, args.window)
+        if win is None:
+            print(f"window {args.window!r} does not exist under prefix {args.prefix!r}", file=sys.stderr)
+            return 1
+        report = win.verify()
+        if args.json:
+            print(msgspec.json.encode(report).decode())
+        elif report.ok:
+            print(f"OK: window {report.window_id}: {report.items} items, {report.tokens} tokens, "
+                  "every invariant holds")
+        else:
+            print(f"BROKEN: window {report.window_id}: {len(report.problems)} problem(s)")
+            for problem in report.problems:
+                print(f"  - {problem}")
+        return 0 if report.ok else 1
+
+
+def _existing(store: ContextStore, window_id: str) -> Any:
+    """The window's handle if it exists (``store.window`` would create a missing one)."""
+    from .keys import validate_window_id, window_keys
+
+    if not store._client.exists(window_keys(store._settings.prefix, validate_window_id(window_id)).meta):
+        return None
+    return store.window(window_id)
+
+
 def cmd_server(args: argparse.Namespace) -> int:
     server = EmbeddedServer(args.path)
     if args.action == "start":
@@ -209,6 +239,10 @@ def main(argv: list[str] | None = None) -> int:
     sn = sub.add_parser("snapshot", help="print a JSON snapshot")
     sn.add_argument("window")
     sn.set_defaults(fn=cmd_snapshot)
+    v = sub.add_parser("verify", help="check a window's keys against every invariant (exit 1 if broken)")
+    v.add_argument("window")
+    v.add_argument("--json", action="store_true")
+    v.set_defaults(fn=cmd_verify)
     sv = sub.add_parser("server", help="manage the embedded redis-server")
     sv.add_argument("action", choices=["start", "stop", "status"])
     sv.set_defaults(fn=cmd_server)

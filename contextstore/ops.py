@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, TypeVar
 
-from . import codec, render
+from . import codec, render, verify as verify_mod
 from .codec import NewItem, as_str
 from .errors import (
     ConfigConflictError,
@@ -633,3 +633,8 @@ def stats(w: WindowState) -> Plan[ContextWindowStats]:
         compaction_count=int(m.get("compactions", 0)),
         total_tokens_freed=int(m.get("freed", 0)),
     )
+
+
+def verify(w: WindowState) -> Plan[verify_mod.VerifyReport]:
+    reply = check((yield ScriptCall("read", w.keys, ["all", "", "-1"])))
+    return verify_mod.check(w.window_id, reply)

@@ -24,6 +24,7 @@ from .types import (
     ItemType,
     WindowConfig,
 )
+from .verify import VerifyReport
 
 T = TypeVar("T")
 
@@ -188,6 +189,10 @@ class ContextWindow:
 
     def restore(self, snapshot: ContextSnapshot, *, request_id: str | None = None) -> None:
         self._run(ops.restore(self._settings, self._state, snapshot, request_id))
+
+    def verify(self) -> VerifyReport:
+        """Read every key of the window and report each broken invariant (never writes)."""
+        return self._run(ops.verify(self._state))
 
     def stats(self) -> ContextWindowStats:
         return self._run(ops.stats(self._state))

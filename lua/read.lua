@@ -1,15 +1,20 @@
 -- read.lua: one consistent read of a window (no writes, no TTL re-arm).
 -- KEYS: the nine window keys.
 -- ARGV[1]: 'fifo' (arrival order), 'order' (build order), 'pinned' (pinned, build order),
---          'meta' (no items) or 'get' (ARGV[2] = one id)
+--          'meta' (no items), 'get' (ARGV[2] = one id) or 'all' (every key, raw: see below)
 -- ARGV[2]: comma-separated types to keep ('' = all); ARGV[3]: keep the last N (-1 = all)
 -- Reply: {meta as a flat field/value array (empty if the window does not exist),
 --         pinned count, {item JSON...}}
 local meta = redis.call('HGETALL', K_META)
-if #meta == 0 then return {{}, 0, {}} end
+if #meta == 0 and ARGV[1] ~= 'all' then return {{}, 0, {}} end
 local mode = ARGV[1]
 local npinned = redis.call('SCARD', K_PINNED)
 if mode == 'meta' then return {meta, npinned, {}} end
+if mode == 'all' then  -- every key as it is, for verify(): {meta, npinned, items, fifo, order, pinned, attrs}
+  return {meta, npinned, redis.call('HGETALL', K_ITEMS), redis.call('LRANGE', K_FIFO, 0, -1),
+    redis.call('ZRANGE', K_ORDER, 0, -1, 'WITHSCORES'), redis.call('SMEMBERS', K_PINNED),
+    redis.call('HGETALL', K_ATTRS)}
+end
 if mode == 'get' then
   local j = redis.call('HGET', K_ITEMS, ARGV[2])
   return {meta, npinned, j and {j} or {}}

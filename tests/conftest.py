@@ -239,44 +239,12 @@ def events(client: redis.Redis, prefix: str, window_id: str) -> list[dict[str, s
 
 
 def check_invariants(client: redis.Redis, prefix: str, window_id: str) -> None:
-    """Read a window's keys and assert every invariant the scripts maintain."""
-    import msgspec
-
-    base = f"{prefix}:{{{window_id}}}:"
-    meta = {k.decode(): v.decode() for k, v in client.hgetall(base + "meta").items()}
-    items = {k.decode(): msgspec.json.decode(v) for k, v in client.hgetall(base + "items").items()}
-    fifo = [x.decode() for x in client.lrange(base + "fifo", 0, -1)]
-    order = [x.decode() for x in client.zrange(base + "order", 0, -1)]
-    pinned = {x.decode() for x in client.smembers(base + "pinned")}
-    attrs = {k.decode(): v.decode() for k, v in client.hgetall(base + "attrs").items()}
-    if not meta:
-        assert not items and not fifo and not order and not pinned
-        return
-    ids = set(items)
-    assert len(fifo) == len(set(fifo)) == len(ids), "fifo and items disagree"
-    assert set(fifo) == ids == set(order) == set(attrs), "id sets of the keys disagree"
-    assert pinned == {i for i, it in items.items() if it["pinned"]}, "pinned set and flags disagree"
-    seqs = [items[i]["seq"] for i in fifo]
-    assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs), "arrival order is not seq order"
-    assert all(s <= int(meta["seq"]) for s in seqs), "seq counter behind an item"
-    for i, it in items.items():
-        assert it["id"] == i
-        assert attrs[i] == f"{it['seq']}|{it['token_count']}|{it['priority']}|{it['type']}"
-    assert int(meta["tokens"]) == sum(it["token_count"] for it in items.values())
-    assert int(meta["items"]) == len(items)
-    assert len(items) <= int(meta["max_items"]), "capacity exceeded"
-    by_type: dict[str, list[int]] = {}
-    for it in items.values():
-        by_type.setdefault(it["type"], [0, 0])
-        by_type[it["type"]][0] += 1
-        by_type[it["type"]][1] += it["token_count"]
-    for k, v in meta.items():
-        kind, _, t = k.partition(":")
-        if t and kind in ("items", "tokens"):
-            want = by_type.get(t, [0, 0])[0 if kind == "items" else 1]
-            assert int(v) == want, f"counter {k}={v}, items say {want}"
-    for t in by_type:
-        assert f"items:{t}" in meta and f"tokens:{t}" in meta
-    ranks = {t.value: t.rank for t in cs.ItemType}
-    want_order = sorted(items, key=lambda i: (ranks[items[i]["type"]], -items[i]["priority"], items[i]["seq"]))
-    assert order == want_order, "build order zset disagrees with the items"
+    """Assert that ``verify()`` finds every invariant of the window intact (its checks are
+    themselves tested against deliberately broken keys in test_verify.py)."""
+    with cs.ContextStore(client, prefix=prefix) as store:
+        report = store.window(window_id).verify() if client.exists(f"{prefix}:{{{window_id}}}:meta") else None
+    if report is not None:
+        assert report.ok, report.problems
+    else:
+        for name in ("items", "order", "fifo", "pinned", "attrs"):
+            assert not client.exists(f"{prefix}:{{{window_id}}}:{name}"), f"{name} left without meta"

@@ -8,6 +8,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import redis
 
 import contextstore as cs
 from contextstore import scripts
@@ -52,7 +53,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 def test_cli_demo_and_inspection(redis_url, prefix):
     res = _cli("--url", redis_url, "--prefix", prefix, "demo", "--workers", "2", "--items", "15")
     assert res.returncode == 0, res.stderr
-    assert "invariants (unique ids, seq order, token totals, budget): OK" in res.stdout
+    assert "verify(): OK; within budget: yes" in res.stdout
     assert "=== built prompt" in res.stdout
     assert _cli("--url", redis_url, "--prefix", prefix, "windows").stdout.split() == ["demo"]
     stats = _cli("--url", redis_url, "--prefix", prefix, "stats", "demo", "--json")
@@ -61,6 +62,17 @@ def test_cli_demo_and_inspection(redis_url, prefix):
     assert len(items.strip().splitlines()) == 3
     assert _cli("--url", redis_url, "--prefix", prefix, "markdown", "demo").stdout.startswith("## Context\n\n")
     assert "You are a helpful" in _cli("--url", redis_url, "--prefix", prefix, "build", "demo", "--reserve", "0").stdout
+    ok = _cli("--url", redis_url, "--prefix", prefix, "verify", "demo")
+    assert ok.returncode == 0 and ok.stdout.startswith("OK: window demo:"), ok.stdout + ok.stderr
+    missing = _cli("--url", redis_url, "--prefix", prefix, "verify", "nope")
+    assert missing.returncode == 1 and "does not exist" in missing.stderr
+    assert _cli("--url", redis_url, "--prefix", prefix, "windows").stdout.split() == ["demo"]  # not created
+    client = redis.Redis.from_url(redis_url)
+    client.hset(f"{prefix}:{{demo}}:meta", "tokens", "1")  # break a counter
+    client.close()
+    broken = _cli("--url", redis_url, "--prefix", prefix, "verify", "demo")
+    assert broken.returncode == 1 and broken.stdout.startswith("BROKEN: window demo: 1 problem(s)")
+    assert ":meta tokens is 1" in broken.stdout
 
 
 def test_cli_reports_typed_errors(redis_url):

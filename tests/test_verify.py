@@ -1,0 +1,88 @@
+"""verify(): a healthy window passes; each kind of broken key is reported, and verify never writes."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+import pytest
+import redis
+
+from conftest import dump_window
+
+
+def _healthy(store, wid: str):
+    w = store.window(wid, max_tokens=5000, max_items=10)
+    w.add("system", type="system_prompt", pinned=True, priority=100)
+    w.add("hello", type="user_message", role="user")
+    w.add("a tool said this", type="tool_result", priority=20, id="tool-1")
+    w.add("def f(): pass", type="code")
+    return w
+
+
+def _set_item(r: redis.Redis, base: str, iid: str, **changes: object) -> None:
+    it = json.loads(r.hget(base + "items", iid))
+    it.update(changes)
+    r.hset(base + "items", iid, json.dumps(it))
+
+
+Corruption = Callable[[redis.Redis, str], object]
+CASES: list[tuple[str, Corruption, str]] = [
+    ("tokens counter", lambda r, b: r.hincrby(b + "meta", "tokens", 5), ":meta tokens is"),
+    ("items counter", lambda r, b: r.hincrby(b + "meta", "items", 1), ":meta items is"),
+    ("per-type counter", lambda r, b: r.hincrby(b + "meta", "tokens:code", 1), ":meta tokens:code is"),
+    ("missing per-type counter", lambda r, b: r.hdel(b + "meta", "items:code"), "lacks the counter items:code"),
+    ("seq counter behind", lambda r, b: r.hset(b + "meta", "seq", "2"), "seq counter (2) is behind"),
+    ("meta field gone", lambda r, b: r.hdel(b + "meta", "strategy"), "lacks the field 'strategy'"),
+    ("id only in items", lambda r, b: r.hset(b + "items", "ghost", r.hget(b + "items", "ctx-2")), ":fifo lacks ids"),
+    ("id only in fifo", lambda r, b: r.rpush(b + "fifo", "ghost"), ":fifo has ids that are not in :items"),
+    ("id missing from fifo", lambda r, b: r.lrem(b + "fifo", 1, "ctx-2"), ":fifo lacks ids"),
+    ("id twice in fifo", lambda r, b: r.rpush(b + "fifo", "ctx-2"), "lists an id twice"),
+    ("fifo out of order", lambda r, b: (r.lrem(b + "fifo", 1, "ctx-1"), r.rpush(b + "fifo", "ctx-1")), "not in strictly increasing seq"),
+    ("id missing from order", lambda r, b: r.zrem(b + "order", "tool-1"), ":order lacks ids"),
+    ("wrong order score", lambda r, b: r.zincrby(b + "order", 5, "ctx-2"), ":order score of 'ctx-2'"),
+    ("attrs disagree", lambda r, b: r.hset(b + "attrs", "ctx-2", "2|999|50|user_message"), ":attrs of 'ctx-2'"),
+    ("attrs missing", lambda r, b: r.hdel(b + "attrs", "ctx-4"), ":attrs lacks ids"),
+    ("pinned set without flag", lambda r, b: r.sadd(b + "pinned", "ctx-2"), ":pinned disagrees"),
+    ("flag without pinned set", lambda r, b: r.srem(b + "pinned", "ctx-1"), ":pinned disagrees"),
+    ("unparseable JSON", lambda r, b: r.hset(b + "items", "ctx-2", "{not json"), "does not parse"),
+    ("bad priority", lambda r, b: _set_item(r, b, "ctx-2", priority=500), "bad field(s) priority"),
+    ("empty content", lambda r, b: _set_item(r, b, "ctx-2", content=" "), "bad field(s) content"),
+    ("id differs from key", lambda r, b: _set_item(r, b, "ctx-2", id="ctx-9"), "bad field(s) id"),
+    ("generated id vs seq", lambda r, b: (
+        r.hset(b + "items", "ctx-7", r.hget(b + "items", "ctx-2").replace(b'"id":"ctx-2"', b'"id":"ctx-7"')),
+        r.hdel(b + "items", "ctx-2")), "does not match its seq"),
+    ("two items share a seq", lambda r, b: _set_item(r, b, "tool-1", seq=2), "share a seq"),
+    ("over capacity", lambda r, b: r.hset(b + "meta", "max_items", "2"), "max_items is 2"),
+    ("half-deleted", lambda r, b: r.delete(b + "meta"), "without a :meta hash"),
+]
+
+
+@pytest.mark.parametrize("what, corrupt, expect", CASES, ids=[c[0] for c in CASES])
+def test_each_broken_invariant_is_reported(store, r, prefix, what, corrupt, expect):
+    wid = "v-" + what.replace(" ", "-")
+    w = _healthy(store, wid)
+    assert w.verify().ok
+    corrupt(r, f"{prefix}:{{{wid}}}:")
+    before = dump_window(r, prefix, wid)
+    report = w.verify()
+    assert not report.ok
+    assert any(expect in p for p in report.problems), report.problems
+    assert dump_window(r, prefix, wid) == before  # verify never writes
+
+
+def test_healthy_windows_verify_clean(store, r, prefix):
+    w = _healthy(store, "v-ok")
+    report = w.verify()
+    assert report.ok and report.exists and report.items == 4
+    assert report.tokens == w.stats().current_tokens
+    for _ in range(20):
+        w.add("filler " * 30)  # evictions
+    w.compact("remove_low_priority", 10)
+    w.restore(w.snapshot())
+    assert w.verify().ok
+    missing = store.window("v-ok").verify()
+    assert missing.ok
+    w.delete()
+    gone = w.verify()
+    assert gone.ok and not gone.exists and gone.items == 0
