@@ -12,6 +12,7 @@ import contextlib
 import inspect
 import itertools
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -36,9 +37,11 @@ def _free_port() -> int:
 class RedisProcess:
     """A redis-server this test run starts and stops itself, on 127.0.0.1."""
 
-    def __init__(self, *extra: str) -> None:
-        self.dir = tempfile.mkdtemp(prefix="cs-redis-")
-        self.port = _free_port()
+    def __init__(self, *extra: str, binary: str | None = None, port: int | None = None,
+                 dir: str | None = None) -> None:  # noqa: A002
+        self.binary = binary or find_redis_server()
+        self.dir = dir or tempfile.mkdtemp(prefix="cs-redis-")
+        self.port = port or _free_port()
         self.extra = extra
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -47,7 +50,7 @@ class RedisProcess:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> RedisProcess:
-        args = [find_redis_server(), "--port", str(self.port), "--bind", "127.0.0.1",
+        args = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1",
                 "--dir", self.dir, "--save", "", "--appendonly", "no", *self.extra]
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         client = redis.Redis(port=self.port)
@@ -89,19 +92,51 @@ def _testcontainers_url() -> tuple[str, Any] | None:
     return f"redis://{host}:{port}/0", container
 
 
+def _version(binary: str) -> tuple[int, ...]:
+    out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30).stdout
+    m = re.search(r"v=(\d+)\.(\d+)\.(\d+)", out)
+    return tuple(int(x) for x in m.groups()) if m else (0,)
+
+
+def _redis7_binary() -> str | None:
+    """A redis-server 7.x other than the bundled one (Debian's, which .ci/run installs)."""
+    bundled = find_redis_server()
+    for candidate in (shutil.which("redis-server"), "/usr/bin/redis-server", "/usr/local/bin/redis-server"):
+        if candidate and os.path.exists(candidate) and os.path.realpath(candidate) != os.path.realpath(bundled):
+            if _version(candidate) >= (7,):
+                return candidate
+    return None
+
+
+# The version matrix: every test that uses the store runs once per server. REDIS_URL pins one.
+SERVERS = ["env"] if os.environ.get("REDIS_URL") else ["redis6.2", "redis7"]
+
+
+@pytest.fixture(scope="session", params=SERVERS)
+def redis_binary(request: pytest.FixtureRequest) -> str:
+    """The redis-server binary of this matrix entry (tests that start servers of their own use
+    it too): the bundled 6.2, or a 7.x (skipped, with a reason, where none is installed)."""
+    if request.param == "redis7":
+        found = _redis7_binary()
+        if found is None:
+            pytest.skip("no redis-server 7.x here: install Debian's redis-server (.ci/run does)")
+        return found
+    return find_redis_server()
+
+
 @pytest.fixture(scope="session")
-def redis_url() -> Iterator[str]:
+def redis_url(redis_binary: str, request: pytest.FixtureRequest) -> Iterator[str]:
     if os.environ.get("REDIS_URL"):
         yield os.environ["REDIS_URL"]
         return
-    tc = _testcontainers_url()
-    if tc is not None:
-        url, container = tc
-        yield url
-        container.stop()
-        return
-    server = RedisProcess().start()
-    os.environ["CONTEXTSTORE_TEST_URL"] = server.url  # for hypothesis state machines
+    if _version(redis_binary) >= (7,):
+        tc = _testcontainers_url()
+        if tc is not None:
+            url, container = tc
+            yield url
+            container.stop()
+            return
+    server = RedisProcess(binary=redis_binary).start()
     yield server.url
     server.stop()
 
