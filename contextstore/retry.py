@@ -21,6 +21,7 @@ RETRYABLE: tuple[type[BaseException], ...] = (
     rx.ReadOnlyError,
     rx.TryAgainError,
     rx.ClusterDownError,  # includes MasterDownError
+    rx.NoScriptError,  # the script cache was flushed between redis-py's SCRIPT LOAD and EVALSHA
     OSError,
 )
 #: Never retried, even though redis-py files them under ConnectionError: they will not heal.
