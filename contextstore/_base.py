@@ -38,18 +38,26 @@ DEFAULTS: dict[str, Any] = {
 
 
 def redact_url(url: str) -> str:
-    """The URL without its password (``redis://user:***@host``)."""
+    """The URL without its password (``redis://user:***@host``), even when other parts of it
+    are malformed."""
     try:
         parts = urlsplit(url)
     except ValueError:
         return "<unparseable url>"
-    if parts.password is None:
+    userinfo, at, hostport = parts.netloc.rpartition("@")
+    if not at or ":" not in userinfo:
         return url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+    user = userinfo.split(":", 1)[0]
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{hostport}"))
+
+
+def scrub(text: str, url: str) -> str:
+    """``text`` with the URL's password (if any) replaced by ``***``."""
+    try:
+        password = urlsplit(url).netloc.rpartition("@")[0].partition(":")[2]
+    except ValueError:
+        return text
+    return text.replace(password, "***") if password else text
 
 
 def describe_client(client: Any) -> str:
@@ -153,7 +161,7 @@ class StoreBase:
             # no retries inside redis-py: the store's RetryPolicy retries (safely, by request id)
             client = cls._redis_class.from_url(url, retry=cls._no_retry())
         except (ValueError, TypeError) as exc:
-            raise InvalidOptionsError(f"invalid Redis URL {redact_url(str(url))}: {exc}") from None
+            raise InvalidOptionsError(f"invalid Redis URL {redact_url(str(url))}: {scrub(str(exc), str(url))}") from None
         return cls(client, _owns_client=True, _where=redact_url(url), **options)
 
     @classmethod

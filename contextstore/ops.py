@@ -371,6 +371,10 @@ def _helper(obj: Any, method: str) -> Callable[..., Any]:
     raise InvalidOptionsError(f"{obj!r} has no {method}() and is not callable")
 
 
+#: most items one compact script call removes; compact() calls it again until the target
+COMPACT_CHUNK = 2000
+
+
 def compact(st: Settings, w: WindowState, strategy: object = None, target_percent: object = 70.0,
             query: str | None = None, request_id: object = None) -> Plan[int]:
     req = request("compact", request_id)
@@ -388,8 +392,15 @@ def compact(st: Settings, w: WindowState, strategy: object = None, target_percen
         s = _config_of(r, w).default_strategy
         _require_helper(st, s)
     if s.server_side:
-        args = codec.config_args(w.config) + [s.value, repr(float(target_percent))]
-        freed = int(check((yield ScriptCall("compact", w.keys, args, req))))
+        freed, part = 0, 0
+        while True:  # each part removes at most COMPACT_CHUNK items: one script stays short
+            args = codec.config_args(w.config) + [s.value, repr(float(target_percent)), str(COMPACT_CHUNK),
+                                                  "1" if part else "0"]
+            got, more = check((yield ScriptCall("compact", w.keys, args, f"{req}/{part}" if part else req)))
+            freed += int(got)
+            part += 1
+            if not int(more):
+                break
     else:
         freed = yield from _compact_outside(st, w, s, float(target_percent), query, req)
     if freed:

@@ -132,25 +132,42 @@ local function event(name, ...)
 end
 
 -- Remove stored items (all must exist), keep the counters true, one item_removed event each.
+-- Batched (500 ids per command) so that removing a whole 100000-item window stays fast; the
+-- deletions come before the events, so a removal also runs when Redis is at maxmemory.
 -- Returns the tokens freed.
 local function remove_many(ids, reason)
   if #ids == 0 then return 0 end
   local tokens = tonumber(redis.call('HGET', K_META, 'tokens')) or 0
   local freed = 0
   local gone = {}
-  for _, id in ipairs(ids) do
-    local a = unpack_attrs(redis.call('HGET', K_ATTRS, id))
-    redis.call('HDEL', K_ITEMS, id)
-    redis.call('HDEL', K_ATTRS, id)
-    redis.call('ZREM', K_ORDER, id)
-    redis.call('SREM', K_PINNED, id)
-    redis.call('HINCRBY', K_META, 'tokens:' .. a.type, -a.tokens)
-    redis.call('HINCRBY', K_META, 'items:' .. a.type, -1)
-    tokens = tokens - a.tokens
-    freed = freed + a.tokens
-    gone[id] = true
-    event('item_removed', 'item_id', id, 'type', a.type, 'token_count', fmt(a.tokens),
-      'reason', reason, 'total_tokens_after', fmt(tokens))
+  local by_type, type_order = {}, {}
+  for i = 1, #ids, 500 do
+    local chunk = {unpack(ids, i, math.min(i + 499, #ids))}
+    local attrs = redis.call('HMGET', K_ATTRS, unpack(chunk))
+    redis.call('HDEL', K_ITEMS, unpack(chunk))
+    redis.call('HDEL', K_ATTRS, unpack(chunk))
+    redis.call('ZREM', K_ORDER, unpack(chunk))
+    redis.call('SREM', K_PINNED, unpack(chunk))
+    for j, id in ipairs(chunk) do
+      local a = unpack_attrs(attrs[j])
+      tokens = tokens - a.tokens
+      freed = freed + a.tokens
+      gone[id] = true
+      local c = by_type[a.type]
+      if not c then
+        c = {0, 0}
+        by_type[a.type] = c
+        type_order[#type_order + 1] = a.type
+      end
+      c[1] = c[1] + 1
+      c[2] = c[2] + a.tokens
+      event('item_removed', 'item_id', id, 'type', a.type, 'token_count', fmt(a.tokens),
+        'reason', reason, 'total_tokens_after', fmt(tokens))
+    end
+  end
+  for _, t in ipairs(type_order) do
+    redis.call('HINCRBY', K_META, 'items:' .. t, -by_type[t][1])
+    redis.call('HINCRBY', K_META, 'tokens:' .. t, -by_type[t][2])
   end
   redis.call('HINCRBY', K_META, 'tokens', -freed)
   redis.call('HINCRBY', K_META, 'items', -#ids)
@@ -194,7 +211,8 @@ end
 -- Choose what a server-side compaction removes to bring `tokens` down to `target`.
 -- removed: ids already gone in this call's plan; extra: items this call added (in memory).
 -- stored: false when the window is new (its stored keys do not count).
-local function plan_compaction(strategy, tokens, target, removed, extra, stored)
+-- limit: at most this many ids (nil = no limit).
+local function plan_compaction(strategy, tokens, target, removed, extra, stored, limit)
   if tokens <= target then return {}, 0 end
   local cands = {}
   if stored then
@@ -213,26 +231,42 @@ local function plan_compaction(strategy, tokens, target, removed, extra, stored)
   for _, a in ipairs(extra) do
     if not a.pinned and not removed[a.id] then cands[#cands + 1] = a end
   end
-  if strategy == 'remove_oldest' then
-    table.sort(cands, function(x, y) return x.seq < y.seq end)
-  else
-    table.sort(cands, function(x, y)
-      if x.priority ~= y.priority then return x.priority < y.priority end
-      return x.seq < y.seq
-    end)
-  end
+  local by_seq = function(x, y) return x.seq < y.seq end
   local ids, freed = {}, 0
-  for _, a in ipairs(cands) do
-    if tokens - freed <= target then break end
-    ids[#ids + 1] = a.id
-    freed = freed + a.tokens
+  local function take(list)
+    for _, a in ipairs(list) do
+      if tokens - freed <= target or #ids >= (limit or math.huge) then return false end
+      ids[#ids + 1] = a.id
+      freed = freed + a.tokens
+    end
+    return true
+  end
+  if strategy == 'remove_oldest' then
+    table.sort(cands, by_seq)
+    take(cands)
+  else
+    -- priority is 0..100: bucket by it and sort only the buckets that are used, oldest first
+    local buckets = {}
+    for _, a in ipairs(cands) do
+      local b = buckets[a.priority]
+      if not b then b = {}; buckets[a.priority] = b end
+      b[#b + 1] = a
+    end
+    for p = 0, 100 do
+      local b = buckets[p]
+      if b then
+        table.sort(b, by_seq)
+        if not take(b) then break end
+      end
+    end
   end
   return ids, freed
 end
 
 -- Record a compaction that removed something: counters and the `compacted` event.
-local function record_compaction(strategy, removed_count, freed, before, max_tokens)
-  redis.call('HINCRBY', K_META, 'compactions', 1)
+-- continued: a later chunk of one compact() call (not counted as another compaction).
+local function record_compaction(strategy, removed_count, freed, before, max_tokens, continued)
+  if not continued then redis.call('HINCRBY', K_META, 'compactions', 1) end
   redis.call('HINCRBY', K_META, 'freed', freed)
   local after = tonumber(redis.call('HGET', K_META, 'tokens'))
   event('compacted', 'strategy', strategy, 'items_removed', fmt(removed_count),

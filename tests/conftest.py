@@ -49,21 +49,31 @@ class RedisProcess:
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
-    def start(self) -> RedisProcess:
+    def start(self, password: str | None = None, tls_ca: str | None = None) -> RedisProcess:
+        """Start the server and wait until it answers PING (with ``password``; over TLS when
+        ``tls_ca`` names the CA file). Raises RuntimeError with its log if it exits."""
         args = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1",
                 "--dir", self.dir, "--save", "", "--appendonly", "no", *self.extra]
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        client = redis.Redis(port=self.port)
+        if tls_ca:
+            args[1:3] = ["--port", "0"]
+        log = open(os.path.join(self.dir, "server.log"), "wb")  # noqa: SIM115
+        self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        ssl_kw: dict[str, Any] = {"ssl": True, "ssl_ca_certs": tls_ca} if tls_ca else {}
+        client = redis.Redis(host="127.0.0.1", port=self.port, password=password, **ssl_kw)
         deadline = time.monotonic() + 10
-        while True:
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                if time.monotonic() > deadline or self.proc.poll() is not None:
-                    raise RuntimeError("test redis-server did not start") from None
-                time.sleep(0.02)
-        client.close()
+        try:
+            while True:
+                try:
+                    client.ping()
+                    break
+                except redis.ConnectionError:
+                    if time.monotonic() > deadline or self.proc.poll() is not None:
+                        with open(os.path.join(self.dir, "server.log"), errors="replace") as fh:
+                            raise RuntimeError("test redis-server did not start: " + fh.read()[-2000:]) from None
+                    time.sleep(0.02)
+        finally:
+            client.close()
         return self
 
     def stop(self) -> None:

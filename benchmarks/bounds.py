@@ -1,0 +1,113 @@
+"""How long each script runs on the server at the largest windows, next to Redis's busy-script
+threshold (lua-time-limit, 5000 ms): a script past it makes Redis answer BUSY to everyone.
+
+Two windows at the limits a store accepts:
+  bytes: item_limit=1000 items of max_content_bytes=1 MiB each (1 GiB of content)
+  count: item_limit=100000 items (the largest item_limit) of ~100 bytes
+On each: an evicting add at capacity, a compaction that removes every unpinned item, a build
+read, a snapshot read, a clear. Durations are the server's own (SLOWLOG, microseconds), so
+network and client time do not count. Starts its own bundled redis-server on a unix socket and
+stops it. Prints a table; writes benchmarks/results/bounds.json.
+Run:  python benchmarks/bounds.py [--quick]   (--quick: 100 MiB / 20000 items)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+import redis
+
+import contextstore as cs
+from latency import start_server
+
+BUSY_MS = 5000.0
+
+
+def slowest_script_us(client: redis.Redis) -> float:
+    """The longest EVALSHA in the slow log since the last reset (and reset it)."""
+    worst = 0.0
+    for entry in client.slowlog_get(128):
+        cmd = entry["command"]
+        name = cmd.split()[0].upper() if isinstance(cmd, bytes) else str(cmd).split()[0].upper()
+        if name in (b"EVALSHA", "EVALSHA", b"EVAL", "EVAL"):
+            worst = max(worst, float(entry["duration"]))
+    client.slowlog_reset()
+    return worst
+
+
+def measure(client: redis.Redis, store: cs.ContextStore, name: str, n_items: int, size: int) -> list[dict]:
+    store_limit = n_items
+    w = store.window(name, max_items=store_limit)
+    body = ("lorem ipsum dolor sit amet " * (size // 27 + 1))[:size - 12]
+    batch = max(1, min(1000, (64 << 20) // size))  # keep each call's arguments under ~64 MiB
+    t0 = time.perf_counter()
+    for start in range(0, n_items, batch):
+        w.add_many([{"content": f"{i:>10}: {body}", "token_count": max(1, size // 4),
+                     "priority": i % 101, "type": "retrieved_document"}
+                    for i in range(start, min(n_items, start + batch))])
+    fill_s = time.perf_counter() - t0
+    client.slowlog_reset()
+    rows = []
+
+    def step(what: str, fn) -> None:
+        client.slowlog_reset()
+        t = time.perf_counter()
+        fn()
+        wall = time.perf_counter() - t
+        server_ms = slowest_script_us(client) / 1000
+        rows.append({"window": f"{n_items} x {size} B", "operation": what, "server_ms": server_ms,
+                     "wall_ms": wall * 1000, "busy_fraction": server_ms / BUSY_MS})
+
+    step("add at capacity (evicts 1)", lambda: w.add("one more " + body[:100], token_count=3))
+    step("build (read all, render)", lambda: w.build(cs.BuildOptions(max_tokens=10**9, reserve_for_response=0,
+                                                                        max_history_items=0)))
+    step("snapshot (read all)", w.snapshot)
+    step("configure max_tokens (no work)", lambda: w.configure(max_tokens=10))
+    step("compact to 0% (removes all)", lambda: w.compact("remove_low_priority", 0))
+    w.add_many([{"content": f"{i}: {body[:200]}", "token_count": 1} for i in range(min(n_items, 1000))])
+    step("clear", w.clear)
+    w.delete()
+    print(f"  filled {n_items} items of {size} B in {fill_s:.1f}s", file=sys.stderr)
+    return rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true")
+    a = ap.parse_args()
+    proc, url, _ = start_server(tcp=False)
+    try:
+        client = redis.Redis.from_url(url)
+        client.config_set("slowlog-log-slower-than", 0)
+        client.config_set("slowlog-max-len", 1024)
+        client.config_set("client-query-buffer-limit", str(1 << 30))
+        version = client.info("server")["redis_version"]
+        rows: list[dict] = []
+        scenarios = [(100, 1 << 20, 1000), (20_000, 100, 20_000)] if a.quick else [
+            (1000, 1 << 20, 1000), (100_000, 100, 100_000)]
+        for n, size, limit in scenarios:
+            with cs.ContextStore(client, item_limit=limit, max_content_bytes=max(size, 1 << 20)) as store:
+                rows += measure(client, store, f"bounds-{n}", n, size)
+        client.close()
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    print(f"Redis {version} (bundled), Python {platform.python_version()}, {platform.machine()}; "
+          f"busy-script threshold {BUSY_MS:.0f} ms")
+    print(f"{'window':<22}{'operation':<32}{'server ms':>10}{'wall ms':>10}{'of busy':>9}")
+    for r in rows:
+        print(f"{r['window']:<22}{r['operation']:<32}{r['server_ms']:>10.1f}{r['wall_ms']:>10.1f}"
+              f"{r['busy_fraction']:>8.1%}")
+    out = Path(__file__).parent / "results" / "bounds.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps({"redis": version, "rows": rows}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,145 @@
+"""Credentials, TLS, password redaction, and a Redis ACL user confined to one tenant's windows."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+from pathlib import Path
+
+import pytest
+import redis
+
+import contextstore as cs
+from conftest import RedisProcess, _free_port, dump_window
+
+SECRET = "s3cret-Pa55"
+NO_RETRY = cs.RetryPolicy(attempts=2, base=0)
+
+# The ACL rule docs/reliability.md recommends: the tenant's own keys only; no dangerous commands,
+# no SCAN / RANDOMKEY (they would show other tenants' window ids), SCRIPT only to LOAD.
+TENANT_RULE = ["on", f">{SECRET}", "resetkeys", "~ctx:{tenant-a:*}*", "resetchannels", "+@all",
+               "-@dangerous", "-scan", "-randomkey", "-script", "+script|load"]
+
+
+@pytest.fixture
+def acl_server(redis_binary):
+    server = RedisProcess("--requirepass", SECRET, binary=redis_binary).start(password=SECRET)
+    yield server
+    server.stop()
+
+
+def _no_secret(text: str) -> None:
+    assert SECRET not in text and "Pa55" not in text
+
+
+def test_no_password_in_errors_reprs_or_logs(caplog):
+    url = f"redis://admin:{SECRET}@127.0.0.1:{_free_port()}/0"  # nothing listens there
+    store = cs.ContextStore.from_url(url, retry=NO_RETRY)
+    _no_secret(repr(store))
+    with caplog.at_level(logging.DEBUG, logger="contextstore"), pytest.raises(cs.StoreUnavailableError) as ei:
+        store.window("w")
+    _no_secret(str(ei.value))
+    _no_secret(str(ei.value.__cause__))
+    _no_secret(caplog.text)
+    assert "admin:***@127.0.0.1" in str(ei.value)
+    store.close()
+    with pytest.raises(cs.InvalidOptionsError) as bad:
+        cs.ContextStore.from_url(f"redis://u:{SECRET}@127.0.0.1:notaport/0")
+    _no_secret(str(bad.value))
+
+
+def test_credentials_from_the_url(acl_server):
+    good = f"redis://default:{SECRET}@127.0.0.1:{acl_server.port}/0"
+    with cs.ContextStore.from_url(good) as store:
+        assert store.window("cred").add("hello").content == "hello"
+    with cs.ContextStore.from_url(f"redis://default:wrong-{SECRET}@127.0.0.1:{acl_server.port}/0",
+                                  retry=NO_RETRY) as store, pytest.raises(cs.PermissionDeniedError) as ei:
+        store.window("cred")
+    _no_secret(str(ei.value))
+
+
+def test_acl_tenant_is_confined_to_its_windows(acl_server):
+    admin = redis.Redis(port=acl_server.port, password=SECRET)
+    admin.acl_setuser("tenant-a", reset=True)
+    admin.execute_command("ACL", "SETUSER", "tenant-a", *TENANT_RULE)
+    with cs.ContextStore(admin) as store:
+        store.window("tenant-b:chat").add("tenant B's secret plan")
+    before_b = dump_window(admin, "ctx", "tenant-b:chat")
+    url = f"redis://tenant-a:{SECRET}@127.0.0.1:{acl_server.port}/0"
+    with cs.ContextStore.from_url(url, retry=NO_RETRY) as a:
+        w = a.window("tenant-a:chat", max_tokens=5000)
+        w.add("tenant A's message", type="user_message", role="user")
+        assert "tenant A's message" in w.build()
+        assert w.verify().ok
+        for attempt in (lambda: a.window("tenant-b:chat"),
+                        lambda: a.window("tenant-b:new")):
+            with pytest.raises(cs.PermissionDeniedError) as ei:
+                attempt()
+            assert "permission" in str(ei.value).lower() or "noperm" in str(ei.value).lower()
+        with pytest.raises(cs.PermissionDeniedError):
+            a.windows()  # SCAN is not granted: it would list every tenant's window ids
+    assert dump_window(admin, "ctx", "tenant-b:chat") == before_b
+    assert not admin.exists("ctx:{tenant-b:new}:meta")
+    admin.close()
+
+
+def _tls_files(tmp: Path) -> tuple[Path, Path] | None:
+    cert, key = tmp / "cert.pem", tmp / "key.pem"
+    res = subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                          "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                          "-keyout", str(key), "-out", str(cert)], capture_output=True, timeout=60)
+    return (cert, key) if res.returncode == 0 else None
+
+
+def test_tls_with_rediss_url(redis_binary, tmp_path):
+    files = _tls_files(tmp_path)
+    if files is None:
+        pytest.skip("openssl could not make a test certificate")
+    cert, key = files
+    port = _free_port()
+    server = RedisProcess("--tls-port", str(port), "--tls-cert-file", str(cert), "--tls-key-file", str(key),
+                          "--tls-ca-cert-file", str(cert), "--tls-auth-clients", "no",
+                          "--requirepass", SECRET, binary=redis_binary, port=port)
+    try:
+        server.start(password=SECRET, tls_ca=str(cert))
+    except RuntimeError as exc:
+        server.stop()
+        if "tls" in str(exc).lower():
+            pytest.skip(f"{redis_binary} was built without TLS")
+        raise
+    try:
+        url = f"rediss://default:{SECRET}@127.0.0.1:{port}/0?ssl_ca_certs={cert}"
+        with cs.ContextStore.from_url(url) as store:
+            w = store.window("tls")
+            assert w.add("over TLS").content == "over TLS"
+            assert w.verify().ok
+        plain = f"redis://default:{SECRET}@127.0.0.1:{port}/0"  # no TLS to a TLS port
+        with cs.ContextStore.from_url(plain, retry=NO_RETRY) as store, pytest.raises(cs.ContextStoreError) as ei:
+            store.window("tls")
+        _no_secret(str(ei.value))
+    finally:
+        server.stop()
+
+
+def test_out_of_memory_is_a_clear_error_and_changes_nothing(redis_binary):
+    server = RedisProcess("--maxmemory", "3mb", "--maxmemory-policy", "noeviction", binary=redis_binary).start()
+    client = redis.Redis(port=server.port)
+    try:
+        with cs.ContextStore(client, prefix="oom", retry=NO_RETRY) as store:
+            w = store.window("oom", max_items=1000)
+            added = 0
+            with pytest.raises(cs.StoreOutOfMemoryError) as ei:
+                for i in range(1000):
+                    before = dump_window(client, "oom", "oom")
+                    w.add(f"{i} " + "x" * 20_000)
+                    added += 1
+            assert "out of memory" in str(ei.value) and "nothing was changed" in str(ei.value)
+            assert dump_window(client, "oom", "oom") == before  # the refused add wrote nothing
+            assert added > 10 and w.verify().ok
+            assert len(w.items()) == added  # reads still work
+            assert w.clear() == added  # removals still work at maxmemory, and free it
+            assert w.add("fits again").content == "fits again"
+            assert w.verify().ok
+    finally:
+        client.close()
+        server.stop()
