@@ -5,8 +5,8 @@ Two windows at the limits a store accepts:
   bytes: item_limit=1000 items of max_content_bytes=1 MiB each (1 GiB of content)
   count: item_limit=100000 items (the largest item_limit) of ~100 bytes
 On each: an evicting add at capacity, a compaction that removes every unpinned item, a build
-read, a snapshot read, a clear. Durations are the server's own (SLOWLOG, microseconds), so
-network and client time do not count. Starts its own bundled redis-server on a unix socket and
+read, a snapshot read, a clear. Durations are the server's own (INFO commandstats: mean time
+per script call), so network and client time do not count. Starts its own bundled redis-server on a unix socket and
 stops it. Prints a table; writes benchmarks/results/bounds.json.
 Run:  python benchmarks/bounds.py [--quick]   (--quick: 100 MiB / 20000 items)
 """
@@ -28,16 +28,14 @@ from latency import start_server
 BUSY_MS = 5000.0
 
 
-def slowest_script_us(client: redis.Redis) -> float:
-    """The longest EVALSHA in the slow log since the last reset (and reset it)."""
-    worst = 0.0
-    for entry in client.slowlog_get(128):
-        cmd = entry["command"]
-        name = cmd.split()[0].upper() if isinstance(cmd, bytes) else str(cmd).split()[0].upper()
-        if name in (b"EVALSHA", "EVALSHA", b"EVAL", "EVAL"):
-            worst = max(worst, float(entry["duration"]))
-    client.slowlog_reset()
-    return worst
+def script_stats(client: redis.Redis) -> tuple[int, float]:
+    """(script calls, server µs per call) since the last CONFIG RESETSTAT, from INFO commandstats."""
+    calls, usec = 0, 0.0
+    for name, st in client.info("commandstats").items():
+        if name in ("cmdstat_evalsha", "cmdstat_eval"):
+            calls += int(st["calls"])
+            usec += float(st["usec"])
+    return calls, (usec / calls if calls else 0.0)
 
 
 def measure(client: redis.Redis, store: cs.ContextStore, name: str, n_items: int, size: int) -> list[dict]:
@@ -51,17 +49,18 @@ def measure(client: redis.Redis, store: cs.ContextStore, name: str, n_items: int
                      "priority": i % 101, "type": "retrieved_document"}
                     for i in range(start, min(n_items, start + batch))])
     fill_s = time.perf_counter() - t0
-    client.slowlog_reset()
     rows = []
 
     def step(what: str, fn) -> None:
-        client.slowlog_reset()
+        client.config_resetstat()
         t = time.perf_counter()
         fn()
         wall = time.perf_counter() - t
-        server_ms = slowest_script_us(client) / 1000
-        rows.append({"window": f"{n_items} x {size} B", "operation": what, "server_ms": server_ms,
-                     "wall_ms": wall * 1000, "busy_fraction": server_ms / BUSY_MS})
+        calls, per_call_us = script_stats(client)
+        server_ms = per_call_us / 1000
+        rows.append({"window": f"{n_items} x {size} B", "operation": what, "script_calls": calls,
+                     "server_ms_per_call": server_ms, "wall_ms": wall * 1000,
+                     "busy_fraction": server_ms / BUSY_MS})
 
     step("add at capacity (evicts 1)", lambda: w.add("one more " + body[:100], token_count=3))
     step("build (read all, render)", lambda: w.build(cs.BuildOptions(max_tokens=10**9, reserve_for_response=0,
@@ -83,8 +82,6 @@ def main() -> int:
     proc, url, _ = start_server(tcp=False)
     try:
         client = redis.Redis.from_url(url)
-        client.config_set("slowlog-log-slower-than", 0)
-        client.config_set("slowlog-max-len", 1024)
         client.config_set("client-query-buffer-limit", str(1 << 30))
         version = client.info("server")["redis_version"]
         rows: list[dict] = []
@@ -99,10 +96,10 @@ def main() -> int:
         proc.wait(30)
     print(f"Redis {version} (bundled), Python {platform.python_version()}, {platform.machine()}; "
           f"busy-script threshold {BUSY_MS:.0f} ms")
-    print(f"{'window':<22}{'operation':<32}{'server ms':>10}{'wall ms':>10}{'of busy':>9}")
+    print(f"{'window':<22}{'operation':<32}{'calls':>6}{'ms/call':>9}{'wall ms':>10}{'of busy':>9}")
     for r in rows:
-        print(f"{r['window']:<22}{r['operation']:<32}{r['server_ms']:>10.1f}{r['wall_ms']:>10.1f}"
-              f"{r['busy_fraction']:>8.1%}")
+        print(f"{r['window']:<22}{r['operation']:<32}{r['script_calls']:>6}{r['server_ms_per_call']:>9.1f}"
+              f"{r['wall_ms']:>10.1f}{r['busy_fraction']:>8.1%}")
     out = Path(__file__).parent / "results" / "bounds.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps({"redis": version, "rows": rows}, indent=2))
