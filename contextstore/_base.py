@@ -37,6 +37,18 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
+def _userinfo(url: str) -> tuple[str, str, str] | None:
+    """(user, password, host:port) of a URL with ``user:password@``; None without a password or
+    when the URL does not parse at all."""
+    try:
+        netloc = urlsplit(url).netloc
+    except ValueError:
+        return None
+    userinfo, at, hostport = netloc.rpartition("@")
+    user, colon, password = userinfo.partition(":")
+    return (user, password, hostport) if at and colon else None
+
+
 def redact_url(url: str) -> str:
     """The URL without its password (``redis://user:***@host``), even when other parts of it
     are malformed."""
@@ -44,20 +56,16 @@ def redact_url(url: str) -> str:
         parts = urlsplit(url)
     except ValueError:
         return "<unparseable url>"
-    userinfo, at, hostport = parts.netloc.rpartition("@")
-    if not at or ":" not in userinfo:
+    info = _userinfo(url)
+    if info is None:
         return url
-    user = userinfo.split(":", 1)[0]
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{hostport}"))
+    return urlunsplit(parts._replace(netloc=f"{info[0]}:***@{info[2]}"))
 
 
 def scrub(text: str, url: str) -> str:
     """``text`` with the URL's password (if any) replaced by ``***``."""
-    try:
-        password = urlsplit(url).netloc.rpartition("@")[0].partition(":")[2]
-    except ValueError:
-        return text
-    return text.replace(password, "***") if password else text
+    info = _userinfo(url)
+    return text.replace(info[1], "***") if info and info[1] else text
 
 
 def describe_client(client: Any) -> str:
