@@ -23,7 +23,7 @@ from pathlib import Path
 import redis
 
 import contextstore as cs
-from latency import start_server
+from _common import redis_server
 
 BUSY_MS = 5000.0
 
@@ -79,8 +79,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true")
     a = ap.parse_args()
-    proc, url, _ = start_server(tcp=False)
-    try:
+    with redis_server() as url:
         client = redis.Redis.from_url(url)
         client.config_set("client-query-buffer-limit", str(1 << 30))
         version = client.info("server")["redis_version"]
@@ -91,9 +90,6 @@ def main() -> int:
             with cs.ContextStore(client, item_limit=limit, max_content_bytes=max(size, 1 << 20)) as store:
                 rows += measure(client, store, f"bounds-{n}", n, size)
         client.close()
-    finally:
-        proc.terminate()
-        proc.wait(30)
     print(f"Redis {version} (bundled), Python {platform.python_version()}, {platform.machine()}; "
           f"busy-script threshold {BUSY_MS:.0f} ms")
     print(f"{'window':<22}{'operation':<32}{'calls':>6}{'ms/call':>9}{'wall ms':>10}{'of busy':>9}")

@@ -12,6 +12,7 @@ import redis.retry
 
 from . import ops
 from ._base import REDIS_ERRORS, StoreBase, helper_failed, store_error
+from ._direct import DirectEvalsha
 from .errors import InvalidOptionsError
 from .keys import meta_pattern
 from .types import (
@@ -40,6 +41,15 @@ class ContextStore(StoreBase):
     _redis_class = redis.Redis
     _retry_class = redis.retry.Retry
 
+    @property
+    def _direct(self) -> DirectEvalsha | None:
+        """The lean EVALSHA path, for a plain ``redis.Redis`` this store made itself."""
+        d: DirectEvalsha | None | bool = self.__dict__.get("_direct_cache", False)
+        if d is False:
+            d = DirectEvalsha(self._client) if self._owns_client and type(self._client) is redis.Redis else None
+            self.__dict__["_direct_cache"] = d
+        return d  # type: ignore[return-value]
+
     # -- running plans ---------------------------------------------------------------------
 
     def _run(self, plan: ops.Plan[T]) -> T:
@@ -62,8 +72,11 @@ class ContextStore(StoreBase):
                 raise InvalidOptionsError("an async summarizer/scorer needs AsyncContextStore")
             return result
         keys, argv, attempt = list(request.keys), request.argv(), 0
+        direct = self._direct
         while True:
             try:
+                if direct is not None:
+                    return direct.evalsha(self._scripts[request.name], keys, argv)
                 return self._scripts[request.name](keys=keys, args=argv)
             except REDIS_ERRORS as exc:
                 attempt += 1

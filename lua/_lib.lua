@@ -10,7 +10,7 @@
 --   KEYS[5] pinned   set:  ids of pinned items
 --   KEYS[6] attrs    hash: id -> "seq|tokens|priority|type" (what limits need, without the JSON)
 --   KEYS[7] events   stream: one entry per mutation
---   KEYS[8] requests zset: request id -> server time (ms) of the call that wrote its reply
+--   KEYS[8] requests list: "<server time ms>|<request id>", oldest first (what to expire)
 --   KEYS[9] replies  hash: request id -> "<fingerprint>\n<reply record JSON>"
 -- ARGV[1] of every script: the request, "<request id>|<fingerprint>", or "" (no request id).
 --   It is removed from ARGV before the script runs, so a script's own arguments start at ARGV[1].
@@ -59,9 +59,55 @@ local function pct(tokens, max_tokens)
   return string.format('%.2f', tokens * 100 / max_tokens)
 end
 
-local function now_us()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+local NOW_US = nil
+local function now_us()  -- the server's clock, read once per script
+  if not NOW_US then
+    local t = redis.call('TIME')
+    NOW_US = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+  return NOW_US
+end
+
+-- Counters of the meta hash are changed in memory (bump / meta_set) and written by flush_meta,
+-- which run_request calls after every script: one HMGET + one HSET however many items a call
+-- adds or removes, instead of an HINCRBY per counter per item.
+local META_KNOWN, META_DELTA, META_ORDER = {}, {}, {}
+local function meta_touch(f)
+  if META_DELTA[f] == nil then
+    META_DELTA[f] = 0
+    META_ORDER[#META_ORDER + 1] = f
+  end
+end
+local function meta_get(f)
+  if META_KNOWN[f] == nil then META_KNOWN[f] = tonumber(redis.call('HGET', K_META, f)) or 0 end
+  return META_KNOWN[f] + (META_DELTA[f] or 0)
+end
+local function bump(f, d)
+  meta_touch(f)
+  META_DELTA[f] = META_DELTA[f] + d
+end
+local function meta_set(f, v)
+  meta_touch(f)
+  META_KNOWN[f], META_DELTA[f] = v, 0
+end
+local function flush_meta()
+  if #META_ORDER == 0 then return end
+  local unknown = {}
+  for _, f in ipairs(META_ORDER) do
+    if META_KNOWN[f] == nil then unknown[#unknown + 1] = f end
+  end
+  if #unknown > 0 then
+    local v = redis.call('HMGET', K_META, unpack(unknown))
+    for i, f in ipairs(unknown) do META_KNOWN[f] = tonumber(v[i]) or 0 end
+  end
+  local args = {}
+  for _, f in ipairs(META_ORDER) do
+    META_KNOWN[f] = META_KNOWN[f] + META_DELTA[f]
+    args[#args + 1] = f
+    args[#args + 1] = fmt(META_KNOWN[f])
+  end
+  redis.call('HSET', K_META, unpack(args))
+  META_DELTA, META_ORDER = {}, {}
 end
 
 local function score(itype, priority, seq)
@@ -87,6 +133,8 @@ local function read_config()
   local m = redis.call('HMGET', K_META, 'max_tokens', 'max_items', 'item_limit', 'threshold',
     'strategy', 'ttl', 'tokens', 'items', 'seq')
   if m[2] then
+    META_KNOWN.tokens, META_KNOWN.items, META_KNOWN.seq =
+      tonumber(m[7]) or 0, tonumber(m[8]) or 0, tonumber(m[9]) or 0
     return {
       max_tokens = tonumber(m[1]), max_items = tonumber(m[2]), item_limit = tonumber(m[3]),
       threshold = tonumber(m[4]), strategy = m[5], ttl = tonumber(m[6]),
@@ -116,6 +164,7 @@ local function persist_config(c)
     'item_limit', fmt(c.item_limit), 'threshold', tostring(c.threshold), 'strategy', c.strategy,
     'ttl', fmt(c.ttl), 'seq', '0', 'tokens', '0', 'items', '0', 'compactions', '0',
     'freed', '0', 'created_ms', fmt(math.floor(now_us() / 1000)))
+  META_KNOWN = {seq = 0, tokens = 0, items = 0, compactions = 0, freed = 0}
   c.new = false
 end
 
@@ -137,7 +186,7 @@ end
 -- Returns the tokens freed.
 local function remove_many(ids, reason)
   if #ids == 0 then return 0 end
-  local tokens = tonumber(redis.call('HGET', K_META, 'tokens')) or 0
+  local tokens = meta_get('tokens')
   local freed = 0
   local gone = {}
   local by_type, type_order = {}, {}
@@ -166,11 +215,11 @@ local function remove_many(ids, reason)
     end
   end
   for _, t in ipairs(type_order) do
-    redis.call('HINCRBY', K_META, 'items:' .. t, -by_type[t][1])
-    redis.call('HINCRBY', K_META, 'tokens:' .. t, -by_type[t][2])
+    bump('items:' .. t, -by_type[t][1])
+    bump('tokens:' .. t, -by_type[t][2])
   end
-  redis.call('HINCRBY', K_META, 'tokens', -freed)
-  redis.call('HINCRBY', K_META, 'items', -#ids)
+  bump('tokens', -freed)
+  bump('items', -#ids)
   if #ids <= 8 then
     for _, id in ipairs(ids) do redis.call('LREM', K_FIFO, 1, id) end
   else
@@ -189,22 +238,25 @@ end
 -- Store one new item. it = {id, seq, ts, tail, type, tokens, priority, pinned}; `tail` is the
 -- client-encoded JSON object of the remaining fields without its opening brace.
 -- Returns the stored JSON.
-local function insert_item(it)
-  it.head = '{"priority":' .. fmt(it.priority) .. ',"pinned":' .. (it.pinned and 'true' or 'false')
+local function item_head(it)
+  return '{"priority":' .. fmt(it.priority) .. ',"pinned":' .. (it.pinned and 'true' or 'false')
     .. ',"seq":' .. fmt(it.seq) .. ',"id":' .. cjson.encode(it.id) .. ',"added_at_us":' .. fmt(it.ts)
     .. ','
-  local json = it.head .. it.tail
+end
+
+local function insert_item(it)
+  local json = item_head(it) .. it.tail
   redis.call('HSET', K_ITEMS, it.id, json)
   redis.call('HSET', K_ATTRS, it.id, pack_attrs(it.seq, it.tokens, it.priority, it.type))
   redis.call('ZADD', K_ORDER, score(it.type, it.priority, it.seq), it.id)
   redis.call('RPUSH', K_FIFO, it.id)
   if it.pinned then redis.call('SADD', K_PINNED, it.id) end
-  local after = redis.call('HINCRBY', K_META, 'tokens', it.tokens)
-  redis.call('HINCRBY', K_META, 'items', 1)
-  redis.call('HINCRBY', K_META, 'tokens:' .. it.type, it.tokens)
-  redis.call('HINCRBY', K_META, 'items:' .. it.type, 1)
+  bump('tokens', it.tokens)
+  bump('items', 1)
+  bump('tokens:' .. it.type, it.tokens)
+  bump('items:' .. it.type, 1)
   event('item_added', 'item_id', it.id, 'type', it.type, 'token_count', fmt(it.tokens),
-    'total_tokens_after', fmt(after))
+    'total_tokens_after', fmt(meta_get('tokens')))
   return json
 end
 
@@ -266,9 +318,9 @@ end
 -- Record a compaction that removed something: counters and the `compacted` event.
 -- continued: a later chunk of one compact() call (not counted as another compaction).
 local function record_compaction(strategy, removed_count, freed, before, max_tokens, continued)
-  if not continued then redis.call('HINCRBY', K_META, 'compactions', 1) end
-  redis.call('HINCRBY', K_META, 'freed', freed)
-  local after = tonumber(redis.call('HGET', K_META, 'tokens'))
+  if not continued then bump('compactions', 1) end
+  bump('freed', freed)
+  local after = meta_get('tokens')
   event('compacted', 'strategy', strategy, 'items_removed', fmt(removed_count),
     'tokens_freed', fmt(freed), 'usage_before_percent', pct(before, max_tokens),
     'usage_after_percent', pct(after, max_tokens), 'total_tokens_after', fmt(after))
@@ -291,35 +343,43 @@ end
 
 -- Exactly-once ------------------------------------------------------------------------------
 
--- add's record keeps, per item, only the head of its stored JSON (priority .. added_at_us); a
--- replay appends the tail from the replayed call's own arguments (the same request carries the
--- same arguments), so a 1 MB item costs the log ~100 bytes. An item that existed before the
--- call (a safe retry of a caller id) is returned as it is stored now, if it still exists.
+-- add's record keeps, per new item, its seq and time and where its arguments start; a replay
+-- rebuilds the stored JSON from the replayed call's own arguments (the same request carries the
+-- same arguments), so any item costs the log ~40 bytes. An item that existed before the call
+-- (a safe retry of a caller id) keeps its stored head and is returned as it is stored now, if
+-- it still exists.
 local function replay_add(rec)
   local out = {'ok', rec[1], rec[2], rec[3]}
   for i = 4, #rec do
-    local kind, head, body_at = rec[i][1], rec[i][2], rec[i][3]
-    local json = nil
-    if kind == '=' then json = redis.call('HGET', K_ITEMS, rec[i][4]) end
-    out[#out + 1] = json or (head .. string.sub(ARGV[body_at], 2))
+    local r = rec[i]
+    if r[1] == '=' then
+      out[#out + 1] = redis.call('HGET', K_ITEMS, r[4]) or (r[2] .. string.sub(ARGV[r[3]], 2))
+    else
+      local it = parse_item(r[4])
+      it.seq, it.ts = tonumber(r[2]), tonumber(r[3])
+      if it.id == '' then it.id = 'ctx-' .. r[2] end
+      out[#out + 1] = item_head(it) .. it.tail
+    end
   end
   return out
 end
 
 local function record_request(rid, fp, record)
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  redis.call('ZADD', K_REQUESTS, now, rid)
+  local now = math.floor(now_us() / 1000)
   redis.call('HSET', K_REPLIES, rid, fp .. '\n' .. cjson.encode(record))
-  -- expire old records (a few per call: each call adds one) and keep at most REQUEST_MAX
-  local old = redis.call('ZRANGEBYSCORE', K_REQUESTS, '-inf', now - REQUEST_TTL_MS, 'LIMIT', 0, 4)
-  local over = redis.call('ZCARD', K_REQUESTS) - #old - REQUEST_MAX
-  if over > 0 then
-    for _, r in ipairs(redis.call('ZRANGE', K_REQUESTS, #old, #old + over - 1)) do old[#old + 1] = r end
-  end
-  if #old > 0 then
-    redis.call('ZREM', K_REQUESTS, unpack(old))
-    redis.call('HDEL', K_REPLIES, unpack(old))
+  local n = redis.call('RPUSH', K_REQUESTS, fmt(now) .. '|' .. rid)
+  if n > REQUEST_MAX then  -- keep the newest REQUEST_MAX
+    local old = redis.call('LRANGE', K_REQUESTS, 0, n - REQUEST_MAX - 1)
+    redis.call('LTRIM', K_REQUESTS, n - REQUEST_MAX, -1)
+    for i = 1, #old do old[i] = string.match(old[i], '^%d+|(.+)$') end
+    for i = 1, #old, 500 do redis.call('HDEL', K_REPLIES, unpack(old, i, math.min(i + 499, #old))) end
+  else  -- expire the oldest (at most 4 per call: each call adds one)
+    for _ = 1, 4 do
+      local t, old = string.match(redis.call('LINDEX', K_REQUESTS, 0), '^(%d+)|(.+)$')
+      if tonumber(t) > now - REQUEST_TTL_MS then break end
+      redis.call('LPOP', K_REQUESTS)
+      redis.call('HDEL', K_REPLIES, old)
+    end
   end
   redis.call('PEXPIRE', K_REQUESTS, REQUEST_TTL_MS)
   redis.call('PEXPIRE', K_REPLIES, REQUEST_TTL_MS)
@@ -328,7 +388,11 @@ end
 -- Run a script's main() under the request protocol. main returns its reply and, optionally, a
 -- smaller record to keep instead of the reply ({add = ...} for add).
 local function run_request(main)
-  if REQUEST == '' then return (main()) end
+  if REQUEST == '' then
+    local reply = main()
+    flush_meta()
+    return reply
+  end
   local rid, fp = string.match(REQUEST, '^(.+)|(%x*)$')
   if not rid then return fail('BADARG', 'request') end
   local prior = redis.call('HGET', K_REPLIES, rid)
@@ -341,6 +405,7 @@ local function run_request(main)
     return rec.r
   end
   local reply, record = main()
+  flush_meta()
   if WROTE then record_request(rid, fp, record or {r = reply}) end
   return reply
 end

@@ -124,7 +124,7 @@ for _, act in ipairs(actions) do
     act[2].json = insert_item(act[2])
   end
 end
-redis.call('HSET', K_META, 'seq', fmt(seq))
+meta_set('seq', seq)
 touch(cfg)
 
 local out = {'ok', #added, evicted, compactions}
@@ -136,7 +136,7 @@ for i, it in ipairs(items) do
     rec[#rec + 1] = {'=', string.match(it.existing, '^(.-,)"type":"'), body_at, it.id}
   else
     out[#out + 1] = it.json
-    rec[#rec + 1] = {'+', it.head, body_at}
+    rec[#rec + 1] = {'+', fmt(it.seq), fmt(it.ts), body_at - 2}
   end
 end
 return out, {add = rec}

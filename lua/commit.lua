@@ -37,7 +37,7 @@ if summary then
   summary.id = 'ctx-' .. fmt(seq)
   summary.ts = now_us()
   insert_item(summary)
-  redis.call('HSET', K_META, 'seq', fmt(seq))
+  meta_set('seq', seq)
   freed = freed - summary.tokens
 end
 record_compaction(strategy, #ids, freed, before, cfg.max_tokens)

@@ -120,20 +120,22 @@ def test_request_log_is_bounded_and_expires(store, r, prefix):
     zkey, hkey = _log_keys(prefix, "rq-bound")
     for i in range(30):
         w.add(f"m{i}")
-    assert r.zcard(zkey) == r.hlen(hkey) == 30
+    assert r.llen(zkey) == r.hlen(hkey) == 30
     assert 0 < r.pttl(zkey) <= 900_000 and 0 < r.pttl(hkey) <= 900_000
     # a busy window: 2100 more records than fit; the next call trims to the newest 2000
     now_ms = int(r.time()[0]) * 1000
-    r.zadd(zkey, {f"busy-{i}": now_ms for i in range(2100)})
+    r.lpush(zkey, *(f"{now_ms}|busy-{i}" for i in range(2100)))
     r.hset(hkey, mapping={f"busy-{i}": "\n{}" for i in range(2100)})
     kept = w.add("newest", request_id="newest")
-    assert r.zcard(zkey) == r.hlen(hkey) == 2000
+    assert r.llen(zkey) == r.hlen(hkey) == 2000
     assert w.add("newest", request_id="newest") == kept  # the newest record is among them
     # records older than the retention go, a few per call
-    r.zadd(zkey, {"ancient-1": 1, "ancient-2": 2})
+    r.lpush(zkey, "2|ancient-2", "1|ancient-1")
     r.hset(hkey, mapping={"ancient-1": "\n{}", "ancient-2": "\n{}"})
     w.add("after")
-    assert r.zscore(zkey, "ancient-1") is None and not r.hexists(hkey, "ancient-2")
+    log = r.lrange(zkey, 0, -1)
+    assert not any(b"ancient" in x for x in log) and not r.hexists(hkey, "ancient-2")
+    assert len(log) == 2000 and log[-1].split(b"|", 1)[1].startswith(b"add:")
     check_invariants(r, prefix, "rq-bound")
 
 
@@ -141,7 +143,7 @@ def test_reads_and_no_ops_write_no_record(store, r, prefix):
     w = store.window("rq-noop")
     w.add("x")
     zkey, _ = _log_keys(prefix, "rq-noop")
-    n = r.zcard(zkey)
+    n = r.llen(zkey)
     w.items(), w.stats(), w.build(), w.get("ctx-1")
     assert w.remove("missing") is False and w.pin("missing") is False
-    assert r.zcard(zkey) == n
+    assert r.llen(zkey) == n

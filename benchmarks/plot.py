@@ -1,0 +1,79 @@
+"""PNG plots of the last benchmarks/peers.py run, for docs/benchmarks.md.
+
+    python benchmarks/plot.py      (reads benchmarks/results/peers.json, writes docs/img/*.png)
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "docs" / "img"
+COLORS = {"bare EVALSHA (ZADD+HSET)": "#999999", "bare fetch (HMGET of the built items)": "#999999",
+          "contextstore": "#d62728", "llama-index": "#1f77b4", "openai-agents": "#2ca02c",
+          "langchain": "#ff7f0e"}
+
+
+def bars(ax: plt.Axes, labels: list[str], values: list[float], unit: str, log: bool = False) -> None:
+    ax.bar(range(len(labels)), values, color=[COLORS.get(s, "#555555") for s in labels])
+    ax.set_xticks(range(len(labels)), [s.replace(" (", "\n(") for s in labels], fontsize=7)
+    ax.set_ylabel(unit)
+    if log:
+        ax.set_yscale("log")
+    for i, v in enumerate(values):
+        ax.annotate(f"{v:,.0f}" if v >= 10 else f"{v:.2f}", (i, v), ha="center", va="bottom", fontsize=7)
+
+
+def main() -> int:
+    r = json.loads((ROOT / "benchmarks" / "results" / "peers.json").read_text())
+    OUT.mkdir(parents=True, exist_ok=True)
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for ax, (n, stats) in zip(axes, r["append"].items()):
+        labels = list(stats)
+        bars(ax, labels, [stats[s]["p50_us"] for s in labels], "µs per append (p50)")
+        ax.set_title(f"append, {n} messages")
+    fig.tight_layout()
+    fig.savefig(OUT / "append.png", dpi=110)
+
+    fig, axes = plt.subplots(1, 4, figsize=(16, 4.2))
+    for ax, (case, row) in zip(axes, r["build"].items()):
+        labels = [k for k, v in row.items() if isinstance(v, dict)]
+        bars(ax, labels, [row[s]["p50_us"] / 1000 for s in labels], "ms per build (p50, log)", log=True)
+        ax.set_title(f"token-limited build: {case}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(OUT / "build.png", dpi=110)
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    labels = list(r["memory"])
+    bars(ax, labels, [r["memory"][s]["bytes_per_item"] for s in labels], "bytes per stored message")
+    ax.set_title("Redis memory per message (1000 messages)")
+    fig.tight_layout()
+    fig.savefig(OUT / "memory.png", dpi=110)
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    systems = list(r["concurrency"]["1"])
+    for s in systems:
+        ws = sorted(r["concurrency"], key=int)
+        ax.plot([int(w) for w in ws], [r["concurrency"][w][s]["adds_per_second"] for w in ws], "o-",
+                color=COLORS.get(s), label=s)
+    ax.set_xlabel("writer processes")
+    ax.set_ylabel("appends per second (all writers)")
+    ax.set_xticks([1, 2, 4])
+    ax.legend(fontsize=8)
+    ax.set_title("concurrent writers, one shared history")
+    fig.tight_layout()
+    fig.savefig(OUT / "writers.png", dpi=110)
+    print(f"wrote {', '.join(p.name for p in sorted(OUT.glob('*.png')))} to {OUT}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
