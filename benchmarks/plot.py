@@ -23,7 +23,8 @@ COLORS = {"bare EVALSHA (ZADD+HSET)": "#999999", "bare fetch (HMGET of the built
 
 def bars(ax: plt.Axes, labels: list[str], values: list[float], unit: str, log: bool = False) -> None:
     ax.bar(range(len(labels)), values, color=[COLORS.get(s, "#555555") for s in labels])
-    ax.set_xticks(range(len(labels)), [s.replace(" (", "\n(") for s in labels], fontsize=7)
+    short = [s.split(" (")[0] for s in labels]  # "bare EVALSHA (ZADD+HSET)" -> "bare EVALSHA"
+    ax.set_xticks(range(len(labels)), short, fontsize=8, rotation=30, ha="right")
     ax.set_ylabel(unit)
     if log:
         ax.set_yscale("log")
