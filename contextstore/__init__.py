@@ -4,6 +4,8 @@ Every mutation is one atomic Lua script on the Redis server, so any number of ag
 share one window safely. See the README and ``docs/``.
 """
 
+import logging
+
 from .aio import AsyncContextStore, AsyncContextWindow
 from .embedded import EmbeddedServer
 from .errors import (
@@ -19,6 +21,7 @@ from .errors import (
     StoreOutOfMemoryError,
     StoreUnavailableError,
     StrategyUnavailableError,
+    WindowNotFoundError,
 )
 from .retry import RetryPolicy
 from .sync import ContextStore, ContextWindow
@@ -65,4 +68,9 @@ __all__ = [
     "TiktokenCounter",
     "TokenCounter",
     "VerifyReport",
+    "WindowNotFoundError",
 ]
+
+# A library logs; the application decides where logs go. Without this, Python's last-resort
+# handler would print the library's warnings on stderr of every program that uses it.
+logging.getLogger("contextstore").addHandler(logging.NullHandler())

@@ -190,11 +190,16 @@ class StoreBase:
         """Seconds to wait before sending ``call`` again after its ``attempt``-th failure, or
         raise the mapped error when ``exc`` is not retryable or the attempts are used up."""
         policy = self._settings.retry
-        if policy is None or attempt >= policy.attempts or not retryable(exc):
+        if policy is None or not retryable(exc):
+            raise store_error(exc, self._where) from exc
+        if attempt >= policy.attempts:
+            if attempt > 1:  # retries are routine (DEBUG); giving up is worth one WARNING
+                log.warning("gave up on %s on %s after %d attempts: %s: %s", call.name, self._where,
+                            attempt, type(exc).__name__, exc)
             raise store_error(exc, self._where) from exc
         delay = policy.delay(attempt)
-        log.warning("retrying %s on %s in %.3fs (attempt %d of %d failed: %s: %s)", call.name,
-                    self._where, delay, attempt, policy.attempts, type(exc).__name__, exc)
+        log.debug("retrying %s on %s in %.3fs (attempt %d of %d failed: %s: %s)", call.name,
+                  self._where, delay, attempt, policy.attempts, type(exc).__name__, exc)
         return delay
 
     def _ensure_server(self) -> None:

@@ -62,8 +62,10 @@ class AsyncContextStore(StoreBase):
                 delay = self._retry_delay(exc, attempt, request)
             await asyncio.sleep(delay)
 
-    async def window(self, window_id: str, **config: Any) -> AsyncContextWindow:
-        state = await self._run(ops.open_window(self._settings, window_id, config))
+    async def window(self, window_id: str, *, create: bool = True, **config: Any) -> AsyncContextWindow:
+        """Attach to ``window_id``, creating it with ``config`` if it does not exist; with
+        ``create=False`` a missing window raises ``WindowNotFoundError`` instead."""
+        state = await self._run(ops.open_window(self._settings, window_id, config, create))
         return AsyncContextWindow(self, state)
 
     async def windows(self) -> list[str]:

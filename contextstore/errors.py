@@ -1,10 +1,28 @@
-"""The exception tree. Every error the library raises derives from :class:`ContextStoreError`."""
+"""The exception tree. Every error the library raises derives from :class:`ContextStoreError`.
+
+Every exception pickles with its fields (``unit``, ``current``, ``conflicts``, ...), so it
+crosses ``multiprocessing`` pools and task queues intact.
+"""
 
 from __future__ import annotations
+
+from typing import Any
+
+
+def _rebuild(cls: type[ContextStoreError], args: tuple[Any, ...], state: dict[str, Any]) -> ContextStoreError:
+    """Unpickle an exception without calling its ``__init__`` (whose arguments differ from
+    ``args``, the message): the same class, message and fields as the pickled one."""
+    exc = cls.__new__(cls, *args)
+    exc.args = args
+    exc.__dict__.update(state)
+    return exc
 
 
 class ContextStoreError(Exception):
     """Base class of every error raised by contextstore."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.args, dict(self.__dict__)))
 
 
 class InvalidItemError(ContextStoreError, ValueError):
@@ -59,6 +77,14 @@ class ConfigConflictError(ContextStoreError):
         self.conflicts = conflicts
         detail = ", ".join(f"{k}: passed {p!r}, stored {s!r}" for k, (p, s) in conflicts.items())
         super().__init__(f"window {window_id!r} exists with another config ({detail})")
+
+
+class WindowNotFoundError(ContextStoreError, LookupError):
+    """``store.window(window_id, create=False)`` found no window with that id."""
+
+    def __init__(self, window_id: str) -> None:
+        self.window_id = window_id
+        super().__init__(f"window {window_id!r} does not exist")
 
 
 class StrategyUnavailableError(ContextStoreError):

@@ -27,12 +27,14 @@ from .errors import (
     InvalidItemError,
     InvalidOptionsError,
     StrategyUnavailableError,
+    WindowNotFoundError,
 )
 from .keys import WindowKeys, validate_window_id, window_keys
 from .retry import RetryPolicy
 from .scripts import CommitConflict, check
 from .tokens import TokenCounter
 from .types import (
+    BuildOptions,
     BuiltContext,
     CompactionStrategy,
     ContextItem,
@@ -199,15 +201,26 @@ def _item_id(item_id: object) -> str:
 # -- window ----------------------------------------------------------------------------------
 
 
-def open_window(st: Settings, window_id: object, passed: dict[str, Any]) -> Plan[WindowState]:
+def open_window(st: Settings, window_id: object, passed: dict[str, Any], create: object = True) -> Plan[WindowState]:
+    """Attach to a window: create it with ``passed`` if it is missing (``create=True``), else
+    raise ``WindowNotFoundError``; a passed value that differs from the stored config raises
+    ``ConfigConflictError``."""
     wid = validate_window_id(window_id)
+    if not isinstance(create, bool):
+        raise InvalidOptionsError(f"create must be a bool, not {create!r}")
     values = codec.validate_config_values(
         {k: v for k, v in passed.items() if v is not None}, st.item_limit
     )
     wanted = codec.creation_config(values, st.item_limit)
     w = WindowState(wid, window_keys(st.prefix, wid), wanted)
-    reply = check((yield ScriptCall("ensure", w.keys, codec.config_args(wanted))), InvalidOptionsError)
-    stored = codec.config_from_reply(reply[1:])
+    if create:
+        reply = check((yield ScriptCall("ensure", w.keys, codec.config_args(wanted))), InvalidOptionsError)
+        stored = codec.config_from_reply(reply[1:])
+    else:
+        r = yield from _read(w, "meta")
+        if not r.exists:
+            raise WindowNotFoundError(wid)
+        stored = _config_of(r, w)
     conflicts = {k: (v, getattr(stored, k)) for k, v in values.items() if getattr(stored, k) != v}
     if conflicts:
         raise ConfigConflictError(wid, conflicts)
@@ -500,12 +513,7 @@ def build(st: Settings, w: WindowState, options: object = None) -> Plan[BuiltCon
     t0 = time.perf_counter()
     r = yield from _read(w, "order")
     cfg = _config_of(r, w)
-    max_t = o.max_tokens if o.max_tokens is not None else cfg.max_tokens
-    budget = None if max_t is None else max_t - o.reserve_for_response
-    if budget is not None and budget < 0:
-        raise InvalidOptionsError(
-            f"reserve_for_response ({o.reserve_for_response}) exceeds the token limit ({max_t})"
-        )
+    budget = _budget(o, cfg, w.window_id)
     items = [codec.decode_item(j) for j in r.raw]
     render.check_pinned(items, o, budget, st.joint_count)
     freed = 0
@@ -515,12 +523,13 @@ def build(st: Settings, w: WindowState, options: object = None) -> Plan[BuiltCon
         if freed:
             r = yield from _read(w, "order")
             items = [codec.decode_item(j) for j in r.raw]
-    content, total, included, excluded = render.build(items, o, budget, st.counter, st.joint_count)
+    content, total, included, excluded, omitted = render.build(items, o, budget, st.counter, st.joint_count)
     ms = (time.perf_counter() - t0) * 1000
     log.debug("built context for window %s: %d items, %d tokens", w.window_id, len(included), total)
     yield ScriptCall("event", w.keys, [
         "built", "items_included", str(len(included)), "items_excluded", str(len(excluded)),
-        "total_tokens", str(total), "was_compacted", "1" if freed else "0", "build_time_ms", f"{ms:.3f}",
+        "items_omitted", str(len(omitted)), "total_tokens", str(total), "was_compacted",
+        "1" if freed else "0", "build_time_ms", f"{ms:.3f}",
     ])  # no request id: a retry may log a second `built` event, which is harmless
     return BuiltContext(
         content=content,
@@ -529,7 +538,24 @@ def build(st: Settings, w: WindowState, options: object = None) -> Plan[BuiltCon
         excluded_item_ids=excluded,
         was_compacted=freed > 0,
         tokens_freed_by_compaction=freed,
+        omitted_item_ids=omitted,
     )
+
+
+def _budget(o: BuildOptions, cfg: WindowConfig, window_id: str) -> int | None:
+    """Tokens the prompt may take: the limit (this build's, else the window's) minus the
+    reserve; None without a limit. A reserve that leaves no room at all is an error naming
+    both options, not an empty prompt."""
+    limit = o.max_tokens if o.max_tokens is not None else cfg.max_tokens
+    if limit is None:
+        return None
+    if o.reserve_for_response >= limit:
+        whose = "BuildOptions.max_tokens" if o.max_tokens is not None else f"the max_tokens of window {window_id!r}"
+        raise InvalidOptionsError(
+            f"reserve_for_response={o.reserve_for_response} leaves no room for a prompt: {whose} "
+            f"is {limit}; pass BuildOptions(reserve_for_response=N) with N < {limit} "
+            f"(tokens kept free for the model's answer), or a larger max_tokens")
+    return limit - o.reserve_for_response
 
 
 def _has_helper(st: Settings, s: CompactionStrategy) -> bool:

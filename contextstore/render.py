@@ -201,21 +201,30 @@ def check_pinned(items: Sequence[ContextItem], o: BuildOptions, budget: int | No
         raise BudgetTooSmallError(need, budget)
 
 
-def build(
-    items: Sequence[ContextItem], o: BuildOptions, budget: int | None, counter: TokenCounter,
-    count: Callable[[str], int],
-) -> tuple[str, int, list[ContextItem], list[str]]:
-    """Select and render. Returns (content, total_tokens, included items, excluded ids).
-    ``count`` is the store's memoised ``counter.count``; ``counter`` counts exact totals."""
-    costs = _Costs(count, o, tight=o.exact_tokens)
-    pinned = [i for i in items if i.pinned]
-    loose = [i for i in items if not i.pinned]
+def _candidates(loose: Sequence[ContextItem], o: BuildOptions) -> tuple[list[ContextItem], list[str]]:
+    """The unpinned items the options let compete for the budget (in the order they are
+    offered it), and the ids of the others in arrival order (omitted by the options)."""
     history: list[ContextItem] = []
     if o.include_recent_history:
         history = sorted((i for i in loose if i.type in HISTORY_TYPES), key=lambda i: -i.seq)
         history = history[: o.max_history_items]
     others = [i for i in loose if i.type not in HISTORY_TYPES and _allowed(i.type, o)]
     candidates = sorted(others + history, key=_selection_key)
+    taken = {id(i) for i in candidates}
+    omitted = [i.id or "" for i in sorted(loose, key=lambda i: i.seq) if id(i) not in taken]
+    return candidates, omitted
+
+
+def build(
+    items: Sequence[ContextItem], o: BuildOptions, budget: int | None, counter: TokenCounter,
+    count: Callable[[str], int],
+) -> tuple[str, int, list[ContextItem], list[str], list[str]]:
+    """Select and render. Returns (content, total_tokens, included items, excluded ids,
+    omitted ids). ``count`` is the store's memoised ``counter.count``; ``counter`` counts
+    exact totals."""
+    costs = _Costs(count, o, tight=o.exact_tokens)
+    pinned = [i for i in items if i.pinned]
+    candidates, omitted = _candidates([i for i in items if not i.pinned], o)
 
     used = costs.total(sorted(pinned, key=_section_key))
     chosen: list[ContextItem] = []
@@ -234,7 +243,7 @@ def build(
         content = o.section_separator.join(costs.render(i) for i in ordered)
         total = counter.count(content) if o.exact_tokens else costs.total(ordered)
         if budget is None or total <= budget:
-            return content, total, ordered, excluded
+            return content, total, ordered, excluded, omitted
         if not chosen:  # counted exactly, the pinned items alone do not fit
             raise BudgetTooSmallError(total, budget)
         excluded.append(chosen.pop().id or "")  # the estimate used to choose was short: drop one

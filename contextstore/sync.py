@@ -85,14 +85,15 @@ class ContextStore(StoreBase):
 
     # -- API -------------------------------------------------------------------------------
 
-    def window(self, window_id: str, **config: Any) -> ContextWindow:
-        """Attach to ``window_id``, creating it with ``config`` if it does not exist.
+    def window(self, window_id: str, *, create: bool = True, **config: Any) -> ContextWindow:
+        """Attach to ``window_id``, creating it with ``config`` if it does not exist; with
+        ``create=False`` a missing window raises ``WindowNotFoundError`` instead.
 
         Passed values that differ from the stored config raise ``ConfigConflictError``.
         Options: ``max_tokens``, ``max_items``, ``compaction_threshold``, ``default_strategy``,
         ``ttl_seconds``.
         """
-        state = self._run(ops.open_window(self._settings, window_id, config))
+        state = self._run(ops.open_window(self._settings, window_id, config, create))
         return ContextWindow(self, state)
 
     def windows(self) -> list[str]:

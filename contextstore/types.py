@@ -104,7 +104,8 @@ class ContextItem(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class BuildOptions(msgspec.Struct, frozen=True, kw_only=True):
-    """Options of ``build()`` / ``build_structured()`` (defaults from seed 001)."""
+    """Options of ``build()`` / ``build_structured()``. The defaults include every section,
+    the 10 most recent conversation messages, and keep 1000 tokens free for the answer."""
 
     include_system_prompt: bool = True
     include_instructions: bool = True
@@ -122,7 +123,11 @@ class BuildOptions(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class BuiltContext(msgspec.Struct, frozen=True, kw_only=True):
-    """A prompt built within a token budget, with what went in and what did not."""
+    """A prompt built within a token budget, with what went in and what did not.
+
+    Every item of the window is in exactly one of three lists: ``included_item_ids``,
+    ``excluded_item_ids`` (a candidate that did not fit the budget) and ``omitted_item_ids``
+    (left out by the options: an ``include_*`` flag or ``max_history_items``)."""
 
     content: str
     total_tokens: int
@@ -130,6 +135,7 @@ class BuiltContext(msgspec.Struct, frozen=True, kw_only=True):
     excluded_item_ids: list[str]
     was_compacted: bool = False
     tokens_freed_by_compaction: int = 0
+    omitted_item_ids: list[str] = []
 
 
 class ContextSnapshot(msgspec.Struct, frozen=True, kw_only=True):

@@ -75,6 +75,35 @@ def test_pinned_first_then_budget_history_newest_first(store):
     assert built.excluded_item_ids == [f"ctx-{n}" for n in range(1 + n_out, 1, -1)]
 
 
+def test_every_item_is_included_excluded_or_omitted(store):
+    w = store.window("b-lists", max_tokens=10_000)
+    w.add("SYSTEM", type="system_prompt", pinned=True)
+    w.add("a document", type="retrieved_document")
+    for i in range(15):
+        w.add(f"message number {i}", type="user_message", role="user")
+    built = w.build_structured(cs.BuildOptions(max_history_items=4, include_relevant_memory=False,
+                                               max_tokens=32, reserve_for_response=0))
+    assert built.included_item_ids[0] == "ctx-1" and len(built.included_item_ids) < 5
+    assert built.omitted_item_ids == ["ctx-2"] + [f"ctx-{n}" for n in range(3, 14)]  # doc, old messages
+    every = built.included_item_ids + built.excluded_item_ids + built.omitted_item_ids
+    assert sorted(every) == sorted(i.id for i in w.items())
+    assert set(built.excluded_item_ids) <= {f"ctx-{n}" for n in range(14, 18)}
+
+
+@pytest.mark.parametrize("limit", [1000, 800, 1])
+def test_a_reserve_that_leaves_no_room_is_an_error_that_names_the_fix(store, limit):
+    w = store.window(f"b-reserve-{limit}", max_tokens=limit)
+    w.add("hello")
+    with pytest.raises(cs.InvalidOptionsError) as info:
+        w.build()
+    assert f"reserve_for_response=1000 leaves no room for a prompt: the max_tokens of window " \
+           f"'b-reserve-{limit}' is {limit}; pass BuildOptions(reserve_for_response=N) with N < {limit}" in str(info.value)
+    with pytest.raises(cs.InvalidOptionsError, match="BuildOptions.max_tokens is 300"):
+        w.build(cs.BuildOptions(max_tokens=300, reserve_for_response=300))
+    if limit > 1:
+        assert w.build(cs.BuildOptions(reserve_for_response=limit - 10)) == "hello"
+
+
 def test_budget_too_small(store):
     w = store.window("b-small", max_tokens=2000)
     w.add("x " * 500, pinned=True, token_count=1200)

@@ -131,3 +131,20 @@ def test_keys_share_one_hash_tag(store, r, prefix):
     keys = sorted(k.decode() for k in r.scan_iter(match=f"{prefix}:*"))
     assert keys == [f"{prefix}:{{cfg-keys}}:{n}" for n in ("attrs", "events", "fifo", "items", "meta", "order", "pinned", "replies", "requests")]
     assert len({key_slot(k.encode()) for k in keys}) == 1  # one cluster slot: one script may touch all
+
+
+def test_create_false_attaches_to_an_existing_window_and_never_creates_one(store, r, prefix):
+    with pytest.raises(cs.WindowNotFoundError) as missing:
+        store.window("cfg-absent", create=False)
+    assert isinstance(missing.value, LookupError) and missing.value.window_id == "cfg-absent"
+    assert str(missing.value) == "window 'cfg-absent' does not exist"
+    assert list(r.scan_iter(match=f"{prefix}:*")) == []  # nothing written
+    store.window("cfg-there", max_tokens=500).add("hello")
+    w = store.window("cfg-there", create=False)
+    assert w.stats().max_tokens == 500 and [i.content for i in w.items()] == ["hello"]
+    assert store.window("cfg-there", create=False, max_tokens=500).stats().total_items == 1
+    with pytest.raises(cs.ConfigConflictError):
+        store.window("cfg-there", create=False, max_tokens=400)
+    with pytest.raises(cs.InvalidOptionsError):
+        store.window("cfg-there", create="no")
+    assert store.windows() == ["cfg-there"]

@@ -192,6 +192,8 @@ class WindowMachine(RuleBasedStateMachine):
             if budget is not None:
                 assert b.total_tokens <= budget - reserve
             assert set(b.included_item_ids) >= {i.id for i in self.w.pinned_items()}
+            every = b.included_item_ids + b.excluded_item_ids + b.omitted_item_ids
+            assert sorted(every) == sorted(i.id for i in self.w.items()), "an item is in no list, or in two"
         after = {k: v for k, v in self._dump().items() if not k.endswith(b":events")}
         assert after == before, "a build changed the window"
 

@@ -203,7 +203,7 @@ def test_sync_properties_read_redis(redis_url, prefix):
 
 
 def test_events_for_every_mutation(store, r, prefix):
-    w = store.window("s001-events", max_tokens=1000, max_items=2)
+    w = store.window("s001-events", max_tokens=2000, max_items=2)
     w.add("a", token_count=10)
     w.add("b", token_count=10)
     w.add("c", token_count=10)  # evicts a

@@ -1,0 +1,165 @@
+"""The ``contextstore`` command as a first-day user meets it: one line on stderr and a
+documented exit status for every expected failure, reading verbs that never create a window,
+help on every option, and a demo that shows several workers and never hangs."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+
+import pytest
+
+import contextstore as cs
+from contextstore import cli
+from conftest import _free_port
+
+READING_VERBS = [["stats"], ["items"], ["build"], ["markdown"], ["snapshot"], ["verify"], ["stats", "--json"]]
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    """The command in this process: (exit status, stdout, stderr)."""
+    try:
+        code = cli.main(list(argv))
+    except SystemExit as exc:  # argparse's own exits (usage errors, --version, --help)
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def one_line(err: str) -> str:
+    assert err.endswith("\n") and err.count("\n") == 1, f"expected one line on stderr, got {err!r}"
+    assert "Traceback" not in err
+    return err.rstrip("\n")
+
+
+@pytest.mark.parametrize("verb", READING_VERBS, ids=" ".join)
+def test_reading_a_missing_window_says_so_and_creates_nothing(capsys, redis_url, prefix, verb):
+    base = ("--url", redis_url, "--prefix", prefix)
+    code, out, err = run(capsys, *base, verb[0], "no-such-window", *verb[1:])
+    assert (code, out) == (1, "")
+    assert one_line(err) == "contextstore: window 'no-such-window' does not exist"
+    assert run(capsys, *base, "windows")[:2] == (0, "")
+
+
+def test_an_unreachable_redis_is_one_line_and_exit_1(capsys):
+    url = f"redis://127.0.0.1:{_free_port()}/0"  # nothing listens there
+    for verb in (["verify", "x"], ["stats", "x"], ["windows"]):
+        code, out, err = run(capsys, "--url", url, *verb)
+        assert (code, out) == (1, "")
+        line = one_line(err)
+        assert line.startswith(f"contextstore: Redis at {url} is unavailable"), line
+
+
+def test_an_unreachable_redis_in_a_real_process_prints_no_retry_noise():
+    url = f"redis://127.0.0.1:{_free_port()}/0"
+    res = subprocess.run([sys.executable, "-m", "contextstore.cli", "--url", url, "stats", "x"],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 1 and res.stdout == ""
+    assert "retrying" not in res.stderr and "gave up" not in res.stderr
+    one_line(res.stderr)
+    verbose = subprocess.run([sys.executable, "-m", "contextstore.cli", "-vv", "--url", url, "stats", "x"],
+                             capture_output=True, text=True, timeout=120)
+    assert verbose.returncode == 1 and "DEBUG contextstore: retrying" in verbose.stderr
+    assert verbose.stderr.count("WARNING contextstore: gave up") == 1
+
+
+@pytest.mark.parametrize("argv", [
+    ["demo", "--workers", "0"], ["demo", "--items", "-3"], ["demo", "--max-tokens", "x"],
+    ["items", "w", "--limit", "-1"], ["build", "w", "--reserve", "-5"], ["no-such-command"], [],
+], ids=" ".join)
+def test_usage_errors_are_one_line_and_exit_2(capsys, argv):
+    code, out, err = run(capsys, *argv)
+    assert (code, out) == (2, "")
+    assert one_line(err).startswith("contextstore")
+
+
+def test_a_bad_window_id_is_a_usage_error(capsys, redis_url):
+    code, _, err = run(capsys, "--url", redis_url, "stats", "bad{id}")
+    assert code == 2 and one_line(err).startswith("contextstore: window id 'bad{id}' must be")
+
+
+def test_version(capsys):
+    assert run(capsys, "--version") == (0, f"contextstore {cs.__version__}\n", "")
+
+
+def _actions(p: argparse.ArgumentParser):
+    for action in p._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                yield from _actions(sub)
+        elif not isinstance(action, (argparse._HelpAction, argparse._VersionAction)):
+            yield p.prog, action
+
+
+def test_every_option_and_argument_has_help_without_jargon():
+    texts = []
+    for prog, action in _actions(cli.parser()):
+        assert action.help and action.help != argparse.SUPPRESS, f"{prog} {action.dest} has no help"
+        texts.append(action.help)
+    p = cli.parser()
+    texts += [p.description or "", p.epilog or ""]
+    for sub in p._subparsers._group_actions[0].choices.values():
+        texts += [sub.description or ""]
+    for text in texts:
+        assert not re.search(r"seed|contract|§", text, re.I), text
+
+
+def test_build_on_a_small_window_names_the_reserve_and_json_reports_every_item(capsys, redis_url, prefix):
+    with cs.ContextStore.from_url(redis_url, prefix=prefix) as store:
+        w = store.window("small", max_tokens=800)
+        w.add("You review code.", type="system_prompt", pinned=True)
+        for n in range(15):
+            w.add(f"message {n}", type="user_message", role="user")
+    base = ("--url", redis_url, "--prefix", prefix, "build", "small")
+    code, out, err = run(capsys, *base)
+    assert (code, out) == (2, "")
+    assert "--reserve 1000 leaves no room for a prompt within 800 tokens" in one_line(err)
+    code, out, err = run(capsys, *base, "--reserve", "100")
+    assert code == 0 and err == "" and out.startswith("You review code.") and "message 14" in out
+    code, out, _ = run(capsys, *base, "--reserve", "100", "--json")
+    import msgspec
+
+    built = msgspec.json.decode(out, type=cs.BuiltContext)
+    assert len(built.included_item_ids) == 11 and built.excluded_item_ids == []
+    assert built.omitted_item_ids == [f"ctx-{n}" for n in range(2, 7)]  # beyond max_history_items=10
+
+
+def _demo(redis_url: str, prefix: str, *argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "contextstore.cli", "--url", redis_url, "--prefix", prefix,
+                           "demo", *argv], capture_output=True, text=True, timeout=180)
+
+
+@pytest.mark.slow
+def test_demo_with_a_tiny_window_finishes_and_counts_refused_adds(redis_url, prefix):
+    """It hung for ever when a worker's ContextWindowFullError could not be unpickled."""
+    res = _demo(redis_url, prefix, "--workers", "3", "--items", "20", "--max-tokens", "100")
+    assert res.returncode == 0, res.stderr
+    assert re.search(r"3 workers added \d+ items .*; [1-9]\d* refused as too big for the window", res.stdout)
+    assert "verify(): OK; within budget: yes" in res.stdout
+
+
+@pytest.mark.slow
+def test_demo_shows_that_several_workers_wrote(redis_url, prefix):
+    res = _demo(redis_url, prefix, "--workers", "3", "--items", "40")
+    assert res.returncode == 0, res.stderr
+    held = re.search(r"the window now holds items from: (.*)", res.stdout)
+    assert held and len(re.findall(r"worker-\d \(\d+\)", held.group(1))) == 3, res.stdout
+    prompt = re.search(r"=== built prompt =+\n(.*?)\n=+\n", res.stdout, re.S)
+    assert prompt and len(set(re.findall(r"Worker (\d) (?:asks|answers)", prompt.group(1)))) >= 2, res.stdout
+
+
+@pytest.mark.slow
+def test_demo_whose_pinned_prompt_cannot_fit_is_one_line(redis_url, prefix):
+    res = _demo(redis_url, prefix, "--workers", "1", "--items", "1", "--max-tokens", "5")
+    assert res.returncode == 1
+    assert one_line(res.stderr).startswith("contextstore: context window full (tokens)")
+
+
+def test_a_reader_that_goes_away_is_no_traceback(redis_url, prefix):
+    with cs.ContextStore.from_url(redis_url, prefix=prefix) as store:
+        store.window("big").add_many(["x" * 4000] * 40)  # a snapshot larger than a pipe's buffer
+    cmd = (f"{sys.executable} -m contextstore.cli --url {redis_url} --prefix {prefix} snapshot big | head -c 10")
+    res = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=120)
+    assert res.stdout == '{"format_v' and res.stderr == ""
