@@ -12,7 +12,9 @@ import redis.asyncio
 import redis.asyncio.retry
 
 from . import ops
-from ._base import REDIS_ERRORS, StoreBase, helper_failed, store_error
+from ._base import REDIS_ERRORS, ScriptRegistry, StoreBase, helper_failed, store_error
+from ._loops import LoopClients
+from .errors import ContextStoreError
 from .keys import meta_pattern
 from .types import (
     BuildOptions,
@@ -35,6 +37,10 @@ class AsyncContextStore(StoreBase):
     _redis_class = redis.asyncio.Redis
     _retry_class = redis.asyncio.retry.Retry
 
+    def __init__(self, client: Any, **options: Any) -> None:
+        super().__init__(client, **options)
+        self._loops = LoopClients(client, self._owns_client, ScriptRegistry)
+
     async def _run(self, plan: ops.Plan[T]) -> T:
         self._ensure_server()
         try:
@@ -54,13 +60,21 @@ class AsyncContextStore(StoreBase):
                 raise helper_failed(exc) from exc
             return result
         keys, argv, attempt = list(request.keys), request.argv(), 0
+        scripts = (await self._loops.current()).scripts
         while True:
             try:
-                return await self._scripts[request.name](keys=keys, args=argv)
+                return await scripts[request.name](keys=keys, args=argv)
             except REDIS_ERRORS as exc:
                 attempt += 1
                 delay = self._retry_delay(exc, attempt, request)
+            except RuntimeError as exc:  # a caller's client bound to another (or a closed) loop
+                raise self._loop_error(exc) from exc
             await asyncio.sleep(delay)
+
+    def _loop_error(self, exc: RuntimeError) -> ContextStoreError:
+        return ContextStoreError(f"the Redis client for {self._where} cannot be used from this event "
+                                 f"loop ({exc}); give the store a client made on this loop, or use "
+                                 "AsyncContextStore.from_url(...), which keeps one client per loop")
 
     async def window(self, window_id: str, *, create: bool = True, **config: Any) -> AsyncContextWindow:
         """Attach to ``window_id``, creating it with ``config`` if it does not exist; with
@@ -69,20 +83,25 @@ class AsyncContextStore(StoreBase):
         return AsyncContextWindow(self, state)
 
     async def windows(self) -> list[str]:
+        """Sorted ids of every window under this store's prefix (every primary of a cluster)."""
         found: set[str] = set()
         self._ensure_server()
+        client = (await self._loops.current()).client
         try:
-            async for key in self._client.scan_iter(match=meta_pattern(self._settings.prefix), count=1000):
+            async for key in client.scan_iter(match=meta_pattern(self._settings.prefix), count=1000):
                 wid = self._window_id(key)
                 if wid is not None:
                     found.add(wid)
         except REDIS_ERRORS as exc:
             raise store_error(exc, self._where) from exc
+        except RuntimeError as exc:
+            raise self._loop_error(exc) from exc
         return sorted(found)
 
     async def close(self) -> None:
-        if self._owns_client:
-            await self._client.aclose()
+        """Close the clients this store made (one per event loop that used it); a client the
+        caller brought stays open."""
+        await self._loops.close()
 
     async def __aenter__(self) -> AsyncContextStore:
         return self
