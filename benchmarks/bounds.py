@@ -14,16 +14,14 @@ Run:  python benchmarks/bounds.py [--quick]   (--quick: 100 MiB / 20000 items)
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import sys
 import time
-from pathlib import Path
 
 import redis
 
 import contextstore as cs
-from _common import redis_server
+from _common import redis_server, write_result
 
 BUSY_MS = 5000.0
 
@@ -96,9 +94,7 @@ def main() -> int:
     for r in rows:
         print(f"{r['window']:<22}{r['operation']:<32}{r['script_calls']:>6}{r['server_ms_per_call']:>9.1f}"
               f"{r['wall_ms']:>10.1f}{r['busy_fraction']:>8.1%}")
-    out = Path(__file__).parent / "results" / "bounds.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps({"redis": version, "rows": rows}, indent=2))
+    write_result("bounds", {"redis": version, "rows": rows})
     return 0
 
 

@@ -8,14 +8,12 @@ and stops the server. Run:  python benchmarks/latency.py [--tcp] [--quick]
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import random
 import sys
-from pathlib import Path
 
 import redis
-from _common import FLOOR_LUA, redis_binary, redis_server, timed
+from _common import FLOOR_LUA, redis_binary, redis_server, timed, write_result
 
 import contextstore as cs
 
@@ -78,9 +76,8 @@ def main() -> int:
     print(f"{'operation':<40} {'p50 µs':>10} {'p99 µs':>10} {'p50 / bare':>11} {'n':>6}")
     for name, r in rows.items():
         print(f"{name:<40} {r['p50_us']:>10.1f} {r['p99_us']:>10.1f} {r['p50_us'] / floor_p50:>10.2f}x {int(r['n']):>6}")
-    out = Path(__file__).parent / "results" / "latency.json"
-    out.write_text(json.dumps({"transport": "tcp" if args.tcp else "unix", "rows": rows,
-                               "python": sys.version, "machine": platform.platform()}, indent=2))
+    out = write_result("latency", {"transport": "tcp" if args.tcp else "unix", "rows": rows,
+                                   "python": sys.version})
     print(f"\nwrote {out}")
     return 0
 
