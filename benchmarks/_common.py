@@ -31,8 +31,7 @@ from contextstore.embedded import find_redis_server
 RESULTS = Path(__file__).resolve().parent / "results"
 
 # The floor of one add: what an atomic "append one message" must at least cost on the server.
-FLOOR_LUA = ("redis.call('ZADD', KEYS[1], ARGV[1], ARGV[2]); "
-             "redis.call('HSET', KEYS[2], ARGV[2], ARGV[3]); return 1")
+FLOOR_LUA = "redis.call('ZADD', KEYS[1], ARGV[1], ARGV[2]); redis.call('HSET', KEYS[2], ARGV[2], ARGV[3]); return 1"
 
 _WORDS = (
     "the a to of and in that is for it on with as you this be are was can we have not or by "
@@ -56,7 +55,7 @@ def chat_message(rng: random.Random, role: str) -> str:
     out, i = [], 0
     while i < len(words):  # sentences of 6-18 words
         n = rng.randint(6, 18)
-        s = " ".join(words[i:i + n])
+        s = " ".join(words[i : i + n])
         out.append(s[:1].upper() + s[1:] + rng.choice(".?!.."))
         i += n
     return " ".join(out)
@@ -120,8 +119,12 @@ def server_version(url: str) -> str:
 def summarize(samples_s: list[float]) -> dict[str, float]:
     """p50 / p99 / mean in microseconds (p99 is the max when there are under 100 samples)."""
     us = sorted(x * 1e6 for x in samples_s)
-    return {"p50_us": statistics.median(us), "p99_us": us[min(len(us) - 1, int(len(us) * 0.99))],
-            "mean_us": statistics.fmean(us), "n": len(us)}
+    return {
+        "p50_us": statistics.median(us),
+        "p99_us": us[min(len(us) - 1, int(len(us) * 0.99))],
+        "mean_us": statistics.fmean(us),
+        "n": len(us),
+    }
 
 
 def timed(fn: Callable[[], Any], n: int, warmup: int, max_seconds: float = 1e9) -> dict[str, float]:
@@ -164,8 +167,12 @@ def machine() -> dict[str, Any]:
 def write_result(name: str, payload: dict[str, Any]) -> Path:
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / f"{name}.json"
-    payload = {"command": " ".join([Path(sys.executable).name, *sys.argv]), "machine": machine(),
-               "when": time.strftime("%Y-%m-%d %H:%M:%S"), **payload}
+    payload = {
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "machine": machine(),
+        "when": time.strftime("%Y-%m-%d %H:%M:%S"),
+        **payload,
+    }
     out.write_text(json.dumps(payload, indent=2))
     return out
 
@@ -174,6 +181,7 @@ def table(headers: list[str], rows: list[list[Any]]) -> str:
     """A GitHub-markdown table (also readable in a terminal)."""
     cells = [[str(h) for h in headers]] + [[str(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    line = lambda r: "| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |"  # noqa: E731
-    return "\n".join([line(cells[0]), "|" + "|".join("-" * (w + 2) for w in widths) + "|",
-                      *(line(r) for r in cells[1:])])
+    line = lambda r: "| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)) + " |"  # noqa: E731
+    return "\n".join(
+        [line(cells[0]), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *(line(r) for r in cells[1:])]
+    )

@@ -21,6 +21,7 @@ import time
 import redis
 
 import contextstore as cs
+
 from _common import redis_server, write_result
 
 BUSY_MS = 5000.0
@@ -39,13 +40,21 @@ def script_stats(client: redis.Redis) -> tuple[int, float]:
 def measure(client: redis.Redis, store: cs.ContextStore, name: str, n_items: int, size: int) -> list[dict]:
     store_limit = n_items
     w = store.window(name, max_items=store_limit)
-    body = ("lorem ipsum dolor sit amet " * (size // 27 + 1))[:size - 12]
+    body = ("lorem ipsum dolor sit amet " * (size // 27 + 1))[: size - 12]
     batch = max(1, min(1000, (64 << 20) // size))  # keep each call's arguments under ~64 MiB
     t0 = time.perf_counter()
     for start in range(0, n_items, batch):
-        w.add_many([{"content": f"{i:>10}: {body}", "token_count": max(1, size // 4),
-                     "priority": i % 101, "type": "retrieved_document"}
-                    for i in range(start, min(n_items, start + batch))])
+        w.add_many(
+            [
+                {
+                    "content": f"{i:>10}: {body}",
+                    "token_count": max(1, size // 4),
+                    "priority": i % 101,
+                    "type": "retrieved_document",
+                }
+                for i in range(start, min(n_items, start + batch))
+            ]
+        )
     fill_s = time.perf_counter() - t0
     rows = []
 
@@ -56,13 +65,22 @@ def measure(client: redis.Redis, store: cs.ContextStore, name: str, n_items: int
         wall = time.perf_counter() - t
         calls, per_call_us = script_stats(client)
         server_ms = per_call_us / 1000
-        rows.append({"window": f"{n_items} x {size} B", "operation": what, "script_calls": calls,
-                     "server_ms_per_call": server_ms, "wall_ms": wall * 1000,
-                     "busy_fraction": server_ms / BUSY_MS})
+        rows.append(
+            {
+                "window": f"{n_items} x {size} B",
+                "operation": what,
+                "script_calls": calls,
+                "server_ms_per_call": server_ms,
+                "wall_ms": wall * 1000,
+                "busy_fraction": server_ms / BUSY_MS,
+            }
+        )
 
     step("add at capacity (evicts 1)", lambda: w.add("one more " + body[:100], token_count=3))
-    step("build (read all, render)", lambda: w.build(cs.BuildOptions(max_tokens=10**9, reserve_for_response=0,
-                                                                        max_history_items=0)))
+    step(
+        "build (read all, render)",
+        lambda: w.build(cs.BuildOptions(max_tokens=10**9, reserve_for_response=0, max_history_items=0)),
+    )
     step("snapshot (read all)", w.snapshot)
     step("configure max_tokens (no work)", lambda: w.configure(max_tokens=10))
     step("compact to 0% (removes all)", lambda: w.compact("remove_low_priority", 0))
@@ -82,18 +100,25 @@ def main() -> int:
         client.config_set("client-query-buffer-limit", str(1 << 30))
         version = client.info("server")["redis_version"]
         rows: list[dict] = []
-        scenarios = [(100, 1 << 20, 1000), (20_000, 100, 20_000)] if a.quick else [
-            (1000, 1 << 20, 1000), (100_000, 100, 100_000)]
+        scenarios = (
+            [(100, 1 << 20, 1000), (20_000, 100, 20_000)]
+            if a.quick
+            else [(1000, 1 << 20, 1000), (100_000, 100, 100_000)]
+        )
         for n, size, limit in scenarios:
             with cs.ContextStore(client, item_limit=limit, max_content_bytes=max(size, 1 << 20)) as store:
                 rows += measure(client, store, f"bounds-{n}", n, size)
         client.close()
-    print(f"Redis {version} (bundled), Python {platform.python_version()}, {platform.machine()}; "
-          f"busy-script threshold {BUSY_MS:.0f} ms")
+    print(
+        f"Redis {version} (bundled), Python {platform.python_version()}, {platform.machine()}; "
+        f"busy-script threshold {BUSY_MS:.0f} ms"
+    )
     print(f"{'window':<22}{'operation':<32}{'calls':>6}{'ms/call':>9}{'wall ms':>10}{'of busy':>9}")
     for r in rows:
-        print(f"{r['window']:<22}{r['operation']:<32}{r['script_calls']:>6}{r['server_ms_per_call']:>9.1f}"
-              f"{r['wall_ms']:>10.1f}{r['busy_fraction']:>8.1%}")
+        print(
+            f"{r['window']:<22}{r['operation']:<32}{r['script_calls']:>6}{r['server_ms_per_call']:>9.1f}"
+            f"{r['wall_ms']:>10.1f}{r['busy_fraction']:>8.1%}"
+        )
     write_result("bounds", {"redis": version, "rows": rows})
     return 0
 

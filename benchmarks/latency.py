@@ -13,12 +13,15 @@ import random
 import sys
 
 import redis
-from _common import FLOOR_LUA, redis_binary, redis_server, timed, write_result
 
 import contextstore as cs
 
-WORDS = ("the agent asked the tool for the latest deploy status and got back a long json blob "
-         "with timestamps ids and error codes that it then summarised for the user").split()
+from _common import FLOOR_LUA, redis_binary, redis_server, timed, write_result
+
+WORDS = (
+    "the agent asked the tool for the latest deploy status and got back a long json blob "
+    "with timestamps ids and error codes that it then summarised for the user"
+).split()
 
 
 def message(rng: random.Random) -> str:
@@ -49,21 +52,33 @@ def main() -> int:
         it = iter(texts * 10)
         w50 = store.window("add-fifo")  # the default 50-item window: evicts on every add at steady state
         rows["add (50-item window, evicting)"] = timed(
-            lambda: w50.add(next(it), type="user_message", role="user"), 3000 // k, 300)
+            lambda: w50.add(next(it), type="user_message", role="user"), 3000 // k, 300
+        )
         wtok = store.window("add-tokens", max_tokens=8000)
         rows["add (8k-token window, compacting)"] = timed(
-            lambda: wtok.add(next(it), type="user_message", role="user"), 3000 // k, 300)
+            lambda: wtok.add(next(it), type="user_message", role="user"), 3000 // k, 300
+        )
 
         for n in (50, 1000):
             w = store.window(f"build-{n}", max_items=n)
-            w.add_many([{"content": t, "type": "user_message" if i % 2 else "assistant_message",
-                         "role": "user" if i % 2 else "assistant"} for i, t in enumerate(texts[:n])])
+            w.add_many(
+                [
+                    {
+                        "content": t,
+                        "type": "user_message" if i % 2 else "assistant_message",
+                        "role": "user" if i % 2 else "assistant",
+                    }
+                    for i, t in enumerate(texts[:n])
+                ]
+            )
             opts = cs.BuildOptions(max_history_items=n, reserve_for_response=0)
-            rows[f"build ({n} items, all fit)"] = timed(lambda: w.build_structured(opts), (1000 if n == 50 else 200) // k, 20)
+            rows[f"build ({n} items, all fit)"] = timed(
+                lambda w=w, opts=opts: w.build_structured(opts), (1000 if n == 50 else 200) // k, 20
+            )
             keys = w._state.keys
             pipe_ids = [i.id for i in w.items()]
 
-            def bare_fetch() -> None:
+            def bare_fetch(keys=keys, pipe_ids=pipe_ids) -> None:
                 client.hmget(keys.items, pipe_ids)
 
             rows[f"bare HMGET of the same {n} items"] = timed(bare_fetch, (1000 if n == 50 else 200) // k, 20)
@@ -71,13 +86,16 @@ def main() -> int:
         client.close()
 
     floor_p50 = rows["bare EVALSHA (ZADD+HSET)"]["p50_us"]
-    print(f"\ncontextstore latency — {platform.machine()}, Python {platform.python_version()}, "
-          f"redis-server {redis_binary()} over {'TCP' if args.tcp else 'unix socket'}\n")
+    print(
+        f"\ncontextstore latency — {platform.machine()}, Python {platform.python_version()}, "
+        f"redis-server {redis_binary()} over {'TCP' if args.tcp else 'unix socket'}\n"
+    )
     print(f"{'operation':<40} {'p50 µs':>10} {'p99 µs':>10} {'p50 / bare':>11} {'n':>6}")
     for name, r in rows.items():
-        print(f"{name:<40} {r['p50_us']:>10.1f} {r['p99_us']:>10.1f} {r['p50_us'] / floor_p50:>10.2f}x {int(r['n']):>6}")
-    out = write_result("latency", {"transport": "tcp" if args.tcp else "unix", "rows": rows,
-                                   "python": sys.version})
+        print(
+            f"{name:<40} {r['p50_us']:>10.1f} {r['p99_us']:>10.1f} {r['p50_us'] / floor_p50:>10.2f}x {int(r['n']):>6}"
+        )
+    out = write_result("latency", {"transport": "tcp" if args.tcp else "unix", "rows": rows, "python": sys.version})
     print(f"\nwrote {out}")
     return 0
 

@@ -33,8 +33,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import redis  # noqa: E402
-from _common import (  # noqa: E402
+import redis
+
+import contextstore as cs
+
+from _common import (
     FLOOR_LUA,
     conversation,
     redis_server,
@@ -46,10 +49,13 @@ from _common import (  # noqa: E402
     write_result,
 )
 
-import contextstore as cs  # noqa: E402
-
-PEER_DISTS = ("llama-index-core", "llama-index-storage-chat-store-redis", "openai-agents",
-              "langchain-core", "langchain-community")
+PEER_DISTS = (
+    "llama-index-core",
+    "llama-index-storage-chat-store-redis",
+    "openai-agents",
+    "langchain-core",
+    "langchain-community",
+)
 
 
 def encoding() -> Any:
@@ -96,8 +102,9 @@ class Floor(System):
 
     def append(self, role: str, content: str) -> None:
         self.n += 1
-        self.client.evalsha(self.sha, 2, f"floor:{{{self.hid}}}:z", f"floor:{{{self.hid}}}:h",
-                            self.n, f"m{self.n}", content)
+        self.client.evalsha(
+            self.sha, 2, f"floor:{{{self.hid}}}:z", f"floor:{{{self.hid}}}:h", self.n, f"m{self.n}", content
+        )
 
     def key_pattern(self) -> str:
         return f"floor:{{{self.hid}}}*"
@@ -116,12 +123,12 @@ class ContextStoreSystem(System):
         self.last_ids: list[str] = []
 
     def append(self, role: str, content: str) -> None:
-        self.window.add(content, type="user_message" if role == "user" else "assistant_message",
-                        role=role)
+        self.window.add(content, type="user_message" if role == "user" else "assistant_message", role=role)
 
     def build(self, budget: int) -> list[str]:
-        built = self.window.build_structured(cs.BuildOptions(
-            max_tokens=budget, reserve_for_response=0, max_history_items=100_000))
+        built = self.window.build_structured(
+            cs.BuildOptions(max_tokens=budget, reserve_for_response=0, max_history_items=100_000)
+        )
         self.last_ids = built.included_item_ids
         return built.included_item_ids
 
@@ -155,8 +162,8 @@ class LlamaIndexSystem(System):
 
     def buffer(self, limit: int) -> Any:
         return self.ChatMemoryBuffer.from_defaults(
-            token_limit=limit, chat_store=self.chat_store, chat_store_key=self.key,
-            tokenizer_fn=encoding().encode)
+            token_limit=limit, chat_store=self.chat_store, chat_store_key=self.key, tokenizer_fn=encoding().encode
+        )
 
     def append(self, role: str, content: str) -> None:
         self.memory.put(self.ChatMessage(role=role, content=content))
@@ -237,8 +244,7 @@ class LangChainSystem(System):
         self.history.add_message(self.Human(content=content) if role == "user" else self.AI(content=content))
 
     def build(self, budget: int) -> list[str]:
-        kept = self.trim(self.history.messages, max_tokens=budget, token_counter=self.count,
-                         strategy="last")
+        kept = self.trim(self.history.messages, max_tokens=budget, token_counter=self.count, strategy="last")
         return [m.content for m in kept]
 
     def contents(self) -> list[str]:
@@ -251,8 +257,9 @@ class LangChainSystem(System):
         self.history.redis_client.close()
 
 
-SYSTEMS: dict[str, type[System]] = {s.name: s for s in (
-    ContextStoreSystem, LlamaIndexSystem, AgentsSystem, LangChainSystem)}
+SYSTEMS: dict[str, type[System]] = {
+    s.name: s for s in (ContextStoreSystem, LlamaIndexSystem, AgentsSystem, LangChainSystem)
+}
 PEERS = [n for n in SYSTEMS if n != "contextstore"]
 
 
@@ -263,10 +270,12 @@ def call(system: System, fn: Callable[..., Any], *args: Any) -> Any:
     return out
 
 
-def time_calls(system: System, fn: Callable[..., Any], args: list[tuple[Any, ...]],
-               max_seconds: float = 1e9) -> list[float]:
+def time_calls(
+    system: System, fn: Callable[..., Any], args: list[tuple[Any, ...]], max_seconds: float = 1e9
+) -> list[float]:
     """Wall time of each ``fn(*a)``; an async system is timed inside its event loop."""
     if system.is_async:
+
         async def go() -> list[float]:
             out: list[float] = []
             start = time.perf_counter()
@@ -277,6 +286,7 @@ def time_calls(system: System, fn: Callable[..., Any], args: list[tuple[Any, ...
                 if time.perf_counter() - start > max_seconds and len(out) >= 3:
                     break
             return out
+
         return system.loop.run_until_complete(go())  # type: ignore[attr-defined,no-any-return]
     out = []
     start = time.perf_counter()
@@ -298,8 +308,9 @@ def close(system: System) -> None:
 # -- workloads ---------------------------------------------------------------------------------
 
 
-def append_workload(url: str, names: list[str], n: int, histories: int,
-                    msgs: list[tuple[str, str]]) -> tuple[dict[str, dict[str, float]], dict[str, System]]:
+def append_workload(
+    url: str, names: list[str], n: int, histories: int, msgs: list[tuple[str, str]]
+) -> tuple[dict[str, dict[str, float]], dict[str, System]]:
     """Append ``n`` messages to each of ``histories`` fresh histories, interleaving the systems
     in chunks of 100 so that machine noise falls on all of them alike. Returns per-add stats and
     the systems holding the last history (for the builds and the memory count)."""
@@ -308,7 +319,7 @@ def append_workload(url: str, names: list[str], n: int, histories: int,
     for h in range(histories):
         live = {s: (Floor if s == Floor.name else SYSTEMS[s])(url, f"n{n}-h{h}") for s in names}
         for start in range(0, n, 100):
-            chunk = msgs[start:min(n, start + 100)]
+            chunk = msgs[start : min(n, start + 100)]
             for s, system in live.items():
                 samples[s] += time_calls(system, system.append, chunk)
         for s, system in live.items():
@@ -331,8 +342,10 @@ def warm_up(url: str, names: list[str], msgs: list[tuple[str, str]]) -> None:
 def memory_per_item(url: str, system: System, n: int) -> dict[str, Any]:
     client = redis.Redis.from_url(url)
     try:
-        per_key = {k.decode(): int(client.memory_usage(k, samples=0) or 0)
-                   for k in client.scan_iter(match=system.key_pattern(), count=1000)}
+        per_key = {
+            k.decode(): int(client.memory_usage(k, samples=0) or 0)
+            for k in client.scan_iter(match=system.key_pattern(), count=1000)
+        }
     finally:
         client.close()
     return {"bytes_per_item": sum(per_key.values()) / n, "keys": per_key}
@@ -371,11 +384,15 @@ def concurrency_workload(url: str, names: list[str], writers: int, per_writer: i
                 tags[(int(m[1]), int(m[2]))] += 1
         close(system)
         expected = {(w, i) for w in range(writers) for i in range(per_writer)}
-        out[s] = {"writers": writers, "sent": len(expected),
-                  "lost": len(expected - set(tags)),
-                  "duplicated": sum(c - 1 for c in tags.values() if c > 1),
-                  "exit_codes": [p.exitcode for p in procs], "seconds": elapsed,
-                  "adds_per_second": len(expected) / elapsed}
+        out[s] = {
+            "writers": writers,
+            "sent": len(expected),
+            "lost": len(expected - set(tags)),
+            "duplicated": sum(c - 1 for c in tags.values() if c > 1),
+            "exit_codes": [p.exitcode for p in procs],
+            "seconds": elapsed,
+            "adds_per_second": len(expected) / elapsed,
+        }
     return out
 
 
@@ -392,8 +409,13 @@ def main() -> int:
     q = args.quick
     msgs = conversation(1000)
     count = encoding().encode
-    result: dict[str, Any] = {"versions": versions(*PEER_DISTS), "append": {}, "build": {},
-                              "concurrency": {}, "memory": {}}
+    result: dict[str, Any] = {
+        "versions": versions(*PEER_DISTS),
+        "append": {},
+        "build": {},
+        "concurrency": {},
+        "memory": {},
+    }
     with redis_server() as url:
         result["redis_server"] = server_version(url)
         warm_up(url, names, msgs)
@@ -409,8 +431,12 @@ def main() -> int:
                     system = systems[n][s]
                     kept = call(system, system.build, budget)
                     reps = 5 if (q or n == 1000) else 20
-                    samples = time_calls(system, system.build, [(budget,)] * (reps * 4 if s == "contextstore" else reps),
-                                         max_seconds=20.0)
+                    samples = time_calls(
+                        system,
+                        system.build,
+                        [(budget,)] * (reps * 4 if s == "contextstore" else reps),
+                        max_seconds=20.0,
+                    )
                     row[s] = {**summarize(samples), "messages": len(kept)}
                 # the floor: one HMGET of exactly the items contextstore's build returned
                 cs_sys = systems[n]["contextstore"]
@@ -418,7 +444,9 @@ def main() -> int:
                 client = redis.Redis.from_url(url)
                 items_key = f"cs:{{{cs_sys.hid}}}:items"
                 row["bare fetch (HMGET of the built items)"] = {
-                    **timed(lambda: client.hmget(items_key, ids), 100, 10), "messages": len(ids)}
+                    **timed(lambda client=client, items_key=items_key, ids=ids: client.hmget(items_key, ids), 100, 10),
+                    "messages": len(ids),
+                }
                 client.close()
                 result["build"][f"{n} {case}"] = row
         for s in names:
@@ -443,24 +471,62 @@ def report(r: dict[str, Any], names: list[str]) -> None:
     for n, stats in r["append"].items():
         f = stats[floor]
         print(f"\nappend {n} messages (per call)\n")
-        print(table(["system", "p50 µs", "p99 µs", "p50 / bare", "p99 / bare", "calls"], [
-            [s, f"{v['p50_us']:.0f}", f"{v['p99_us']:.0f}", ratio(v["p50_us"], f["p50_us"]),
-             ratio(v["p99_us"], f["p99_us"]), v["n"]] for s, v in stats.items()]))
+        print(
+            table(
+                ["system", "p50 µs", "p99 µs", "p50 / bare", "p99 / bare", "calls"],
+                [
+                    [
+                        s,
+                        f"{v['p50_us']:.0f}",
+                        f"{v['p99_us']:.0f}",
+                        ratio(v["p50_us"], f["p50_us"]),
+                        ratio(v["p99_us"], f["p99_us"]),
+                        v["n"],
+                    ]
+                    for s, v in stats.items()
+                ],
+            )
+        )
     for case, row in r["build"].items():
         print(f"\nbuild, {case} (budget {row['budget']} of {row['history_tokens']} history tokens)\n")
         sysrows = {k: v for k, v in row.items() if isinstance(v, dict)}
         ours = sysrows["contextstore"]["p50_us"]
-        print(table(["system", "p50 ms", "p99 ms", "messages kept", "p50 / contextstore"], [
-            [s, f"{v['p50_us'] / 1000:.2f}", f"{v['p99_us'] / 1000:.2f}", v["messages"],
-             ratio(v["p50_us"], ours)] for s, v in sysrows.items()]))
+        print(
+            table(
+                ["system", "p50 ms", "p99 ms", "messages kept", "p50 / contextstore"],
+                [
+                    [
+                        s,
+                        f"{v['p50_us'] / 1000:.2f}",
+                        f"{v['p99_us'] / 1000:.2f}",
+                        v["messages"],
+                        ratio(v["p50_us"], ours),
+                    ]
+                    for s, v in sysrows.items()
+                ],
+            )
+        )
     print("\nconcurrent writers appending to one history\n")
-    print(table(["system", "writers", "sent", "lost", "duplicated", "adds/s"], [
-        [s, v["writers"], v["sent"], v["lost"], v["duplicated"], f"{v['adds_per_second']:.0f}"]
-        for w in r["concurrency"].values() for s, v in w.items()]))
+    print(
+        table(
+            ["system", "writers", "sent", "lost", "duplicated", "adds/s"],
+            [
+                [s, v["writers"], v["sent"], v["lost"], v["duplicated"], f"{v['adds_per_second']:.0f}"]
+                for w in r["concurrency"].values()
+                for s, v in w.items()
+            ],
+        )
+    )
     print("\nRedis memory per stored message (1000 messages, MEMORY USAGE of every key)\n")
-    print(table(["system", "bytes / message", "keys"], [
-        [s, f"{v['bytes_per_item']:.0f}", ", ".join(f"{k.split(':')[-1]}={b}" for k, b in v["keys"].items())]
-        for s, v in r["memory"].items()]))
+    print(
+        table(
+            ["system", "bytes / message", "keys"],
+            [
+                [s, f"{v['bytes_per_item']:.0f}", ", ".join(f"{k.split(':')[-1]}={b}" for k, b in v["keys"].items())]
+                for s, v in r["memory"].items()
+            ],
+        )
+    )
     goals(r)
 
 
@@ -468,26 +534,31 @@ def goals(r: dict[str, Any]) -> None:
     rows = []
     a = r["append"]["1000"]
     f, c = a[Floor.name], a["contextstore"]
-    rows.append(["add p50 ≤ 1.3× bare EVALSHA", ratio(c["p50_us"], f["p50_us"]), c["p50_us"] <= 1.3 * f["p50_us"]])
-    rows.append(["add p99 ≤ 2× bare EVALSHA", ratio(c["p99_us"], f["p99_us"]), c["p99_us"] <= 2 * f["p99_us"]])
+    rows.append(["add p50 ≤ 1.3x bare EVALSHA", ratio(c["p50_us"], f["p50_us"]), c["p50_us"] <= 1.3 * f["p50_us"]])
+    rows.append(["add p99 ≤ 2x bare EVALSHA", ratio(c["p99_us"], f["p99_us"]), c["p99_us"] <= 2 * f["p99_us"]])
     b = r["build"]["1000 fits"]
     bare = b["bare fetch (HMGET of the built items)"]["p50_us"]
     ours = b["contextstore"]["p50_us"]
-    rows.append(["build of 1000 items ≤ 3× bare fetch", ratio(ours, bare), ours <= 3 * bare])
+    rows.append(["build of 1000 items ≤ 3x bare fetch", ratio(ours, bare), ours <= 3 * bare])
     o = r["build"]["1000 3x over"]
     peers = {k: v["p50_us"] for k, v in o.items() if isinstance(v, dict) and k in PEERS}
     if peers:
         fastest = min(peers, key=peers.get)  # type: ignore[arg-type]
         sp = peers[fastest] / o["contextstore"]["p50_us"]
-        rows.append([f"3× over budget ≥ 20× faster than the fastest peer ({fastest})", f"{sp:.1f}×", sp >= 20])
+        rows.append([f"3x over budget ≥ 20x faster than the fastest peer ({fastest})", f"{sp:.1f}x", sp >= 20])
     c4 = r["concurrency"]["4"]["contextstore"]
-    rows.append(["0 lost / duplicated with 4 writers", f"{c4['lost']} / {c4['duplicated']}",
-                 c4["lost"] == 0 and c4["duplicated"] == 0])
+    rows.append(
+        [
+            "0 lost / duplicated with 4 writers",
+            f"{c4['lost']} / {c4['duplicated']}",
+            c4["lost"] == 0 and c4["duplicated"] == 0,
+        ]
+    )
     mem = {k: v["bytes_per_item"] for k, v in r["memory"].items() if k in PEERS}
     if mem:
         least = min(mem, key=mem.get)  # type: ignore[arg-type]
         m = r["memory"]["contextstore"]["bytes_per_item"] / mem[least]
-        rows.append([f"memory per item ≤ 1.5× the leanest peer ({least})", f"{m:.2f}×", m <= 1.5])
+        rows.append([f"memory per item ≤ 1.5x the leanest peer ({least})", f"{m:.2f}x", m <= 1.5])
     r["goals"] = [{"goal": g, "measured": v, "met": bool(ok)} for g, v, ok in rows]
     print("\ngoals\n")
     print(table(["goal", "measured", "met"], [[g, v, "yes" if ok else "NO"] for g, v, ok in rows]))

@@ -1,6 +1,6 @@
 """PNG plots of the last benchmarks/peers.py run, for docs/benchmarks.md.
 
-    python benchmarks/plot.py      (reads benchmarks/results/peers.json, writes docs/img/*.png)
+python benchmarks/plot.py      (reads benchmarks/results/peers.json, writes docs/img/*.png)
 """
 
 from __future__ import annotations
@@ -12,13 +12,18 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "docs" / "img"
-COLORS = {"bare EVALSHA (ZADD+HSET)": "#999999", "bare fetch (HMGET of the built items)": "#999999",
-          "contextstore": "#d62728", "llama-index": "#1f77b4", "openai-agents": "#2ca02c",
-          "langchain": "#ff7f0e"}
+COLORS = {
+    "bare EVALSHA (ZADD+HSET)": "#999999",
+    "bare fetch (HMGET of the built items)": "#999999",
+    "contextstore": "#d62728",
+    "llama-index": "#1f77b4",
+    "openai-agents": "#2ca02c",
+    "langchain": "#ff7f0e",
+}
 
 
 def bars(ax: plt.Axes, labels: list[str], values: list[float], unit: str, log: bool = False) -> None:
@@ -37,7 +42,7 @@ def main() -> int:
     OUT.mkdir(parents=True, exist_ok=True)
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for ax, (n, stats) in zip(axes, r["append"].items()):
+    for ax, (n, stats) in zip(axes, r["append"].items(), strict=True):
         labels = list(stats)
         bars(ax, labels, [stats[s]["p50_us"] for s in labels], "µs per append (p50)")
         ax.set_title(f"append, {n} messages")
@@ -45,7 +50,7 @@ def main() -> int:
     fig.savefig(OUT / "append.png", dpi=110)
 
     fig, axes = plt.subplots(1, 4, figsize=(16, 4.2))
-    for ax, (case, row) in zip(axes, r["build"].items()):
+    for ax, (case, row) in zip(axes, r["build"].items(), strict=True):
         labels = [k for k, v in row.items() if isinstance(v, dict)]
         bars(ax, labels, [row[s]["p50_us"] / 1000 for s in labels], "ms per build (p50, log)", log=True)
         ax.set_title(f"token-limited build: {case}", fontsize=9)
@@ -63,8 +68,13 @@ def main() -> int:
     systems = list(r["concurrency"]["1"])
     for s in systems:
         ws = sorted(r["concurrency"], key=int)
-        ax.plot([int(w) for w in ws], [r["concurrency"][w][s]["adds_per_second"] for w in ws], "o-",
-                color=COLORS.get(s), label=s)
+        ax.plot(
+            [int(w) for w in ws],
+            [r["concurrency"][w][s]["adds_per_second"] for w in ws],
+            "o-",
+            color=COLORS.get(s),
+            label=s,
+        )
     ax.set_xlabel("writer processes")
     ax.set_ylabel("appends per second (all writers)")
     ax.set_xticks([1, 2, 4])

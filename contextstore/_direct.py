@@ -27,13 +27,17 @@ def pack(args: list[Any]) -> bytes:
 
 
 class DirectEvalsha:
+    """EVALSHA on a pooled connection of a ``redis.Redis`` the store made, without redis-py's
+    command machinery; errors are redis-py's own, so retries and mapping are unchanged."""
+
     def __init__(self, client: redis.Redis) -> None:
         self._client = client
         self._pool = client.connection_pool
         # redis-py 5.0 requires a command name; later versions deprecate passing one
         param = inspect.signature(self._pool.get_connection).parameters.get("command_name")
         self._conn_args: tuple[str, ...] = (
-            ("EVALSHA",) if param is not None and param.default is inspect.Parameter.empty else ())
+            ("EVALSHA",) if param is not None and param.default is inspect.Parameter.empty else ()
+        )
 
     def _call(self, sha: str, keys: list[str], argv: list[Any]) -> Any:
         conn: Any = self._pool.get_connection(*self._conn_args)  # untyped in redis-py

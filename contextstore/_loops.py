@@ -44,8 +44,9 @@ def copy_client(client: Any) -> Any:
             "event loop, and such a client cannot be copied for this one: give each event loop "
             "its own store, or make the store with AsyncContextStore.from_url(...)"
         )
-    clone = type(pool)(connection_class=pool.connection_class, max_connections=pool.max_connections,
-                       **pool.connection_kwargs)
+    clone = type(pool)(
+        connection_class=pool.connection_class, max_connections=pool.max_connections, **pool.connection_kwargs
+    )
     return type(client).from_pool(clone)
 
 

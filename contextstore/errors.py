@@ -1,12 +1,18 @@
-"""The exception tree. Every error the library raises derives from :class:`ContextStoreError`.
+"""The exception tree, and the one place where failures become exceptions.
 
-Every exception pickles with its fields (``unit``, ``current``, ``conflicts``, ...), so it
-crosses ``multiprocessing`` pools and task queues intact.
+Every error the library raises derives from :class:`ContextStoreError`, and every exception
+pickles with its fields (``unit``, ``current``, ``conflicts``, ...), so it crosses
+``multiprocessing`` pools and task queues intact. Below the tree, two tables map what can fail
+to these exceptions: ``SCRIPT_ERRORS`` (the status codes the Lua scripts answer) and
+``REDIS_ERRORS`` (redis-py's exceptions, with whether a retry may help).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
+
+import redis.exceptions as rx
 
 
 def _rebuild(cls: type[ContextStoreError], args: tuple[Any, ...], state: dict[str, Any]) -> ContextStoreError:
@@ -48,14 +54,12 @@ class ContextWindowFullError(ContextStoreError):
     ``requested`` is what the rejected add needed.
     """
 
-    def __init__(self, unit: str, current: int, max: int, requested: int) -> None:  # noqa: A002
+    def __init__(self, unit: str, current: int, max: int, requested: int) -> None:
         self.unit = unit
         self.current = current
         self.max = max
         self.requested = requested
-        super().__init__(
-            f"context window full ({unit}): current={current}, max={max}, requested={requested}"
-        )
+        super().__init__(f"context window full ({unit}): current={current}, max={max}, requested={requested}")
 
 
 class BudgetTooSmallError(ContextStoreError):
@@ -64,9 +68,7 @@ class BudgetTooSmallError(ContextStoreError):
     def __init__(self, pinned_tokens: int, budget: int) -> None:
         self.pinned_tokens = pinned_tokens
         self.budget = budget
-        super().__init__(
-            f"pinned items need {pinned_tokens} tokens but the build budget is {budget}"
-        )
+        super().__init__(f"pinned items need {pinned_tokens} tokens but the build budget is {budget}")
 
 
 class ConfigConflictError(ContextStoreError):
@@ -104,3 +106,126 @@ class StoreOutOfMemoryError(ContextStoreError):
 class PermissionDeniedError(ContextStoreError):
     """Redis refused the credentials, or the ACL user may not touch this window's keys or run
     the command (a tenant confined to its own key pattern, see ``docs/reliability.md``)."""
+
+
+class CorruptWindowError(ContextStoreError):
+    """A script found a window's keys in a shape the scripts never write (changed by hand or by
+    another program); nothing was written. ``contextstore verify <window>`` says what is wrong."""
+
+
+class ScriptError(ContextStoreError):
+    """A script answered a status code this version does not know (a mismatched deployment)."""
+
+
+class CommitConflict(ContextStoreError):
+    """Internal: items changed between the read and the commit of an outside-Redis compaction
+    (the plan reads again and decides again)."""
+
+
+# -- Lua status codes -------------------------------------------------------------------------
+
+ErrorFactory = Callable[[Sequence[str], type[ContextStoreError]], ContextStoreError]
+
+#: status code of a script's error reply {'!', CODE, detail...} -> the exception it raises;
+#: each factory gets the details and the exception class the call uses for a bad argument
+SCRIPT_ERRORS: dict[str, ErrorFactory] = {
+    "FULL": lambda d, _: ContextWindowFullError(d[0], int(d[1]), int(d[2]), int(d[3])),
+    "DUPLICATE": lambda d, _: DuplicateItemError(f"item id {d[0]!r} exists with other content"),
+    "CONFLICT": lambda d, _: CommitConflict(d[0] if d else ""),
+    "REUSED": lambda d, _: InvalidOptionsError(f"request id {d[0]!r} was already used for a different call"),
+    "BADARG": lambda d, badarg: badarg(f"rejected by the server: {' '.join(d)}"),
+    "CORRUPT": lambda d, _: CorruptWindowError(f"item {d[0]!r} is stored in a shape the scripts never write"),
+}
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def raise_for_reply(reply: Any, badarg: type[ContextStoreError] = InvalidItemError) -> Any:
+    """Return ``reply``, or raise the exception its status code maps to."""
+    if isinstance(reply, list) and reply and _text(reply[0]) == "!":
+        code, details = _text(reply[1]), [_text(x) for x in reply[2:]]
+        factory = SCRIPT_ERRORS.get(code)
+        if factory is None:
+            raise ScriptError(f"{code}: {' '.join(details)}")
+        raise factory(details, badarg)
+    return reply
+
+
+# -- redis-py exceptions ----------------------------------------------------------------------
+
+
+def _is_oom(exc: BaseException) -> bool:
+    # inside a script, Redis 6.2 reports OOM as "ERR Error running script ... -OOM ..."
+    text = str(exc)
+    return isinstance(exc, rx.OutOfMemoryError) or text.startswith("OOM ") or "-OOM " in text
+
+
+def _is_denied(exc: BaseException) -> bool:
+    return isinstance(exc, (rx.NoPermissionError, rx.AuthenticationError, rx.AuthorizationError)) or (
+        "NOPERM" in str(exc)
+    )
+
+
+def _is_busy(exc: BaseException) -> bool:
+    # a script running too long elsewhere answers BUSY; it ends (or is killed) on its own
+    return isinstance(exc, rx.ResponseError) and str(exc).startswith("BUSY")
+
+
+#: the outcome is unknown, or the server asked us to come back: retry (by request id, safely)
+_COME_BACK = (
+    rx.ConnectionError,
+    rx.TimeoutError,
+    rx.ReadOnlyError,
+    rx.TryAgainError,
+    rx.ClusterDownError,
+    rx.NoScriptError,
+    OSError,
+)
+
+#: redis-py exception (by predicate) -> (retryable, the exception to raise when giving up),
+#: first match wins; the factory gets the exception and a password-free name of the server
+REDIS_ERRORS: list[tuple[Callable[[BaseException], bool], bool, Callable[[BaseException, str], ContextStoreError]]] = [
+    (
+        _is_oom,
+        False,
+        lambda e, where: StoreOutOfMemoryError(
+            f"Redis at {where} is out of memory (maxmemory reached, nothing evictable); nothing was changed: {e}"
+        ),
+    ),
+    (_is_denied, False, lambda e, where: PermissionDeniedError(f"Redis at {where} denied access: {e}")),
+    (_is_busy, True, lambda e, where: ContextStoreError(f"Redis at {where} is busy running a script: {e}")),
+    (
+        lambda e: isinstance(e, _COME_BACK),
+        True,
+        lambda e, where: StoreUnavailableError(f"Redis at {where} is unavailable: {e}"),
+    ),
+    (lambda e: True, False, lambda e, where: ContextStoreError(f"Redis at {where} answered with an error: {e}")),
+]
+
+#: what redis-py raises (the shells catch these and map them with ``from_redis``)
+REDIS_EXCEPTIONS = (rx.RedisError, OSError)
+
+
+def _entry(exc: BaseException) -> tuple[bool, Callable[[BaseException, str], ContextStoreError]]:
+    for matches, retry, factory in REDIS_ERRORS:
+        if matches(exc):
+            return retry, factory
+    raise AssertionError("REDIS_ERRORS ends with a catch-all")  # pragma: no cover
+
+
+def is_retryable(exc: BaseException) -> bool:
+    """True when sending the same request again may succeed (its outcome is unknown, or the
+    server asked to come back later)."""
+    return _entry(exc)[0]
+
+
+def from_redis(exc: BaseException, where: str) -> ContextStoreError:
+    """The contextstore exception for a redis-py one (the caller raises it ``from exc``)."""
+    return _entry(exc)[1](exc, where)
+
+
+def from_helper(exc: BaseException) -> ContextStoreError:
+    """The error for a summarizer or relevance scorer that raised (the caller chains it)."""
+    return ContextStoreError(f"the summarizer / relevance scorer raised {type(exc).__name__}: {exc}")

@@ -20,6 +20,8 @@ KEY_NAMES = ("meta", "items", "order", "fifo", "pinned", "attrs", "events", "req
 
 
 class WindowKeys(NamedTuple):
+    """The names of a window's keys, in the order every script takes them as KEYS."""
+
     meta: str
     items: str
     order: str
@@ -37,13 +39,13 @@ def validate_window_id(window_id: object, what: str = "window id") -> str:
         raise InvalidWindowIdError(f"{what} must be a str, not {type(window_id).__name__}")
     if not _ID_RE.fullmatch(window_id):
         raise InvalidWindowIdError(
-            f"{what} {window_id[:60]!r} must be 1-{MAX_WINDOW_ID} characters from "
-            "A-Z a-z 0-9 . _ - : @ / + ="
+            f"{what} {window_id[:60]!r} must be 1-{MAX_WINDOW_ID} characters from A-Z a-z 0-9 . _ - : @ / + ="
         )
     return window_id
 
 
 def window_keys(prefix: str, window_id: str) -> WindowKeys:
+    """Every key of ``window_id`` under ``prefix`` (one hash tag: one cluster slot)."""
     base = f"{prefix}:{{{window_id}}}:"
     return WindowKeys(*(base + name for name in KEY_NAMES))
 
@@ -54,6 +56,7 @@ def meta_pattern(prefix: str) -> str:
 
 
 def window_id_from_meta_key(prefix: str, key: str) -> str | None:
+    """The window id of a ``:meta`` key found by SCAN, or None if it is not one."""
     head, tail = f"{prefix}:{{", "}:meta"
     if key.startswith(head) and key.endswith(tail):
         wid = key[len(head) : -len(tail)]

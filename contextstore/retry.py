@@ -1,7 +1,8 @@
 """Retries of failures whose outcome is unknown (the connection broke, the reply timed out).
 
 Every mutating script carries a request id that the server records with its reply, so running
-the same request twice applies it once: retrying is safe, and on by default.
+the same request twice applies it once: retrying is safe, and on by default. Which failures are
+retried is decided in ``errors.py`` (``is_retryable``), with every other mapping of failures.
 """
 
 from __future__ import annotations
@@ -9,35 +10,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-import redis.exceptions as rx
-
-from .errors import InvalidOptionsError
-
-#: Errors after which the request is sent again: the outcome is unknown, or the server asked us
-#: to come back (loading its data set, a cluster failover, a read-only replica after failover).
-RETRYABLE: tuple[type[BaseException], ...] = (
-    rx.ConnectionError,  # includes BusyLoadingError (server loading) and a dropped connection
-    rx.TimeoutError,
-    rx.ReadOnlyError,
-    rx.TryAgainError,
-    rx.ClusterDownError,  # includes MasterDownError
-    rx.NoScriptError,  # the script cache was flushed between redis-py's SCRIPT LOAD and EVALSHA
-    OSError,
-)
-#: Never retried, even though redis-py files them under ConnectionError: they will not heal.
-NOT_RETRYABLE: tuple[type[BaseException], ...] = (
-    rx.AuthenticationError,
-    rx.AuthorizationError,
-)
-
-
-def retryable(exc: BaseException) -> bool:
-    if isinstance(exc, NOT_RETRYABLE):
-        return False
-    if isinstance(exc, RETRYABLE):
-        return True
-    # a script running too long elsewhere answers BUSY; it ends (or is killed) on its own
-    return isinstance(exc, rx.ResponseError) and str(exc).startswith("BUSY")
+from .validate import int_in, number_in
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,12 +24,9 @@ class RetryPolicy:
     cap: float = 2.0
 
     def __post_init__(self) -> None:
-        if isinstance(self.attempts, bool) or not isinstance(self.attempts, int) or not 1 <= self.attempts <= 100:
-            raise InvalidOptionsError(f"attempts must be an int from 1 to 100, not {self.attempts!r}")
-        for name in ("base", "cap"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 60:
-                raise InvalidOptionsError(f"{name} must be a number of seconds from 0 to 60, not {v!r}")
+        int_in("attempts", self.attempts, 1, 100)
+        number_in("base", self.base, 0, 60)
+        number_in("cap", self.cap, 0, 60)
 
     def delay(self, retry: int) -> float:
         """Seconds to sleep before retry number ``retry`` (1 for the first retry)."""

@@ -1,4 +1,4 @@
-"""The synchronous API: ContextStore and ContextWindow (thin shells over ``ops``)."""
+"""The synchronous API: ContextStore and ContextWindow, thin shells that drive the plans."""
 
 from __future__ import annotations
 
@@ -9,12 +9,18 @@ from typing import Any, TypeVar
 
 import redis
 import redis.retry
+from typing_extensions import Unpack
 
-from . import ops
-from ._base import REDIS_ERRORS, StoreBase, helper_failed, store_error
 from ._direct import DirectEvalsha
-from .errors import InvalidOptionsError
+from .errors import REDIS_EXCEPTIONS, InvalidOptionsError, from_helper, from_redis
 from .keys import meta_pattern
+from .plans import build as build_plans
+from .plans import compaction as compaction_plans
+from .plans import items as item_plans
+from .plans import snapshot as snapshot_plans
+from .plans import window as window_plans
+from .plans.base import External, Plan, ScriptCall, WindowState
+from .store import StoreBase
 from .types import (
     BuildOptions,
     BuiltContext,
@@ -22,8 +28,9 @@ from .types import (
     ContextItem,
     ContextSnapshot,
     ContextWindowStats,
-    ItemType,
+    ItemFields,
     WindowConfig,
+    WindowOptions,
 )
 from .verify import VerifyReport
 
@@ -44,15 +51,12 @@ class ContextStore(StoreBase):
     @property
     def _direct(self) -> DirectEvalsha | None:
         """The lean EVALSHA path, for a plain ``redis.Redis`` this store made itself."""
-        d: DirectEvalsha | None | bool = self.__dict__.get("_direct_cache", False)
-        if d is False:
-            d = DirectEvalsha(self._client) if self._owns_client and type(self._client) is redis.Redis else None
-            self.__dict__["_direct_cache"] = d
-        return d  # type: ignore[return-value]
+        if "_direct_cache" not in self.__dict__:
+            owned_plain = self._owns_client and type(self._client) is redis.Redis
+            self.__dict__["_direct_cache"] = DirectEvalsha(self._client) if owned_plain else None
+        return self.__dict__["_direct_cache"]  # type: ignore[no-any-return]
 
-    # -- running plans ---------------------------------------------------------------------
-
-    def _run(self, plan: ops.Plan[T]) -> T:
+    def _run(self, plan: Plan[T]) -> T:
         self._ensure_server()
         try:
             request = next(plan)
@@ -61,16 +65,9 @@ class ContextStore(StoreBase):
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
 
-    def _execute(self, request: ops.ScriptCall | ops.External) -> Any:
-        if isinstance(request, ops.External):
-            try:
-                result = request.fn(*request.args)
-            except Exception as exc:
-                raise helper_failed(exc) from exc
-            if inspect.isawaitable(result):
-                getattr(result, "close", lambda: None)()
-                raise InvalidOptionsError("an async summarizer/scorer needs AsyncContextStore")
-            return result
+    def _execute(self, request: ScriptCall | External) -> Any:
+        if isinstance(request, External):
+            return self._call_helper(request)
         keys, argv, attempt = list(request.keys), request.argv(), 0
         direct = self._direct
         while True:
@@ -78,23 +75,31 @@ class ContextStore(StoreBase):
                 if direct is not None:
                     return direct.evalsha(self._scripts[request.name], keys, argv)
                 return self._scripts[request.name](keys=keys, args=argv)
-            except REDIS_ERRORS as exc:
+            except REDIS_EXCEPTIONS as exc:
                 attempt += 1
                 delay = self._retry_delay(exc, attempt, request)
             time.sleep(delay)
 
-    # -- API -------------------------------------------------------------------------------
+    @staticmethod
+    def _call_helper(request: External) -> Any:
+        try:
+            result = request.fn(*request.args)
+        except Exception as exc:
+            raise from_helper(exc) from exc
+        if inspect.isawaitable(result):
+            getattr(result, "close", lambda: None)()
+            raise InvalidOptionsError("an async summarizer/scorer needs AsyncContextStore")
+        return result
 
-    def window(self, window_id: str, *, create: bool = True, **config: Any) -> ContextWindow:
-        """Attach to ``window_id``, creating it with ``config`` if it does not exist; with
-        ``create=False`` a missing window raises ``WindowNotFoundError`` instead.
+    def window(self, window_id: str, *, create: bool = True, **config: Unpack[WindowOptions]) -> ContextWindow:
+        """Attach to ``window_id``, creating it with the given config if it does not exist;
+        ``create=False`` raises ``WindowNotFoundError`` for a missing window instead.
 
-        Passed values that differ from the stored config raise ``ConfigConflictError``.
-        Options: ``max_tokens``, ``max_items``, ``compaction_threshold``, ``default_strategy``,
-        ``ttl_seconds``.
+        Only the options passed (not None) are compared with the stored config; a difference
+        raises ``ConfigConflictError``. A new window without limits is a 50-item sliding window;
+        its threshold defaults to 85.0 and its strategy to REMOVE_LOW_PRIORITY.
         """
-        state = self._run(ops.open_window(self._settings, window_id, config, create))
-        return ContextWindow(self, state)
+        return ContextWindow(self, self._run(window_plans.open_window(self._settings, window_id, dict(config), create)))
 
     def windows(self) -> list[str]:
         """Sorted ids of every window under this store's prefix (every primary of a cluster)."""
@@ -105,8 +110,8 @@ class ContextStore(StoreBase):
                 wid = self._window_id(key)
                 if wid is not None:
                     found.add(wid)
-        except REDIS_ERRORS as exc:
-            raise store_error(exc, self._where) from exc
+        except REDIS_EXCEPTIONS as exc:
+            raise from_redis(exc, self._where) from exc
         return sorted(found)
 
     def close(self) -> None:
@@ -121,138 +126,164 @@ class ContextStore(StoreBase):
         self.close()
 
 
-
 class ContextWindow:
-    """One shared context window. Every method is one atomic step on the Redis server."""
+    """One shared context window. Every mutation is one atomic step on the Redis server."""
 
-    def __init__(self, store: ContextStore, state: ops.WindowState) -> None:
+    def __init__(self, store: ContextStore, state: WindowState) -> None:
         self._store = store
         self._state = state
         self._settings = store._settings
 
-    def _run(self, plan: ops.Plan[T]) -> T:
+    def _run(self, plan: Plan[T]) -> T:
         return self._store._run(plan)
 
-    # items
-    def add(self, content_or_item: str | ContextItem, *, type: ItemType | str = ItemType.CODE,  # noqa: A002
-            priority: int = 50, pinned: bool = False, role: str | None = None,
-            source_ref: str | None = None, metadata: dict[str, Any] | None = None,
-            token_count: int | None = None, id: str | None = None,  # noqa: A002
-            request_id: str | None = None) -> ContextItem:
+    def add(
+        self, content_or_item: str | ContextItem, *, request_id: str | None = None, **fields: Unpack[ItemFields]
+    ) -> ContextItem:
         """Add one item; returns it as stored (id, seq, added_at, token_count filled in).
 
         Evicts the oldest unpinned item at ``max_items`` and compacts at the token threshold;
         raises ``ContextWindowFullError`` (window unchanged) if it still cannot fit.
         """
-        kw = dict(type=type, priority=priority, pinned=pinned, role=role, source_ref=source_ref,
-                  metadata=metadata, token_count=token_count, id=id)
-        return self._run(ops.add(self._settings, self._state, [(content_or_item, kw)], request_id))[1][0]
+        plan = item_plans.add(self._settings, self._state, [(content_or_item, dict(fields))], request_id)
+        return self._run(plan).items[0]
 
     def add_many(self, items: list[str | ContextItem | dict[str, Any]], *, request_id: str | None = None) -> int:
         """Add several items all-or-nothing; returns how many were added."""
-        entries = ops.entries(items)
-        if not entries:
+        batch = item_plans.entries(items)
+        if not batch:
             return 0
-        return self._run(ops.add(self._settings, self._state, entries, request_id))[0]
+        return self._run(item_plans.add(self._settings, self._state, batch, request_id)).added
 
     def get(self, item_id: str) -> ContextItem | None:
-        return self._run(ops.get(self._state, item_id))
+        """The item with this id, or None."""
+        return self._run(item_plans.get(self._state, item_id))
 
     def remove(self, item_id: str, *, request_id: str | None = None) -> bool:
-        return self._run(ops.remove(self._state, item_id, request_id))
+        """Remove an item; False if it is absent."""
+        return self._run(item_plans.remove(self._state, item_id, request_id))
 
     def pin(self, item_id: str, *, request_id: str | None = None) -> bool:
-        return self._run(ops.set_pinned(self._state, item_id, True, request_id))
+        """Pin an item (never evicted or compacted); False if it is absent."""
+        return self._run(item_plans.set_pinned(self._state, item_id, True, request_id))
 
     def unpin(self, item_id: str, *, request_id: str | None = None) -> bool:
-        return self._run(ops.set_pinned(self._state, item_id, False, request_id))
+        """Unpin an item; False if it is absent."""
+        return self._run(item_plans.set_pinned(self._state, item_id, False, request_id))
 
     def update_priority(self, item_id: str, priority: int, *, request_id: str | None = None) -> bool:
-        return self._run(ops.update_priority(self._state, item_id, priority, request_id))
+        """Set an item's priority (0-100); False if it is absent."""
+        return self._run(item_plans.update_priority(self._state, item_id, priority, request_id))
 
     def items(self, types: Any = None, limit: int | None = None) -> list[ContextItem]:
         """Items in arrival order; ``limit`` keeps the most recent N after filtering."""
-        return self._run(ops.items(self._state, types, limit))
+        return self._run(item_plans.items(self._state, types, limit))
 
     def ordered_items(self, types: Any = None) -> list[ContextItem]:
         """Items in build order: type rank, priority desc, arrival."""
-        return self._run(ops.ordered_items(self._state, types))
+        return self._run(item_plans.ordered_items(self._state, types))
 
     def pinned_items(self) -> list[ContextItem]:
-        return self._run(ops.ordered_items(self._state, None, pinned_only=True))
+        """The pinned items, in build order."""
+        return self._run(item_plans.ordered_items(self._state, None, pinned_only=True))
 
     def clear(self, include_pinned: bool = False, *, request_id: str | None = None) -> int:
-        return self._run(ops.clear(self._state, include_pinned, request_id))
+        """Remove every unpinned item (every item with ``include_pinned``); returns how many."""
+        return self._run(item_plans.clear(self._state, include_pinned, request_id))
 
-    def compact(self, strategy: CompactionStrategy | str | None = None, target_percent: float = 70.0,
-                *, query: str | None = None, request_id: str | None = None) -> int:
+    def compact(
+        self,
+        strategy: CompactionStrategy | str | None = None,
+        target_percent: float = 70.0,
+        *,
+        query: str | None = None,
+        request_id: str | None = None,
+    ) -> int:
         """Remove (or summarize) unpinned items until usage <= target_percent; tokens freed."""
-        return self._run(ops.compact(self._settings, self._state, strategy, target_percent, query, request_id))
+        plan = compaction_plans.compact(self._settings, self._state, strategy, target_percent, query, request_id)
+        return self._run(plan)
 
     def build(self, options: BuildOptions | None = None) -> str:
+        """The prompt within the token budget (see ``build_structured``)."""
         return self.build_structured(options).content
 
     def build_structured(self, options: BuildOptions | None = None) -> BuiltContext:
-        return self._run(ops.build(self._settings, self._state, options))
+        """The prompt within the token budget, with the ids included, excluded and omitted."""
+        return self._run(build_plans.build(self._settings, self._state, options))
 
     def to_markdown(self, types: Any = None, limit: int | None = None, language: str | None = None) -> str:
-        return self._run(ops.to_markdown(self._state, types, limit, language))
+        """The window as markdown (``## Context``, one fenced block per item, arrival order)."""
+        return self._run(build_plans.to_markdown(self._state, types, limit, language))
 
     def snapshot(self) -> ContextSnapshot:
-        return self._run(ops.snapshot(self._state))
+        """The window's config and items at one moment."""
+        return self._run(snapshot_plans.snapshot(self._state))
 
     def restore(self, snapshot: ContextSnapshot, *, request_id: str | None = None) -> None:
-        self._run(ops.restore(self._settings, self._state, snapshot, request_id))
+        """Replace the window's items and config with the snapshot's, atomically."""
+        self._run(snapshot_plans.restore(self._settings, self._state, snapshot, request_id))
 
     def verify(self) -> VerifyReport:
         """Read every key of the window and report each broken invariant (never writes)."""
-        return self._run(ops.verify(self._state))
+        return self._run(window_plans.verify(self._state))
 
     def stats(self) -> ContextWindowStats:
-        return self._run(ops.stats(self._state))
+        """The window's counters, read in O(1)."""
+        return self._run(window_plans.stats(self._state))
 
-    def configure(self, *, request_id: str | None = None, **changes: Any) -> WindowConfig:
-        """Change the stored config for every worker, atomically."""
-        return self._run(ops.configure(self._settings, self._state, changes, request_id))
+    def configure(self, *, request_id: str | None = None, **changes: Unpack[WindowOptions]) -> WindowConfig:
+        """Change the stored config for every worker, atomically (only the options passed).
+        ``max_tokens=None`` removes the token limit; ``ttl_seconds=None`` the expiry."""
+        return self._run(window_plans.configure(self._state, dict(changes), request_id))
 
     def delete(self, *, request_id: str | None = None) -> bool:
-        return self._run(ops.delete(self._state, request_id))
+        """Delete the window; True if it existed."""
+        return self._run(window_plans.delete(self._state, request_id))
 
     # properties: each reads Redis
     @property
     def window_id(self) -> str:
+        """The window's id."""
         return self._state.window_id
 
     @property
     def max_tokens(self) -> int | None:
+        """The token limit (None: none)."""
         return self.stats().max_tokens
 
     @property
     def max_items(self) -> int:
+        """The item cap."""
         return self.stats().max_items
 
     @property
     def current_tokens(self) -> int:
+        """Tokens in the window now."""
         return self.stats().current_tokens
 
     @property
     def available_tokens(self) -> int | None:
+        """Tokens left below the limit (None without one)."""
         return self.stats().available_tokens
 
     @property
     def usage_percent(self) -> float:
+        """Tokens in use as a share of the limit (0 without one)."""
         return self.stats().usage_percent
 
     @property
     def item_count(self) -> int:
+        """Items in the window now."""
         return self.stats().total_items
 
     @property
     def compaction_threshold(self) -> float:
+        """Usage percent above which an add compacts first."""
         return self.stats().compaction_threshold
 
     @property
     def default_strategy(self) -> CompactionStrategy:
+        """The strategy compaction uses when none is given."""
         return self.stats().default_strategy
 
     def __repr__(self) -> str:

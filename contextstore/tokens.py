@@ -13,9 +13,13 @@ from .errors import InvalidOptionsError
 class TokenCounter(Protocol):
     """Anything that counts tokens: ``count(text)`` and ``count_many(texts)``."""
 
-    def count(self, text: str) -> int: ...
+    def count(self, text: str) -> int:
+        """Tokens in ``text``."""
+        ...
 
-    def count_many(self, texts: Sequence[str]) -> list[int]: ...
+    def count_many(self, texts: Sequence[str]) -> list[int]:
+        """Tokens in each of ``texts``."""
+        ...
 
 
 def _candidates(name: str) -> list[str]:
@@ -57,14 +61,17 @@ class TiktokenCounter:
 
     @property
     def encoding(self) -> Any:
+        """The tiktoken ``Encoding`` (loaded on first use)."""
         if self._enc is None:
             self._enc = _load_encoding(self.encoding_name)
         return self._enc
 
     def count(self, text: str) -> int:
+        """Tokens in ``text`` (special tokens counted as text)."""
         return len(self.encoding.encode(text, disallowed_special=()))
 
     def count_many(self, texts: Sequence[str]) -> list[int]:
+        """Tokens in each of ``texts`` (batched by tiktoken for 8 or more)."""
         if len(texts) < 8:
             return [self.count(t) for t in texts]
         return [len(t) for t in self.encoding.encode_batch(list(texts), disallowed_special=())]
@@ -99,6 +106,5 @@ def resolve_counter(spec: object) -> TokenCounter:
     if callable(spec):
         return _CallableCounter(spec)
     raise InvalidOptionsError(
-        f"token_counter must be None, an encoding name, a TokenCounter or a callable, "
-        f"not {type(spec).__name__}"
+        f"token_counter must be None, an encoding name, a TokenCounter or a callable, not {type(spec).__name__}"
     )

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import Enum
-from typing import Any
+from typing import Annotated, Any, Literal, TypedDict
 
 import msgspec
+from msgspec import Meta
 
 
 class ItemType(str, Enum):
@@ -110,14 +111,15 @@ class BuildOptions(msgspec.Struct, frozen=True, kw_only=True):
     include_system_prompt: bool = True
     include_instructions: bool = True
     include_recent_history: bool = True
-    max_history_items: int = 10
+    max_history_items: Annotated[int, Meta(ge=0)] = 10
     include_relevant_memory: bool = True
     query: str | None = None
     section_separator: str = "\n\n---\n\n"
+    #: how an item with a role is rendered: must contain ``{content}`` once (``{role}`` optional)
     message_format: str | None = None
-    reserve_for_response: int = 1000
-    max_tokens: int | None = None
-    order: str = "sections"
+    reserve_for_response: Annotated[int, Meta(ge=0)] = 1000
+    max_tokens: Annotated[int, Meta(ge=1)] | None = None
+    order: Literal["sections", "priority"] = "sections"
     compact: bool = False
     exact_tokens: bool = False
 
@@ -180,3 +182,39 @@ class WindowConfig(msgspec.Struct, frozen=True, kw_only=True):
     default_strategy: CompactionStrategy
     ttl_seconds: int | None
     item_limit: int
+
+
+class WindowOptions(TypedDict, total=False):
+    """The window options of ``store.window(...)`` and ``win.configure(...)`` (all keyword).
+
+    To ``window()``, an option not passed (or passed as None) is not compared with the stored
+    config; a new window gets ``max_tokens=None`` (no token limit), ``max_items`` 50 (or the
+    store's ``item_limit`` when ``max_tokens`` is set), ``compaction_threshold=85.0``,
+    ``default_strategy=REMOVE_LOW_PRIORITY`` and ``ttl_seconds=None`` (no expiry). To
+    ``configure()``, only the options passed change; ``max_tokens=None`` removes the token limit
+    and ``ttl_seconds=None`` the expiry.
+    """
+
+    max_tokens: int | None
+    max_items: int | None
+    compaction_threshold: float | None
+    default_strategy: CompactionStrategy | str | None
+    ttl_seconds: int | None
+
+
+class ItemFields(TypedDict, total=False):
+    """The keywords of ``add()`` (and of an ``add_many`` dict besides ``content``).
+
+    Defaults: ``type="code"``, ``priority=50``, ``pinned=False``, ``role=None``,
+    ``source_ref=None``, ``metadata=None``, ``token_count=None`` (counted on add), ``id=None``
+    (generated as ``ctx-<seq>``).
+    """
+
+    type: ItemType | str
+    priority: int
+    pinned: bool
+    role: str | None
+    source_ref: str | None
+    metadata: dict[str, Any] | None
+    token_count: int | None
+    id: str | None

@@ -6,15 +6,17 @@ invariant the scripts maintain, in words. It never writes.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from itertools import pairwise
 from typing import Any
 
 import msgspec
 
-from .codec import as_str
-from .types import ItemType
+from .layout import ATTRS_FIELDS, Meta
+from .types import TYPE_RANKS
 
-_RANK = {t.value: t.rank for t in ItemType}
+_TYPES = {t.value for t in TYPE_RANKS}
+Say = Callable[[str], None]
 
 
 class VerifyReport(msgspec.Struct, frozen=True, kw_only=True):
@@ -28,11 +30,16 @@ class VerifyReport(msgspec.Struct, frozen=True, kw_only=True):
 
     @property
     def ok(self) -> bool:
+        """True when every invariant holds."""
         return not self.problems
 
 
+def _text(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
 def _pairs(flat: Sequence[Any]) -> dict[str, str]:
-    return {as_str(flat[i]): as_str(flat[i + 1]) for i in range(0, len(flat), 2)}
+    return {_text(flat[i]): _text(flat[i + 1]) for i in range(0, len(flat), 2)}
 
 
 def _int(v: object) -> int | None:
@@ -42,27 +49,18 @@ def _int(v: object) -> int | None:
         return None
 
 
-def check(window_id: str, reply: Sequence[Any]) -> VerifyReport:
-    """Check read.lua's ``all`` reply: {meta, npinned, items, fifo, order, pinned, attrs}."""
-    meta = _pairs(reply[0])
-    raw_items = _pairs(reply[2])
-    fifo = [as_str(x) for x in reply[3]]
-    order_flat = reply[4]
-    order = [(as_str(order_flat[i]), float(order_flat[i + 1])) for i in range(0, len(order_flat), 2)]
-    pinned = {as_str(x) for x in reply[5]}
-    attrs = _pairs(reply[6])
-    problems: list[str] = []
-    say = problems.append
+_FIELD_CHECKS: tuple[tuple[str, Callable[[dict[str, Any]], bool]], ...] = (
+    ("seq", lambda it: isinstance(it.get("seq"), int) and it["seq"] >= 1),
+    ("token_count", lambda it: isinstance(it.get("token_count"), int) and it["token_count"] >= 1),
+    ("priority", lambda it: isinstance(it.get("priority"), int) and 0 <= it["priority"] <= 100),
+    ("type", lambda it: it.get("type") in _TYPES),
+    ("pinned", lambda it: isinstance(it.get("pinned"), bool)),
+    ("content", lambda it: isinstance(it.get("content"), str) and it["content"].strip() != ""),
+)
 
-    if not meta:
-        if raw_items or fifo or order or pinned or attrs:
-            say("item keys exist without a :meta hash (a window half-deleted or half-created)")
-        return VerifyReport(window_id=window_id, exists=False, items=0, tokens=0, problems=problems)
 
-    for f in ("max_items", "item_limit", "threshold", "strategy", "tokens", "items", "seq"):
-        if f not in meta:
-            say(f":meta lacks the field {f!r}")
-
+def _decoded_items(raw_items: dict[str, str], say: Say) -> dict[str, dict[str, Any]]:
+    """The items whose JSON parses and whose fields are sound (each other one reported)."""
     items: dict[str, dict[str, Any]] = {}
     for iid, raw in raw_items.items():
         try:
@@ -70,81 +68,114 @@ def check(window_id: str, reply: Sequence[Any]) -> VerifyReport:
         except msgspec.DecodeError:
             say(f"item {iid!r}: its JSON does not parse")
             continue
-        bad = [
-            f for f, ok in (
-                ("id", isinstance(it, dict) and it.get("id") == iid),
-                ("seq", isinstance(it.get("seq"), int) and it["seq"] >= 1),
-                ("token_count", isinstance(it.get("token_count"), int) and it["token_count"] >= 1),
-                ("priority", isinstance(it.get("priority"), int) and 0 <= it["priority"] <= 100),
-                ("type", it.get("type") in _RANK),
-                ("pinned", isinstance(it.get("pinned"), bool)),
-                ("content", isinstance(it.get("content"), str) and it["content"].strip() != ""),
-            ) if not ok
-        ] if isinstance(it, dict) else ["object"]
+        if not isinstance(it, dict):
+            say(f"item {iid!r}: bad field(s) object")
+            continue
+        bad = ([] if it.get("id") == iid else ["id"]) + [name for name, ok in _FIELD_CHECKS if not ok(it)]
         if bad:
             say(f"item {iid!r}: bad field(s) {', '.join(bad)}")
             continue
         items[iid] = it
         if iid.startswith("ctx-") and iid[4:].isdigit() and int(iid[4:]) != it["seq"]:
             say(f"item {iid!r}: generated id does not match its seq {it['seq']}")
+    return items
 
-    ids = set(raw_items)
+
+def _check_structures(
+    ids: set[str],
+    fifo: list[str],
+    order: dict[str, float],
+    pinned: set[str],
+    attrs: dict[str, str],
+    items: dict[str, dict[str, Any]],
+    say: Say,
+) -> None:
+    """Every structure lists exactly the stored ids; pins agree with the items' flags."""
     if len(fifo) != len(set(fifo)):
         say(":fifo lists an id twice")
-    for name, got in ((":fifo", set(fifo)), (":order", {i for i, _ in order}), (":attrs", set(attrs))):
+    for name, got in ((":fifo", set(fifo)), (":order", set(order)), (":attrs", set(attrs))):
         if got - ids:
             say(f"{name} has ids that are not in :items: {sorted(got - ids)[:5]}")
         if ids - got:
             say(f"{name} lacks ids that are in :items: {sorted(ids - got)[:5]}")
-    want_pinned = {i for i, it in items.items() if it["pinned"]}
-    if pinned != want_pinned:
-        say(f":pinned disagrees with the items' pinned flags (extra {sorted(pinned - want_pinned)[:5]}, "
-            f"missing {sorted(want_pinned - pinned)[:5]})")
+    want = {i for i, it in items.items() if it["pinned"]}
+    if pinned != want:
+        say(
+            f":pinned disagrees with the items' pinned flags (extra {sorted(pinned - want)[:5]}, "
+            f"missing {sorted(want - pinned)[:5]})"
+        )
 
+
+def _check_order(
+    meta: dict[str, str],
+    fifo: list[str],
+    order: dict[str, float],
+    attrs: dict[str, str],
+    scores: dict[str, str],
+    items: dict[str, dict[str, Any]],
+    say: Say,
+) -> None:
+    """Arrival order, seqs, :attrs and build-order scores agree with the items."""
     seqs = [items[i]["seq"] for i in fifo if i in items]
-    if any(a >= b for a, b in zip(seqs, seqs[1:])):
+    if any(a >= b for a, b in pairwise(seqs)):
         say(":fifo is not in strictly increasing seq order")
     if len({it["seq"] for it in items.values()}) != len(items):
         say("two items share a seq")
-    top = _int(meta.get("seq", "0"))
+    top = _int(meta.get(Meta.SEQ, "0"))
     if top is not None and any(it["seq"] > top for it in items.values()):
         say(f"the seq counter ({top}) is behind an item's seq")
-
     for iid, it in items.items():
-        want = f"{it['seq']}|{it['token_count']}|{it['priority']}|{it['type']}"
+        want = "|".join(str(it[f]) for f in ATTRS_FIELDS)
         if iid in attrs and attrs[iid] != want:
             say(f":attrs of {iid!r} is {attrs[iid]!r}, the item says {want!r}")
-    for iid, sc in order:
-        it = items.get(iid)
-        if it is not None:
-            want_score = _RANK[it["type"]] * 1e13 + (100 - it["priority"]) * 1e10 + it["seq"]
-            if sc != want_score:
-                say(f":order score of {iid!r} is {sc:.0f}, its type, priority and seq give {want_score:.0f}")
+        elif iid in order and iid in scores and order[iid] != float(scores[iid]):
+            say(f":order score of {iid!r} is {order[iid]:.0f}, its type, priority and seq give {scores[iid]}")
 
-    tokens = sum(it["token_count"] for it in items.values())
-    if _int(meta.get("tokens")) != tokens:
-        say(f":meta tokens is {meta.get('tokens')}, the items sum to {tokens}")
-    if _int(meta.get("items")) != len(raw_items):
-        say(f":meta items is {meta.get('items')}, :items holds {len(raw_items)}")
-    by_type: dict[str, list[int]] = {}
+
+def _check_counters(meta: dict[str, str], raw_count: int, items: dict[str, dict[str, Any]], say: Say) -> int:
+    """The meta hash's counters equal the items' sums; returns the tokens of the items."""
+    tokens: int = sum(it["token_count"] for it in items.values())
+    if _int(meta.get(Meta.TOKENS)) != tokens:
+        say(f":meta tokens is {meta.get(Meta.TOKENS)}, the items sum to {tokens}")
+    if _int(meta.get(Meta.ITEMS)) != raw_count:
+        say(f":meta items is {meta.get(Meta.ITEMS)}, :items holds {raw_count}")
+    by_type: dict[str, dict[str, int]] = {}
     for it in items.values():
-        c = by_type.setdefault(it["type"], [0, 0])
-        c[0] += 1
-        c[1] += it["token_count"]
-    for k, v in meta.items():
-        kind, _, t = k.partition(":")
-        if t and kind in ("items", "tokens"):
-            want_n = by_type.get(t, [0, 0])[0 if kind == "items" else 1]
-            if _int(v) != want_n:
-                say(f":meta {k} is {v}, the items give {want_n}")
-    for t in by_type:
-        for kind in ("items", "tokens"):
-            if f"{kind}:{t}" not in meta:
-                say(f":meta lacks the counter {kind}:{t}")
-
-    cap, limit = _int(meta.get("max_items")), _int(meta.get("item_limit"))
-    if cap is not None and len(raw_items) > cap:
-        say(f"holds {len(raw_items)} items, max_items is {cap}")
+        c = by_type.setdefault(it["type"], {Meta.ITEMS_OF: 0, Meta.TOKENS_OF: 0})
+        c[Meta.ITEMS_OF] += 1
+        c[Meta.TOKENS_OF] += it["token_count"]
+    for kind in (Meta.ITEMS_OF, Meta.TOKENS_OF):
+        for k, v in meta.items():
+            if k.startswith(kind) and _int(v) != by_type.get(k[len(kind) :], {}).get(kind, 0):
+                say(f":meta {k} is {v}, the items give {by_type.get(k[len(kind) :], {}).get(kind, 0)}")
+        for t in by_type:
+            if f"{kind}{t}" not in meta:
+                say(f":meta lacks the counter {kind}{t}")
+    cap, limit = _int(meta.get(Meta.MAX_ITEMS)), _int(meta.get(Meta.ITEM_LIMIT))
+    if cap is not None and raw_count > cap:
+        say(f"holds {raw_count} items, max_items is {cap}")
     if cap is not None and limit is not None and cap > limit:
         say(f"max_items {cap} is above item_limit {limit}")
+    return tokens
+
+
+def inspect_window(window_id: str, reply: Sequence[Any]) -> VerifyReport:
+    """Check read.lua's ``all`` reply: {meta, npinned, items, fifo, order, pinned, attrs, scores}."""
+    meta, raw_items = _pairs(reply[0]), _pairs(reply[2])
+    fifo = [_text(x) for x in reply[3]]
+    order = {_text(reply[4][i]): float(reply[4][i + 1]) for i in range(0, len(reply[4]), 2)}
+    pinned, attrs, scores = {_text(x) for x in reply[5]}, _pairs(reply[6]), _pairs(reply[7])
+    problems: list[str] = []
+    say = problems.append
+    if not meta:
+        if raw_items or fifo or order or pinned or attrs:
+            say("item keys exist without a :meta hash (a window half-deleted or half-created)")
+        return VerifyReport(window_id=window_id, exists=False, items=0, tokens=0, problems=problems)
+    for f in (Meta.MAX_ITEMS, Meta.ITEM_LIMIT, Meta.THRESHOLD, Meta.STRATEGY, Meta.TOKENS, Meta.ITEMS, Meta.SEQ):
+        if f not in meta:
+            say(f":meta lacks the field {f!r}")
+    items = _decoded_items(raw_items, say)
+    _check_structures(set(raw_items), fifo, order, pinned, attrs, items, say)
+    _check_order(meta, fifo, order, attrs, scores, items, say)
+    tokens = _check_counters(meta, len(raw_items), items, say)
     return VerifyReport(window_id=window_id, exists=True, items=len(raw_items), tokens=tokens, problems=problems)

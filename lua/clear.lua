@@ -1,4 +1,5 @@
 -- clear.lua: remove every unpinned item, or every item with include_pinned.
+-- needs: items
 -- KEYS: the nine window keys. ARGV[1..6]: caller config (unused).
 -- ARGV[7]: '1' to include pinned items. Reply: number of items removed.
 local cfg = read_config()
@@ -16,5 +17,5 @@ local before = cfg.tokens
 local freed = remove_many(ids, 'clear')
 event('cleared', 'items_cleared', fmt(#ids), 'tokens_cleared', fmt(freed),
   'included_pinned', include_pinned and '1' or '0', 'total_tokens_after', fmt(before - freed))
-touch(cfg)
+rearm_ttl(cfg)
 return #ids

@@ -1,4 +1,5 @@
 -- commit.lua: commit a compaction computed outside Redis (summarize / selective).
+-- needs: compaction
 -- KEYS: the nine window keys. ARGV[1..6]: caller config (unused).
 -- ARGV[7]: strategy; ARGV[8]: n; then n pairs (id, sha1 of the item JSON the caller read);
 --   then, for summarize, one item group of 6 as in add.lua (the summary).
@@ -37,9 +38,9 @@ if summary then
   summary.id = 'ctx-' .. fmt(seq)
   summary.ts = now_us()
   insert_item(summary)
-  meta_set('seq', seq)
+  meta_set(F.SEQ, seq)
   freed = freed - summary.tokens
 end
 record_compaction(strategy, #ids, freed, before, cfg.max_tokens)
-touch(cfg)
+rearm_ttl(cfg)
 return freed

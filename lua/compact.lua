@@ -1,5 +1,6 @@
 -- compact.lua: server-side compaction (remove_oldest / remove_low_priority) down to a target,
 -- at most ARGV[9] items per call, so one call stays short however large the window is.
+-- needs: compaction
 -- KEYS: the nine window keys. ARGV[1..6]: caller config (unused).
 -- ARGV[7]: strategy; ARGV[8]: target percent of max_tokens; ARGV[9]: most items to remove;
 -- ARGV[10]: '1' when this call continues a compaction an earlier call began (it is not counted
@@ -17,5 +18,5 @@ local ids = plan_compaction(strategy, cfg.tokens, target, {}, {}, true, limit)
 if #ids == 0 then return {0, 0} end
 local freed = remove_many(ids, 'compaction')
 record_compaction(strategy, #ids, freed, cfg.tokens, cfg.max_tokens, ARGV[10] == '1')
-touch(cfg)
+rearm_ttl(cfg)
 return {freed, (#ids == limit and cfg.tokens - freed > target) and 1 or 0}

@@ -1,4 +1,5 @@
 -- delete.lua: delete every key of a window but its request log. KEYS: the nine window keys.
+-- needs: core
 -- Reply: 1 if the window existed, else 0.
 local existed = redis.call('EXISTS', K_META)
 if existed == 1 then WROTE = true end

@@ -1,4 +1,5 @@
 -- event.lua: append an event that is not a mutation (``built``) to a live window's stream.
+-- needs: events
 -- KEYS: the nine window keys. ARGV: event name, then field/value pairs.
 -- The stream takes the window's remaining TTL; reads never re-arm it. Reply: 1, or 0 if the
 -- window does not exist (then nothing is written).

@@ -1,4 +1,5 @@
 -- pin.lua: pin or unpin one item.
+-- needs: events
 -- KEYS: the nine window keys. ARGV[1..6]: caller config (unused).
 -- ARGV[7]: item id; ARGV[8]: '1' to pin, '0' to unpin.
 -- Reply: 1 if the item exists (event only when its state changed), 0 if absent.
@@ -20,5 +21,5 @@ else
   redis.call('SREM', K_PINNED, id)
   event('unpinned', 'item_id', id, 'pinned', '0')
 end
-touch(cfg)
+rearm_ttl(cfg)
 return 1

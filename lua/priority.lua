@@ -1,10 +1,11 @@
 -- priority.lua: change one item's priority (its build-order score follows).
+-- needs: items
 -- KEYS: the nine window keys. ARGV[1..6]: caller config (unused).
 -- ARGV[7]: item id; ARGV[8]: new priority 0-100.
 -- Reply: 1 if the item exists (event only when the value changed), 0 if absent.
 local cfg = read_config()
 local p = tonumber(ARGV[8])
-if not is_int(p, 0, 100) then return fail('BADARG', 'priority') end
+if not is_int(p, 0, MAX_PRIORITY) then return fail('BADARG', 'priority') end
 if cfg == nil or cfg.new then return 0 end
 local id = ARGV[7]
 local json = redis.call('HGET', K_ITEMS, id)
@@ -17,5 +18,5 @@ redis.call('HSET', K_ITEMS, id, '{"priority":' .. fmt(p) .. ',' .. string.sub(js
 redis.call('HSET', K_ATTRS, id, pack_attrs(a.seq, a.tokens, p, a.type))
 redis.call('ZADD', K_ORDER, score(a.type, p, a.seq), id)
 event('priority_changed', 'item_id', id, 'priority', fmt(p), 'previous_priority', old)
-touch(cfg)
+rearm_ttl(cfg)
 return 1

@@ -1,4 +1,5 @@
 -- read.lua: one consistent read of a window (no writes, no TTL re-arm).
+-- needs: items
 -- KEYS: the nine window keys.
 -- ARGV[1]: 'fifo' (arrival order), 'order' (build order), 'pinned' (pinned, build order),
 --          'meta' (no items), 'get' (ARGV[2] = one id) or 'all' (every key, raw: see below)
@@ -10,10 +11,20 @@ if #meta == 0 and ARGV[1] ~= 'all' then return {{}, 0, {}} end
 local mode = ARGV[1]
 local npinned = redis.call('SCARD', K_PINNED)
 if mode == 'meta' then return {meta, npinned, {}} end
-if mode == 'all' then  -- every key as it is, for verify(): {meta, npinned, items, fifo, order, pinned, attrs}
+if mode == 'all' then
+  -- every key as it is, for verify(): {meta, npinned, items, fifo, order, pinned, attrs,
+  -- scores}; scores: id -> the build-order score its :attrs give (score() owns the formula)
+  local attrs, scores = redis.call('HGETALL', K_ATTRS), {}
+  for i = 1, #attrs, 2 do
+    local a = unpack_attrs(attrs[i + 1])
+    if a.seq and RANK[a.type] then
+      scores[#scores + 1] = attrs[i]
+      scores[#scores + 1] = score(a.type, a.priority, a.seq)
+    end
+  end
   return {meta, npinned, redis.call('HGETALL', K_ITEMS), redis.call('LRANGE', K_FIFO, 0, -1),
     redis.call('ZRANGE', K_ORDER, 0, -1, 'WITHSCORES'), redis.call('SMEMBERS', K_PINNED),
-    redis.call('HGETALL', K_ATTRS)}
+    attrs, scores}
 end
 if mode == 'get' then
   local j = redis.call('HGET', K_ITEMS, ARGV[2])

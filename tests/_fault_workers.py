@@ -54,7 +54,9 @@ def _summarize(items: list[cs.ContextItem]) -> str:
 EXPECTED = (cs.ContextWindowFullError, cs.BudgetTooSmallError)
 
 
-def stress(url: str, prefix: str, window_ids: list[str], worker: int, seconds: float) -> tuple[dict[str, int], list[str]]:
+def stress(
+    url: str, prefix: str, window_ids: list[str], worker: int, seconds: float
+) -> tuple[dict[str, int], list[str]]:
     """A random mix of every operation on a few shared windows for ``seconds``. Returns the
     count of each operation and the repr of every exception that is not an expected refusal."""
     rng = random.Random(1000 + worker)
@@ -66,16 +68,41 @@ def stress(url: str, prefix: str, window_ids: list[str], worker: int, seconds: f
         while time.monotonic() < deadline:
             w = rng.choice(wins)
             op = rng.choices(
-                ["add", "add_many", "get", "remove", "pin", "unpin", "priority", "items", "ordered",
-                 "pinned_items", "clear", "compact", "summarize", "build", "markdown", "snapshot_restore",
-                 "stats", "configure", "verify", "replay"],
-                weights=[30, 6, 5, 5, 3, 3, 4, 4, 3, 2, 1, 2, 1, 5, 2, 1, 4, 1, 2, 3])[0]
+                [
+                    "add",
+                    "add_many",
+                    "get",
+                    "remove",
+                    "pin",
+                    "unpin",
+                    "priority",
+                    "items",
+                    "ordered",
+                    "pinned_items",
+                    "clear",
+                    "compact",
+                    "summarize",
+                    "build",
+                    "markdown",
+                    "snapshot_restore",
+                    "stats",
+                    "configure",
+                    "verify",
+                    "replay",
+                ],
+                weights=[30, 6, 5, 5, 3, 3, 4, 4, 3, 2, 1, 2, 1, 5, 2, 1, 4, 1, 2, 3],
+            )[0]
             try:
                 if op == "add":
-                    w.add(f"w{worker} says " + "word " * rng.randint(1, 60), type=rng.choice(
-                        ["user_message", "assistant_message", "tool_result", "code", "retrieved_document"]),
-                        priority=rng.randint(0, 100), pinned=rng.random() < 0.03,
-                        role=rng.choice([None, "user", "assistant"]))
+                    w.add(
+                        f"w{worker} says " + "word " * rng.randint(1, 60),
+                        type=rng.choice(
+                            ["user_message", "assistant_message", "tool_result", "code", "retrieved_document"]
+                        ),
+                        priority=rng.randint(0, 100),
+                        pinned=rng.random() < 0.03,
+                        role=rng.choice([None, "user", "assistant"]),
+                    )
                 elif op == "add_many":
                     w.add_many([f"batch {worker} {k} " + "x " * rng.randint(1, 20) for k in range(rng.randint(1, 5))])
                 elif op in ("get", "remove", "pin", "unpin", "priority"):
@@ -127,6 +154,6 @@ def stress(url: str, prefix: str, window_ids: list[str], worker: int, seconds: f
                 ops[op] += 1
             except EXPECTED:
                 ops[op + " (refused)"] += 1
-            except Exception as exc:  # noqa: BLE001 - the test reports every one
+            except Exception as exc:
                 unexpected.append(f"{op}: {type(exc).__name__}: {exc}")
     return dict(ops), unexpected

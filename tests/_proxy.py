@@ -4,6 +4,7 @@ server ran the script; the client cannot know). Listens on 127.0.0.1 only."""
 
 from __future__ import annotations
 
+import contextlib
 import random
 import socket
 import threading
@@ -53,13 +54,21 @@ class CuttingProxy:
                 self._socks += [client, upstream]
             state = {"cut_next_reply": False}
             for src, dst, is_request in ((client, upstream, True), (upstream, client, False)):
-                t = threading.Thread(target=self._pump, args=(src, dst, is_request, state, client, upstream),
-                                     daemon=True)
+                t = threading.Thread(
+                    target=self._pump, args=(src, dst, is_request, state, client, upstream), daemon=True
+                )
                 t.start()
                 self._threads.append(t)
 
-    def _pump(self, src: socket.socket, dst: socket.socket, is_request: bool, state: dict[str, bool],
-              client: socket.socket, upstream: socket.socket) -> None:
+    def _pump(
+        self,
+        src: socket.socket,
+        dst: socket.socket,
+        is_request: bool,
+        state: dict[str, bool],
+        client: socket.socket,
+        upstream: socket.socket,
+    ) -> None:
         try:
             while True:
                 data = src.recv(65536)
@@ -85,11 +94,7 @@ class CuttingProxy:
 
 
 def _close(s: socket.socket) -> None:
-    try:
+    with contextlib.suppress(OSError):
         s.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
-    try:
+    with contextlib.suppress(OSError):
         s.close()
-    except OSError:
-        pass

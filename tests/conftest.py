@@ -8,16 +8,8 @@ Docker engine answers; else a ``redis-server`` process started here from the bin
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import inspect
 import itertools
 import os
-import re
-import shutil
-import socket
-import subprocess
-import tempfile
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -27,96 +19,7 @@ import redis
 import contextstore as cs
 from contextstore.embedded import find_redis_server
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class RedisProcess:
-    """A redis-server this test run starts and stops itself, on 127.0.0.1."""
-
-    def __init__(self, *extra: str, binary: str | None = None, port: int | None = None,
-                 dir: str | None = None) -> None:  # noqa: A002
-        self.binary = binary or find_redis_server()
-        self.dir = dir or tempfile.mkdtemp(prefix="cs-redis-")
-        self.port = port or _free_port()
-        self.extra = extra
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self, password: str | None = None, tls_ca: str | None = None) -> RedisProcess:
-        """Start the server and wait until it answers PING (with ``password``; over TLS when
-        ``tls_ca`` names the CA file). Raises RuntimeError with its log if it exits."""
-        args = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1",
-                "--dir", self.dir, "--save", "", "--appendonly", "no", *self.extra]
-        if tls_ca:
-            args[1:3] = ["--port", "0"]
-        log = open(os.path.join(self.dir, "server.log"), "wb")  # noqa: SIM115
-        self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
-        log.close()
-        ssl_kw: dict[str, Any] = {"ssl": True, "ssl_ca_certs": tls_ca} if tls_ca else {}
-        client = redis.Redis(host="127.0.0.1", port=self.port, password=password, **ssl_kw)
-        deadline = time.monotonic() + 10
-        try:
-            while True:
-                try:
-                    client.ping()
-                    break
-                except redis.ConnectionError:
-                    if time.monotonic() > deadline or self.proc.poll() is not None:
-                        with open(os.path.join(self.dir, "server.log"), errors="replace") as fh:
-                            raise RuntimeError("test redis-server did not start: " + fh.read()[-2000:]) from None
-                    time.sleep(0.02)
-        finally:
-            client.close()
-        return self
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-
-def _testcontainers_url() -> tuple[str, Any] | None:
-    try:
-        from docker.errors import DockerException
-        from testcontainers.redis import RedisContainer
-    except Exception:
-        return None
-    try:
-        container = RedisContainer("redis:7")
-        container.start()
-    except DockerException:
-        return None  # no Docker engine on this machine: fall back to a local process
-    host, port = container.get_container_host_ip(), container.get_exposed_port(6379)
-    return f"redis://{host}:{port}/0", container
-
-
-def _version(binary: str) -> tuple[int, ...]:
-    out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30).stdout
-    m = re.search(r"v=(\d+)\.(\d+)\.(\d+)", out)
-    return tuple(int(x) for x in m.groups()) if m else (0,)
-
-
-def _redis7_binary() -> str | None:
-    """A redis-server 7.x other than the bundled one (Debian's, which .ci/run installs)."""
-    bundled = find_redis_server()
-    for candidate in (shutil.which("redis-server"), "/usr/bin/redis-server", "/usr/local/bin/redis-server"):
-        if candidate and os.path.exists(candidate) and os.path.realpath(candidate) != os.path.realpath(bundled):
-            if _version(candidate) >= (7,):
-                return candidate
-    return None
-
+from support import RedisProcess, SyncProxy, redis7_binary, redis_version, testcontainers_url
 
 # The version matrix: every test that uses the store runs once per server. REDIS_URL pins one.
 SERVERS = ["env"] if os.environ.get("REDIS_URL") else ["redis6.2", "redis7"]
@@ -127,7 +30,7 @@ def redis_binary(request: pytest.FixtureRequest) -> str:
     """The redis-server binary of this matrix entry (tests that start servers of their own use
     it too): the bundled 6.2, or a 7.x (skipped, with a reason, where none is installed)."""
     if request.param == "redis7":
-        found = _redis7_binary()
+        found = redis7_binary()
         if found is None:
             pytest.skip("no redis-server 7.x here: install Debian's redis-server (.ci/run does)")
         return found
@@ -139,8 +42,8 @@ def redis_url(redis_binary: str, request: pytest.FixtureRequest) -> Iterator[str
     if os.environ.get("REDIS_URL"):
         yield os.environ["REDIS_URL"]
         return
-    if _version(redis_binary) >= (7,):
-        tc = _testcontainers_url()
+    if redis_version(redis_binary) >= (7,):
+        tc = testcontainers_url()
         if tc is not None:
             url, container = tc
             yield url
@@ -166,32 +69,6 @@ _prefix_counter = itertools.count()
 def prefix() -> str:
     """A key prefix of this test's own, so tests never see each other's windows."""
     return f"t{os.getpid()}x{next(_prefix_counter)}"
-
-
-class SyncProxy:
-    """Runs an async object's coroutines to completion so one test body drives both APIs."""
-
-    def __init__(self, obj: Any, loop: asyncio.AbstractEventLoop) -> None:
-        self._obj = obj
-        self._loop = loop
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._obj, name)
-        if not callable(attr):
-            return attr
-
-        def call(*args: Any, **kwargs: Any) -> Any:
-            result = attr(*args, **kwargs)
-            if inspect.isawaitable(result):
-                result = self._loop.run_until_complete(result)
-            if isinstance(result, (cs.AsyncContextWindow, cs.AsyncContextStore)):
-                return SyncProxy(result, self._loop)
-            return result
-
-        return call
-
-    def __repr__(self) -> str:
-        return f"SyncProxy({self._obj!r})"
 
 
 StoreFactory = Callable[..., Any]
@@ -229,67 +106,3 @@ def make_store(api: str, redis_url: str, prefix: str) -> Iterator[StoreFactory]:
 @pytest.fixture
 def store(make_store: StoreFactory) -> Any:
     return make_store()
-
-
-@contextlib.contextmanager
-def open_store(kind: str, *, url: str | None = None, client: Any = None, env: bool = False,
-               loop: asyncio.AbstractEventLoop | None = None, **options: Any) -> Iterator[Any]:
-    """A store of either API outside the fixtures (hypothesis tests, env, own clients); async
-    stores come behind SyncProxy, on ``loop`` or on a loop of their own."""
-    cls: Any = cs.ContextStore if kind == "sync" else cs.AsyncContextStore
-    own_loop = kind == "async" and loop is None
-    if own_loop:
-        loop = asyncio.new_event_loop()
-    if client is not None:
-        store = cls(client, **options)
-    elif env:
-        store = cls.from_env(**options)
-    else:
-        store = cls.from_url(url, **options)
-    wrapped = store if loop is None else SyncProxy(store, loop)
-    try:
-        yield wrapped
-    finally:
-        wrapped.close()
-        if own_loop and loop is not None:
-            loop.close()
-
-
-def dump_window(client: redis.Redis, prefix: str, window_id: str) -> dict[bytes, tuple[Any, ...]]:
-    """Every key of a window with every byte of its value, in a canonical order, its type and
-    whether it expires. (Redis's own DUMP is not stable: a read may take an incremental rehash
-    step and reorder a hash table without changing a byte of its contents.)"""
-    out: dict[bytes, tuple[Any, ...]] = {}
-    for key in sorted(client.scan_iter(match=f"{prefix}:{{{window_id}}}:*")):
-        kind = client.type(key)
-        if kind == b"hash":
-            value: Any = sorted(client.hgetall(key).items())
-        elif kind == b"list":
-            value = client.lrange(key, 0, -1)
-        elif kind == b"zset":
-            value = client.zrange(key, 0, -1, withscores=True)
-        elif kind == b"set":
-            value = sorted(client.smembers(key))
-        elif kind == b"stream":
-            value = client.xrange(key)
-        else:
-            value = client.get(key)
-        out[key] = (kind, value, client.ttl(key) > 0)
-    return out
-
-
-def events(client: redis.Redis, prefix: str, window_id: str) -> list[dict[str, str]]:
-    key = f"{prefix}:{{{window_id}}}:events"
-    return [{k.decode(): v.decode() for k, v in fields.items()} for _, fields in client.xrange(key)]
-
-
-def check_invariants(client: redis.Redis, prefix: str, window_id: str) -> None:
-    """Assert that ``verify()`` finds every invariant of the window intact (its checks are
-    themselves tested against deliberately broken keys in test_verify.py)."""
-    with cs.ContextStore(client, prefix=prefix) as store:
-        report = store.window(window_id).verify() if client.exists(f"{prefix}:{{{window_id}}}:meta") else None
-    if report is not None:
-        assert report.ok, report.problems
-    else:
-        for name in ("items", "order", "fifo", "pinned", "attrs"):
-            assert not client.exists(f"{prefix}:{{{window_id}}}:{name}"), f"{name} left without meta"

@@ -50,7 +50,7 @@ def test_threads_each_running_their_own_loop_share_one_store(redis_url, prefix, 
 
         try:
             asyncio.run(many())
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=worker, args=(n,)) for n in range(4)]

@@ -9,7 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import contextstore as cs
-from conftest import open_store
+
+from support import open_store
 
 COUNTER = cs.TiktokenCounter()
 
@@ -25,12 +26,31 @@ def test_sections_order_and_conversation_group(store):
     w.add("use tools", type="instruction")
     w.add("tool says 42", type="tool_result")
     sep = "\n\n---\n\n"
-    assert w.build() == sep.join(["be helpful", "use tools", "doc B", "doc A", "tool says 42",
-                                  "[user]: hi", "[assistant]: hello!", "[user]: how are you?"])
+    assert w.build() == sep.join(
+        [
+            "be helpful",
+            "use tools",
+            "doc B",
+            "doc A",
+            "tool says 42",
+            "[user]: hi",
+            "[assistant]: hello!",
+            "[user]: how are you?",
+        ]
+    )
     # order="priority": seed 001's literal key order (user rank 5 before assistant rank 6)
-    assert w.build(cs.BuildOptions(order="priority")) == sep.join([
-        "be helpful", "use tools", "doc B", "doc A", "tool says 42", "[user]: how are you?",
-        "[user]: hi", "[assistant]: hello!"])
+    assert w.build(cs.BuildOptions(order="priority")) == sep.join(
+        [
+            "be helpful",
+            "use tools",
+            "doc B",
+            "doc A",
+            "tool says 42",
+            "[user]: how are you?",
+            "[user]: hi",
+            "[assistant]: hello!",
+        ]
+    )
 
 
 def test_flags_and_history_limit(store):
@@ -43,8 +63,13 @@ def test_flags_and_history_limit(store):
     for i in range(5):
         w.add(f"m{i}", type="user_message", role="user")
     w.add("pinned old sys", type="system_prompt", pinned=True)
-    opts = cs.BuildOptions(include_system_prompt=False, include_instructions=False,
-                           include_relevant_memory=False, max_history_items=2, section_separator="|")
+    opts = cs.BuildOptions(
+        include_system_prompt=False,
+        include_instructions=False,
+        include_relevant_memory=False,
+        max_history_items=2,
+        section_separator="|",
+    )
     assert w.build(opts) == "pinned old sys|code|[user]: m3|[user]: m4"
     assert "m" not in w.build(cs.BuildOptions(include_recent_history=False, section_separator="|")).replace("mem", "")
 
@@ -54,7 +79,8 @@ def test_message_format(store):
     w.add("hi", type="user_message", role="user")
     w.add("plain")
     assert w.build(cs.BuildOptions(message_format="<{role}>{content}</{role}>", section_separator="\n")) == (
-        "plain\n<user>hi</user>")
+        "plain\n<user>hi</user>"
+    )
 
 
 def test_pinned_first_then_budget_history_newest_first(store):
@@ -81,8 +107,9 @@ def test_every_item_is_included_excluded_or_omitted(store):
     w.add("a document", type="retrieved_document")
     for i in range(15):
         w.add(f"message number {i}", type="user_message", role="user")
-    built = w.build_structured(cs.BuildOptions(max_history_items=4, include_relevant_memory=False,
-                                               max_tokens=32, reserve_for_response=0))
+    built = w.build_structured(
+        cs.BuildOptions(max_history_items=4, include_relevant_memory=False, max_tokens=32, reserve_for_response=0)
+    )
     assert built.included_item_ids[0] == "ctx-1" and len(built.included_item_ids) < 5
     assert built.omitted_item_ids == ["ctx-2"] + [f"ctx-{n}" for n in range(3, 14)]  # doc, old messages
     every = built.included_item_ids + built.excluded_item_ids + built.omitted_item_ids
@@ -96,9 +123,11 @@ def test_a_reserve_that_leaves_no_room_is_an_error_that_names_the_fix(store, lim
     w.add("hello")
     with pytest.raises(cs.InvalidOptionsError) as info:
         w.build()
-    assert f"reserve_for_response=1000 leaves no room for a prompt: the max_tokens of window " \
-           f"'b-reserve-{limit}' is {limit}; pass BuildOptions(reserve_for_response=N) with N < {limit}" in str(info.value)
-    with pytest.raises(cs.InvalidOptionsError, match="BuildOptions.max_tokens is 300"):
+    assert (
+        f"reserve_for_response=1000 leaves no room for a prompt: the max_tokens of window "
+        f"'b-reserve-{limit}' is {limit}; pass BuildOptions(reserve_for_response=N) with N < {limit}" in str(info.value)
+    )
+    with pytest.raises(cs.InvalidOptionsError, match=r"BuildOptions\.max_tokens is 300"):
         w.build(cs.BuildOptions(max_tokens=300, reserve_for_response=300))
     if limit > 1:
         assert w.build(cs.BuildOptions(reserve_for_response=limit - 10)) == "hello"
@@ -134,8 +163,9 @@ def test_build_never_deletes_unless_asked(store, r, prefix):
 def test_exact_tokens(store):
     w = store.window("b-exact", max_tokens=100_000)
     for i in range(30):
-        w.add(f"  line {i}:\t{{x}} `y`\n", type="user_message" if i % 2 else "tool_result",
-              role="user" if i % 2 else None)
+        w.add(
+            f"  line {i}:\t{{x}} `y`\n", type="user_message" if i % 2 else "tool_result", role="user" if i % 2 else None
+        )
     approx = w.build_structured(cs.BuildOptions(max_history_items=100))
     exact = w.build_structured(cs.BuildOptions(max_history_items=100, exact_tokens=True))
     assert exact.content == approx.content
@@ -156,14 +186,17 @@ def test_exact_tokens_uses_the_slack(store):
 
 _text = st.text(
     alphabet=st.sampled_from(string.ascii_letters + string.digits + " \n\t.,;:!?-_()[]{}<>`'\"/\\#*é中😀"),
-    min_size=1, max_size=60,
+    min_size=1,
+    max_size=60,
 ).filter(lambda s: s.strip())
 
 
 @pytest.mark.parametrize("api_kind", ["sync", "async"])
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(contents=st.lists(st.tuples(_text, st.sampled_from([None, "user", "assistant", "tool"])), min_size=1, max_size=12),
-       sep=st.sampled_from(["\n\n---\n\n", "\n", " ", "", "\n\n"]))
+@given(
+    contents=st.lists(st.tuples(_text, st.sampled_from([None, "user", "assistant", "tool"])), min_size=1, max_size=12),
+    sep=st.sampled_from(["\n\n---\n\n", "\n", " ", "", "\n\n"]),
+)
 def test_total_tokens_bounds(redis_url, prefix, api_kind, contents, sep):
     """exact <= total_tokens <= exact + 2 per included item, and within the budget."""
     with open_store(api_kind, url=redis_url, prefix=prefix) as s:
@@ -171,8 +204,7 @@ def test_total_tokens_bounds(redis_url, prefix, api_kind, contents, sep):
         w.clear()
         w.add_many([{"content": c, "role": role, "type": "text"} for c, role in contents])
         for budget in (None, 60):
-            b = w.build_structured(cs.BuildOptions(max_tokens=budget, reserve_for_response=0,
-                                                   section_separator=sep))
+            b = w.build_structured(cs.BuildOptions(max_tokens=budget, reserve_for_response=0, section_separator=sep))
             exact = COUNTER.count(b.content)
             assert exact <= b.total_tokens <= exact + 2 * len(b.included_item_ids)
             if budget is not None:

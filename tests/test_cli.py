@@ -13,7 +13,8 @@ import pytest
 
 import contextstore as cs
 from contextstore import cli
-from conftest import _free_port
+
+from support import free_port
 
 READING_VERBS = [["stats"], ["items"], ["build"], ["markdown"], ["snapshot"], ["verify"], ["stats", "--json"]]
 
@@ -44,7 +45,7 @@ def test_reading_a_missing_window_says_so_and_creates_nothing(capsys, redis_url,
 
 
 def test_an_unreachable_redis_is_one_line_and_exit_1(capsys):
-    url = f"redis://127.0.0.1:{_free_port()}/0"  # nothing listens there
+    url = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
     for verb in (["verify", "x"], ["stats", "x"], ["windows"]):
         code, out, err = run(capsys, "--url", url, *verb)
         assert (code, out) == (1, "")
@@ -53,22 +54,39 @@ def test_an_unreachable_redis_is_one_line_and_exit_1(capsys):
 
 
 def test_an_unreachable_redis_in_a_real_process_prints_no_retry_noise():
-    url = f"redis://127.0.0.1:{_free_port()}/0"
-    res = subprocess.run([sys.executable, "-m", "contextstore.cli", "--url", url, "stats", "x"],
-                         capture_output=True, text=True, timeout=120)
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    res = subprocess.run(
+        [sys.executable, "-m", "contextstore.cli", "--url", url, "stats", "x"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode == 1 and res.stdout == ""
     assert "retrying" not in res.stderr and "gave up" not in res.stderr
     one_line(res.stderr)
-    verbose = subprocess.run([sys.executable, "-m", "contextstore.cli", "-vv", "--url", url, "stats", "x"],
-                             capture_output=True, text=True, timeout=120)
+    verbose = subprocess.run(
+        [sys.executable, "-m", "contextstore.cli", "-vv", "--url", url, "stats", "x"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert verbose.returncode == 1 and "DEBUG contextstore: retrying" in verbose.stderr
     assert verbose.stderr.count("WARNING contextstore: gave up") == 1
 
 
-@pytest.mark.parametrize("argv", [
-    ["demo", "--workers", "0"], ["demo", "--items", "-3"], ["demo", "--max-tokens", "x"],
-    ["items", "w", "--limit", "-1"], ["build", "w", "--reserve", "-5"], ["no-such-command"], [],
-], ids=" ".join)
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["demo", "--workers", "0"],
+        ["demo", "--items", "-3"],
+        ["demo", "--max-tokens", "x"],
+        ["items", "w", "--limit", "-1"],
+        ["build", "w", "--reserve", "-5"],
+        ["no-such-command"],
+        [],
+    ],
+    ids=" ".join,
+)
 def test_usage_errors_are_one_line_and_exit_2(capsys, argv):
     code, out, err = run(capsys, *argv)
     assert (code, out) == (2, "")
@@ -127,8 +145,12 @@ def test_build_on_a_small_window_names_the_reserve_and_json_reports_every_item(c
 
 
 def _demo(redis_url: str, prefix: str, *argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "contextstore.cli", "--url", redis_url, "--prefix", prefix,
-                           "demo", *argv], capture_output=True, text=True, timeout=180)
+    return subprocess.run(
+        [sys.executable, "-m", "contextstore.cli", "--url", redis_url, "--prefix", prefix, "demo", *argv],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
 
 
 @pytest.mark.slow
@@ -160,6 +182,6 @@ def test_demo_whose_pinned_prompt_cannot_fit_is_one_line(redis_url, prefix):
 def test_a_reader_that_goes_away_is_no_traceback(redis_url, prefix):
     with cs.ContextStore.from_url(redis_url, prefix=prefix) as store:
         store.window("big").add_many(["x" * 4000] * 40)  # a snapshot larger than a pipe's buffer
-    cmd = (f"{sys.executable} -m contextstore.cli --url {redis_url} --prefix {prefix} snapshot big | head -c 10")
+    cmd = f"{sys.executable} -m contextstore.cli --url {redis_url} --prefix {prefix} snapshot big | head -c 10"
     res = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=120)
     assert res.stdout == '{"format_v' and res.stderr == ""

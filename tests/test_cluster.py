@@ -19,8 +19,9 @@ from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
 import contextstore as cs
-from conftest import open_store
 from contextstore.embedded import find_redis_server
+
+from support import key, open_store
 
 pytestmark = pytest.mark.cluster
 
@@ -47,10 +48,30 @@ def _ports(n: int) -> list[int]:
 def cluster_port() -> Iterator[int]:
     d = tempfile.mkdtemp(prefix="cs-cluster-")
     ports = _ports(3)
-    procs = [subprocess.Popen([find_redis_server(), "--port", str(p), "--bind", "127.0.0.1",
-                               "--cluster-enabled", "yes", "--cluster-config-file", f"nodes-{p}.conf",
-                               "--dir", d, "--save", "", "--appendonly", "no"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for p in ports]
+    procs = [
+        subprocess.Popen(
+            [
+                find_redis_server(),
+                "--port",
+                str(p),
+                "--bind",
+                "127.0.0.1",
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                f"nodes-{p}.conf",
+                "--dir",
+                d,
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for p in ports
+    ]
     nodes = [redis.Redis(port=p) for p in ports]
     try:
         deadline = time.monotonic() + 15
@@ -108,7 +129,7 @@ def test_windows_on_many_slots(cluster):
 
 def _exercise(store, prefix):
     ids = [f"agent-{i}" for i in range(12)]
-    slots = {key_slot(f"{prefix}:{{{wid}}}:meta".encode()) for wid in ids}
+    slots = {key_slot(key(prefix, wid, "meta").encode()) for wid in ids}
     assert len({s // 5461 for s in slots}) == 3  # the windows live on all three primaries
     for wid in ids:
         w = store.window(wid, max_tokens=300, max_items=5)

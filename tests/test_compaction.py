@@ -7,7 +7,8 @@ import asyncio
 import pytest
 
 import contextstore as cs
-from conftest import check_invariants, events
+
+from support import check_invariants, events
 
 
 def summarize(items):

@@ -8,25 +8,30 @@ from collections import Counter
 import pytest
 
 import contextstore as cs
+
 from _workers import add_async, add_sync
-from conftest import check_invariants, events
+from support import check_invariants, events
 
 WORKERS = 4
 PER_WORKER = 150
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("limits", [
-    {"max_items": 40},                      # FIFO eviction all the time
-    {"max_tokens": 1500, "max_items": 200},  # threshold compaction all the time
-])
+@pytest.mark.parametrize(
+    "limits",
+    [
+        {"max_items": 40},  # FIFO eviction all the time
+        {"max_tokens": 1500, "max_items": 200},  # threshold compaction all the time
+    ],
+)
 def test_processes_adding_at_once(redis_url, r, prefix, limits):
     wid = "conc"
     with cs.ContextStore.from_url(redis_url, prefix=prefix) as store:
         store.window(wid, **limits)
         ctx = mp.get_context("spawn")
-        jobs = [(add_sync if w % 2 == 0 else add_async, (redis_url, prefix, wid, w, PER_WORKER))
-                for w in range(WORKERS)]  # half the workers use the sync API, half asyncio
+        jobs = [
+            (add_sync if w % 2 == 0 else add_async, (redis_url, prefix, wid, w, PER_WORKER)) for w in range(WORKERS)
+        ]  # half the workers use the sync API, half asyncio
         with ctx.Pool(WORKERS) as pool:
             results = [pool.apply_async(fn, args) for fn, args in jobs]
             acked = [res.get(timeout=120) for res in results]

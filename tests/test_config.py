@@ -5,10 +5,11 @@ from __future__ import annotations
 import time
 
 import pytest
+from redis.crc import key_slot
 
 import contextstore as cs
-from redis.crc import key_slot
-from conftest import check_invariants
+
+from support import check_invariants, key
 
 
 def test_first_window_call_creates_later_calls_attach(make_store):
@@ -17,7 +18,11 @@ def test_first_window_call_creates_later_calls_attach(make_store):
     wb = b.window("cfg")  # attaches and loads the stored config
     s = wb.stats()
     assert (s.max_tokens, s.max_items, s.compaction_threshold, s.default_strategy) == (
-        8192, 1000, 90.0, cs.CompactionStrategy.REMOVE_OLDEST)
+        8192,
+        1000,
+        90.0,
+        cs.CompactionStrategy.REMOVE_OLDEST,
+    )
     assert b.window("cfg", max_tokens=8192).stats().max_tokens == 8192  # same value: fine
     with pytest.raises(cs.ConfigConflictError) as info:
         b.window("cfg", max_tokens=4096)
@@ -89,7 +94,7 @@ def test_windows_lists_this_prefix_only(make_store, redis_url, prefix):
 def test_ttl_rearmed_by_mutations_not_reads(store, r, prefix):
     w = store.window("cfg-ttl", ttl_seconds=100)
     w.add("x")
-    keys = [f"{prefix}:{{cfg-ttl}}:{k}" for k in ("meta", "items", "order", "fifo", "attrs", "events")]
+    keys = [key(prefix, "cfg-ttl", k) for k in ("meta", "items", "order", "fifo", "attrs", "events")]
     assert all(90 < r.ttl(k) <= 100 for k in keys)
     for k in keys:
         r.expire(k, 50)
@@ -104,7 +109,7 @@ def test_expired_window_reads_empty_and_writes_recreate(store, r, prefix):
     w.add("a")
     w.add("b")
     deadline = time.monotonic() + 5
-    while r.exists(f"{prefix}:{{cfg-exp}}:meta") and time.monotonic() < deadline:
+    while r.exists(key(prefix, "cfg-exp", "meta")) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert w.items() == [] and w.stats().total_items == 0
     assert w.add("new life").id == "ctx-1"  # a new lifetime: ids start again
@@ -117,7 +122,7 @@ def test_deleted_window_recreated_by_add(store, r, prefix):
     assert w.delete() is True
     assert w.delete() is False
     # only the request log stays (so a retried delete still answers True), and it expires
-    log_keys = {f"{prefix}:{{cfg-del}}:requests".encode(), f"{prefix}:{{cfg-del}}:replies".encode()}
+    log_keys = {key(prefix, "cfg-del", "requests").encode(), key(prefix, "cfg-del", "replies").encode()}
     assert set(r.scan_iter(match=f"{prefix}:{{cfg-del}}:*")) == log_keys
     assert all(0 < r.ttl(k) <= 900 for k in log_keys)
     assert w.get("ctx-1") is None and w.remove("ctx-1") is False and w.clear() == 0
@@ -129,7 +134,10 @@ def test_keys_share_one_hash_tag(store, r, prefix):
     w = store.window("cfg-keys")
     w.add("x", pinned=True)
     keys = sorted(k.decode() for k in r.scan_iter(match=f"{prefix}:*"))
-    assert keys == [f"{prefix}:{{cfg-keys}}:{n}" for n in ("attrs", "events", "fifo", "items", "meta", "order", "pinned", "replies", "requests")]
+    assert keys == [
+        f"{prefix}:{{cfg-keys}}:{n}"
+        for n in ("attrs", "events", "fifo", "items", "meta", "order", "pinned", "replies", "requests")
+    ]
     assert len({key_slot(k.encode()) for k in keys}) == 1  # one cluster slot: one script may touch all
 
 

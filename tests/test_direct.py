@@ -10,7 +10,8 @@ from contextstore._direct import pack
 
 def test_pack_is_resp_array_of_bulk_strings():
     assert pack(["EVALSHA", "ab", 1, b"k\r\n", "é"]) == (
-        b"*5\r\n$7\r\nEVALSHA\r\n$2\r\nab\r\n$1\r\n1\r\n$3\r\nk\r\n\r\n$2\r\n\xc3\xa9\r\n")
+        b"*5\r\n$7\r\nEVALSHA\r\n$2\r\nab\r\n$1\r\n1\r\n$3\r\nk\r\n\r\n$2\r\n\xc3\xa9\r\n"
+    )
 
 
 def test_owned_clients_use_it_and_callers_clients_do_not(redis_url, r, prefix):

@@ -10,6 +10,8 @@ import pytest
 
 import contextstore as cs
 
+from support import key
+
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").glob("*.md"))]
 
@@ -47,6 +49,6 @@ def test_the_hgetall_example_numbers_fields_as_redis_cli_does(store, r, prefix):
     assert len(shown) >= 6
     w = store.window("agent-7", max_tokens=8192)
     w.add("Is this safe?", type="user_message", role="user")
-    flat = [x.decode() for pair in r.hgetall(f"{prefix}:{{agent-7}}:meta").items() for x in pair]
+    flat = [x.decode() for pair in r.hgetall(key(prefix, "agent-7", "meta")).items() for x in pair]
     for n, field in shown.items():
         assert flat[n - 1] == field, f"redis-cli would print {flat[n - 1]!r} at {n}), the doc says {field!r}"

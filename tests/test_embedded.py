@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 import redis
 import redis.asyncio
-from conftest import open_store
 
 import contextstore as cs
+
+from support import key, open_store
 
 
 @pytest.fixture
@@ -67,8 +68,12 @@ def test_second_process_reuses_the_running_server_which_outlives_its_starter(ser
         c = redis.Redis(unix_socket_path=cs.EmbeddedServer({server_path!r}).socket_path)
         print(c.info("server")["process_id"])
     """)
-    pids = [subprocess.run([sys.executable, "-c", code, str(n)], capture_output=True, text=True,
-                           check=True, timeout=60).stdout.strip() for n in (1, 2)]
+    pids = [
+        subprocess.run(
+            [sys.executable, "-c", code, str(n)], capture_output=True, text=True, check=True, timeout=60
+        ).stdout.strip()
+        for n in (1, 2)
+    ]
     assert pids[0] == pids[1]  # the second process reused the first one's server
     server = cs.EmbeddedServer(server_path)
     assert server.running and str(_pid(server)) == pids[0]  # both processes have exited
@@ -109,7 +114,7 @@ def test_from_env(monkeypatch, redis_url, server_path, prefix, kind):
     with open_store(kind, env=True, prefix=prefix) as s:
         s.window("env").add("x")
     raw = redis.Redis.from_url(redis_url)
-    assert raw.exists(f"{prefix}:{{env}}:meta")
+    assert raw.exists(key(prefix, "env", "meta"))
     raw.close()
     monkeypatch.delenv("CONTEXTSTORE_URL")
     monkeypatch.setenv("CONTEXTSTORE_HOME", server_path)

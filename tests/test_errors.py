@@ -10,8 +10,9 @@ import pickle
 import pytest
 
 import contextstore as cs
-from contextstore import errors, scripts
-from conftest import _free_port
+from contextstore import errors
+
+from support import free_port
 
 
 def _every_error_class() -> list[type[cs.ContextStoreError]]:
@@ -45,11 +46,18 @@ ERRORS = _every_error_class()
 
 def test_the_error_tree_is_what_the_library_exports():
     names = {c.__name__ for c in ERRORS}
-    assert {"ContextWindowFullError", "BudgetTooSmallError", "ConfigConflictError", "WindowNotFoundError",
-            "ScriptError", "CommitConflict"} <= names
+    assert {
+        "ContextWindowFullError",
+        "BudgetTooSmallError",
+        "ConfigConflictError",
+        "WindowNotFoundError",
+        "ScriptError",
+        "CommitConflict",
+        "CorruptWindowError",
+    } <= names
     assert issubclass(cs.WindowNotFoundError, LookupError)
     for cls in ERRORS:
-        assert cls.__module__ in (errors.__name__, scripts.__name__), cls
+        assert cls.__module__ == errors.__name__, cls
 
 
 @pytest.mark.parametrize("cls", ERRORS, ids=lambda c: c.__name__)
@@ -63,7 +71,7 @@ def test_every_exception_pickles_with_its_fields(cls):
 
 
 def _raise(name: str) -> None:
-    raise _sample(getattr(cs, name, None) or getattr(scripts, name))
+    raise _sample(getattr(errors, name))
 
 
 @pytest.mark.slow
@@ -79,7 +87,7 @@ def test_a_pool_whose_worker_raises_gets_each_exception_back():
 
 
 def test_retries_log_at_debug_and_giving_up_once_at_warning(caplog):
-    url = f"redis://127.0.0.1:{_free_port()}/0"  # nothing listens there
+    url = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
     store = cs.ContextStore.from_url(url, retry=cs.RetryPolicy(attempts=4, base=0.001, cap=0.01))
     with caplog.at_level(logging.DEBUG, logger="contextstore"), pytest.raises(cs.StoreUnavailableError):
         store.window("w")
@@ -105,9 +113,11 @@ def test_the_library_prints_nothing_without_logging_configured(tmp_path):
     import subprocess
     import sys
 
-    code = ("import contextstore as cs\n"
-            f"s = cs.ContextStore.from_url('redis://127.0.0.1:{_free_port()}/0', "
-            "retry=cs.RetryPolicy(attempts=2, base=0))\n"
-            "try:\n    s.window('w')\nexcept cs.StoreUnavailableError:\n    print('handled')\n")
+    code = (
+        "import contextstore as cs\n"
+        f"s = cs.ContextStore.from_url('redis://127.0.0.1:{free_port()}/0', "
+        "retry=cs.RetryPolicy(attempts=2, base=0))\n"
+        "try:\n    s.window('w')\nexcept cs.StoreUnavailableError:\n    print('handled')\n"
+    )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert res.stdout == "handled\n" and res.stderr == ""

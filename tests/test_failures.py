@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 import contextstore as cs
-from conftest import check_invariants, dump_window
+
+from support import check_invariants, dump_window
 
 
 @pytest.fixture
@@ -51,35 +52,42 @@ def test_all_pinned_item_cap(store, r, prefix):
 
 
 def test_add_many_is_all_or_nothing(full_window, r, prefix):
-    _unchanged(r, prefix, lambda: full_window.add_many(["ok 1", "ok 2", {"content": "too big", "token_count": 99}]),
-               cs.ContextWindowFullError)
+    _unchanged(
+        r,
+        prefix,
+        lambda: full_window.add_many(["ok 1", "ok 2", {"content": "too big", "token_count": 99}]),
+        cs.ContextWindowFullError,
+    )
     _unchanged(r, prefix, lambda: full_window.add_many(["ok", {"content": "   "}]), cs.InvalidItemError)
 
 
-@pytest.mark.parametrize("kwargs", [
-    {"content": ""},
-    {"content": "   \n\t"},
-    {"content": 42},
-    {"content": b"bytes"},
-    {"content": "x", "priority": 101},
-    {"content": "x", "priority": -1},
-    {"content": "x", "priority": True},
-    {"content": "x", "priority": 5.0},
-    {"content": "x", "type": "nonsense"},
-    {"content": "x", "metadata": {"f": object()}},
-    {"content": "x", "metadata": {"f": float("nan")}},
-    {"content": "x", "metadata": ["not", "a", "dict"]},
-    {"content": "x", "token_count": 0},
-    {"content": "x", "token_count": -3},
-    {"content": "x", "token_count": True},
-    {"content": "x", "id": "ctx-99"},
-    {"content": "x", "id": "has space"},
-    {"content": "x", "id": ""},
-    {"content": "x", "id": "x" * 129},
-    {"content": "x", "pinned": "yes"},
-    {"content": "x", "role": 5},
-    {"content": "\ud800 lone surrogate"},
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"content": ""},
+        {"content": "   \n\t"},
+        {"content": 42},
+        {"content": b"bytes"},
+        {"content": "x", "priority": 101},
+        {"content": "x", "priority": -1},
+        {"content": "x", "priority": True},
+        {"content": "x", "priority": 5.0},
+        {"content": "x", "type": "nonsense"},
+        {"content": "x", "metadata": {"f": object()}},
+        {"content": "x", "metadata": {"f": float("nan")}},
+        {"content": "x", "metadata": ["not", "a", "dict"]},
+        {"content": "x", "token_count": 0},
+        {"content": "x", "token_count": -3},
+        {"content": "x", "token_count": True},
+        {"content": "x", "id": "ctx-99"},
+        {"content": "x", "id": "has space"},
+        {"content": "x", "id": ""},
+        {"content": "x", "id": "x" * 129},
+        {"content": "x", "pinned": "yes"},
+        {"content": "x", "role": 5},
+        {"content": "\ud800 lone surrogate"},
+    ],
+)
 def test_invalid_items_are_rejected_before_any_write(full_window, r, prefix, kwargs):
     kwargs = dict(kwargs)
     content = kwargs.pop("content")
@@ -98,8 +106,12 @@ def test_duplicate_caller_id(full_window, r, prefix):
     again = full_window.add("same text", id="msg-1")  # a safe retry
     assert again == first
     _unchanged(r, prefix, lambda: full_window.add("other text", id="msg-1"), cs.DuplicateItemError)
-    _unchanged(r, prefix, lambda: full_window.add_many([{"content": "a", "id": "d"}, {"content": "a", "id": "d"}]),
-               cs.InvalidItemError)
+    _unchanged(
+        r,
+        prefix,
+        lambda: full_window.add_many([{"content": "a", "id": "d"}, {"content": "a", "id": "d"}]),
+        cs.InvalidItemError,
+    )
 
 
 def test_invalid_priority_update_and_ids(full_window, r, prefix):
@@ -124,32 +136,56 @@ def test_invalid_build_and_compact_options(full_window, r, prefix):
 
 
 def test_budget_too_small_for_pinned_items(full_window, r, prefix):
-    _unchanged(r, prefix, lambda: full_window.build(cs.BuildOptions(reserve_for_response=60, compact=True)),
-               cs.BudgetTooSmallError)
+    _unchanged(
+        r,
+        prefix,
+        lambda: full_window.build(cs.BuildOptions(reserve_for_response=60, compact=True)),
+        cs.BudgetTooSmallError,
+    )
 
 
 def test_invalid_restore(full_window, r, prefix):
     good = full_window.snapshot()
-    bad_items = [cs.ContextItem(content="a", id="x", seq=1, token_count=1),
-                 cs.ContextItem(content="b", id="x", seq=2, token_count=1)]
+    bad_items = [
+        cs.ContextItem(content="a", id="x", seq=1, token_count=1),
+        cs.ContextItem(content="b", id="x", seq=2, token_count=1),
+    ]
     for snap in (
         "not a snapshot",
         cs.ContextSnapshot(window_id="fail", created_at=good.created_at, max_items=5, items=bad_items),
         cs.ContextSnapshot(window_id="fail", created_at=good.created_at, max_items=5000),
         cs.ContextSnapshot(window_id="fail", created_at=good.created_at, max_items=5, format_version=9),
-        cs.ContextSnapshot(window_id="fail", created_at=good.created_at, max_items=5,
-                           items=[cs.ContextItem(content="a", id="x", seq=0, token_count=1)]),
-        cs.ContextSnapshot(window_id="fail", created_at=good.created_at, max_items=5,
-                           items=[cs.ContextItem(content="a", id="x", seq=1, token_count=0)]),
+        cs.ContextSnapshot(
+            window_id="fail",
+            created_at=good.created_at,
+            max_items=5,
+            items=[cs.ContextItem(content="a", id="x", seq=0, token_count=1)],
+        ),
+        cs.ContextSnapshot(
+            window_id="fail",
+            created_at=good.created_at,
+            max_items=5,
+            items=[cs.ContextItem(content="a", id="x", seq=1, token_count=0)],
+        ),
     ):
-        _unchanged(r, prefix, lambda: full_window.restore(snap), (cs.InvalidOptionsError, cs.InvalidItemError))
+        _unchanged(
+            r, prefix, lambda snap=snap: full_window.restore(snap), (cs.InvalidOptionsError, cs.InvalidItemError)
+        )
 
 
 def test_invalid_configure(full_window, r, prefix):
-    for changes in ({"max_items": 0}, {"max_items": None}, {"max_tokens": 0}, {"compaction_threshold": 0},
-                    {"compaction_threshold": 101}, {"default_strategy": "x"}, {"ttl_seconds": -1},
-                    {"colour": "red"}, {"max_items": 1001}):
-        _unchanged(r, prefix, lambda: full_window.configure(**changes), cs.InvalidOptionsError)
+    for changes in (
+        {"max_items": 0},
+        {"max_items": None},
+        {"max_tokens": 0},
+        {"compaction_threshold": 0},
+        {"compaction_threshold": 101},
+        {"default_strategy": "x"},
+        {"ttl_seconds": -1},
+        {"colour": "red"},
+        {"max_items": 1001},
+    ):
+        _unchanged(r, prefix, lambda changes=changes: full_window.configure(**changes), cs.InvalidOptionsError)
     # pinned items alone exceed the new cap: refused, nothing evicted
     _unchanged(r, prefix, lambda: full_window.configure(max_items=1), cs.ContextWindowFullError)
 
@@ -157,8 +193,13 @@ def test_invalid_configure(full_window, r, prefix):
 def test_error_hierarchy():
     for e in (cs.InvalidItemError, cs.InvalidWindowIdError, cs.InvalidOptionsError, cs.DuplicateItemError):
         assert issubclass(e, cs.ContextStoreError) and issubclass(e, ValueError)
-    for e in (cs.ContextWindowFullError, cs.BudgetTooSmallError, cs.ConfigConflictError,
-              cs.StrategyUnavailableError, cs.StoreUnavailableError):
+    for e in (
+        cs.ContextWindowFullError,
+        cs.BudgetTooSmallError,
+        cs.ConfigConflictError,
+        cs.StrategyUnavailableError,
+        cs.StoreUnavailableError,
+    ):
         assert issubclass(e, cs.ContextStoreError) and not issubclass(e, ValueError)
 
 
@@ -177,12 +218,14 @@ def test_unreachable_redis_names_url_without_password(api_kind):
             store.window("w")
         store.close()
     else:
+
         async def go():
             astore = cs.AsyncContextStore.from_url(url)
             try:
                 await astore.window("w")
             finally:
                 await astore.close()
+
         with pytest.raises(cs.StoreUnavailableError) as info:
             asyncio.run(go())
     assert "s3cret-pw" not in str(info.value) and "alice:***@127.0.0.1" in str(info.value)

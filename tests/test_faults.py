@@ -4,28 +4,29 @@ mid-write, the script cache flushed under load, and a stress run of every operat
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import signal
 import threading
 import time
 from collections import Counter
-from pathlib import Path
 
 import pytest
 import redis
 
 import contextstore as cs
+
 from _fault_workers import big_adds_forever, journal_adds, payload, stress
 from _proxy import CuttingProxy
 from _workers import add_sync
-from conftest import RedisProcess, events, open_store
+from support import RedisProcess, events, open_store
 
 pytestmark = pytest.mark.slow
 SPAWN = mp.get_context("spawn")
 
 
-def _server(binary: str, *extra: str, port: int | None = None, dir: str | None = None) -> RedisProcess:  # noqa: A002
+def _server(binary: str, *extra: str, port: int | None = None, dir: str | None = None) -> RedisProcess:
     return RedisProcess(*extra, binary=binary, port=port, dir=dir).start()
 
 
@@ -64,9 +65,11 @@ def test_cut_replies_apply_each_add_exactly_once(redis_binary, kind, prefix):
         client.close()
     finally:
         server.stop()
-    print(f"\n[{kind}] cut replies: {N_CUT} adds, {cuts} connections cut after the server ran the "
-          f"request, {len(acked)} acknowledged, {len(unknown)} gave up, duplicates: "
-          f"{sum(n - 1 for n in got.values())}")
+    print(
+        f"\n[{kind}] cut replies: {N_CUT} adds, {cuts} connections cut after the server ran the "
+        f"request, {len(acked)} acknowledged, {len(unknown)} gave up, duplicates: "
+        f"{sum(n - 1 for n in got.values())}"
+    )
     assert cuts >= N_CUT * 0.15  # the fault really happened, often
     assert all(got[a.content] == 1 for a in acked)  # every acknowledged add exactly once
     assert all(got[c] <= 1 for c in unknown)  # a call that gave up applied at most once
@@ -86,10 +89,8 @@ def test_the_same_faults_duplicate_a_script_without_request_ids(redis_binary):
             client = redis.Redis(port=proxy.port, retry=Retry(NoBackoff(), 10))
             push = client.register_script("return redis.call('RPUSH', KEYS[1], ARGV[1])")
             for i in range(N_CUT):
-                try:
+                with contextlib.suppress(redis.ConnectionError):
                     push(keys=["plain"], args=[f"m{i}"])
-                except redis.ConnectionError:
-                    pass
             client.close()
         direct = redis.Redis(port=server.port)
         values = direct.lrange("plain", 0, -1)
@@ -116,8 +117,10 @@ def test_kill_9_of_the_server_loses_no_acknowledged_write(redis_binary, prefix, 
         store.window("crash", max_items=60)
     client.close()
     journals = [tmp_path / f"w{w}.log" for w in range(4)]
-    procs = [SPAWN.Process(target=journal_adds, args=(server.url, prefix, "crash", w, 250, str(journals[w])))
-             for w in range(4)]
+    procs = [
+        SPAWN.Process(target=journal_adds, args=(server.url, prefix, "crash", w, 250, str(journals[w])))
+        for w in range(4)
+    ]
     for p in procs:
         p.start()
     try:
@@ -148,9 +151,11 @@ def test_kill_9_of_the_server_loses_no_acknowledged_write(redis_binary, prefix, 
     unknown = [ln[1] for ln in lines if ln[0] == "unknown"]
     removed = {e["item_id"]: e["reason"] for e in ev if e["event"] == "item_removed"}
     added = [e["item_id"] for e in ev if e["event"] == "item_added"]
-    print(f"\nkill -9 after {at_kill} adds: {len(lines)} adds by 4 processes, {len(acked)} acknowledged, {len(unknown)} "
-          f"gave up, {len(present)} in the window, {len(removed)} evicted; lost: "
-          f"{sum(1 for i in acked if i not in present and i not in removed)}")
+    print(
+        f"\nkill -9 after {at_kill} adds: {len(lines)} adds by 4 processes, {len(acked)} acknowledged, {len(unknown)} "
+        f"gave up, {len(present)} in the window, {len(removed)} evicted; lost: "
+        f"{sum(1 for i in acked if i not in present and i not in removed)}"
+    )
     assert report.ok, report.problems
     assert len(lines) == 4 * 250
     for item_id, content in acked.items():
@@ -251,8 +256,10 @@ def test_stress_8_processes_every_operation(redis_url, r, prefix):
     print(f"\nstress: 8 processes x {STRESS_SECONDS:.0f}s on 3 windows, {sum(total.values())} operations:")
     for op, n in sorted(total.items()):
         print(f"  {op:<28}{n:>7}")
-    print(f"  unexpected exceptions: {len(unexpected)}; verify(): "
-          f"{'clean' if all(rep.ok for rep in reports) else 'BROKEN'}")
+    print(
+        f"  unexpected exceptions: {len(unexpected)}; verify(): "
+        f"{'clean' if all(rep.ok for rep in reports) else 'BROKEN'}"
+    )
     assert not unexpected, unexpected[:10]
     assert all(rep.ok for rep in reports), [rep.problems for rep in reports]
     assert sum(total.values()) > 500

@@ -12,22 +12,35 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import contextstore as cs
-from conftest import dump_window
+
+from support import dump_window
 
 scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(), st.integers(-5, 200),
-    st.floats(allow_nan=True, allow_infinity=True), st.text(), st.binary(max_size=20),
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.integers(-5, 200),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(),
+    st.binary(max_size=20),
     st.sampled_from(["code", "user_message", "summarize", "remove_oldest", "", " ", "ctx-1", "{x}", "ℵ", "a\x00b"]),
-    st.just(object()), st.just(math.nan), st.just(10**30),
+    st.just(object()),
+    st.just(math.nan),
+    st.just(10**30),
 )
 anything = st.recursive(
     scalars,
-    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=5), inner, max_size=4),
-                            st.frozensets(st.integers(), max_size=3), st.tuples(inner, inner)),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        st.dictionaries(st.text(max_size=5), inner, max_size=4),
+        st.frozensets(st.integers(), max_size=3),
+        st.tuples(inner, inner),
+    ),
     max_leaves=8,
 )
 window_ids = st.one_of(
-    st.text(max_size=210), st.sampled_from(["a{b}", "x}", "{", "tenant-a*", "ü", "a b", "ok-id", "a" * 201]),
+    st.text(max_size=210),
+    st.sampled_from(["a{b}", "x}", "{", "tenant-a*", "ü", "a b", "ok-id", "a" * 201]),
     anything,
 )
 FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -44,9 +57,16 @@ def _call_changes_nothing_or_succeeds(r, prefix: str, wid: str, fn: Any) -> None
 
 
 @FUZZ
-@given(content=anything, kw=st.dictionaries(
-    st.sampled_from(["type", "priority", "pinned", "role", "source_ref", "metadata", "token_count", "id",
-                     "request_id"]), anything, max_size=5))
+@given(
+    content=anything,
+    kw=st.dictionaries(
+        st.sampled_from(
+            ["type", "priority", "pinned", "role", "source_ref", "metadata", "token_count", "id", "request_id"]
+        ),
+        anything,
+        max_size=5,
+    ),
+)
 def test_add_with_arbitrary_arguments(store, r, prefix, content, kw):
     w = store.window("fz-add", max_tokens=2000, max_items=20)
     _call_changes_nothing_or_succeeds(r, prefix, "fz-add", lambda: w.add(content, **kw))
@@ -62,9 +82,28 @@ def test_add_many_with_arbitrary_arguments(store, r, prefix, items):
 
 
 @FUZZ
-@given(op=st.sampled_from(["remove", "pin", "unpin", "priority", "items", "ordered", "compact", "clear",
-                           "markdown", "build", "configure", "restore", "get"]),
-       a=anything, b=anything, c=anything)
+@given(
+    op=st.sampled_from(
+        [
+            "remove",
+            "pin",
+            "unpin",
+            "priority",
+            "items",
+            "ordered",
+            "compact",
+            "clear",
+            "markdown",
+            "build",
+            "configure",
+            "restore",
+            "get",
+        ]
+    ),
+    a=anything,
+    b=anything,
+    c=anything,
+)
 def test_every_operation_with_arbitrary_arguments(store, r, prefix, op, a, b, c):
     w = store.window("fz-ops", max_tokens=3000, max_items=20)
     if not w.items():
@@ -80,8 +119,13 @@ def test_every_operation_with_arbitrary_arguments(store, r, prefix, op, a, b, c)
         "clear": lambda: w.clear(a),
         "markdown": lambda: w.to_markdown(a, b, c),
         "build": lambda: w.build(cs.BuildOptions(max_tokens=a, reserve_for_response=b, message_format=c)),
-        "configure": lambda: w.configure(**{k: v for k, v in (("max_tokens", a), ("compaction_threshold", b),
-                                                                ("default_strategy", c)) if v is not None}),
+        "configure": lambda: w.configure(
+            **{
+                k: v
+                for k, v in (("max_tokens", a), ("compaction_threshold", b), ("default_strategy", c))
+                if v is not None
+            }
+        ),
         "restore": lambda: w.restore(a),
         "get": lambda: w.get(a),
     }
@@ -90,9 +134,14 @@ def test_every_operation_with_arbitrary_arguments(store, r, prefix, op, a, b, c)
 
 
 @FUZZ
-@given(wid=window_ids, config=st.dictionaries(
-    st.sampled_from(["max_tokens", "max_items", "compaction_threshold", "default_strategy", "ttl_seconds"]),
-    anything, max_size=3))
+@given(
+    wid=window_ids,
+    config=st.dictionaries(
+        st.sampled_from(["max_tokens", "max_items", "compaction_threshold", "default_strategy", "ttl_seconds"]),
+        anything,
+        max_size=3,
+    ),
+)
 def test_window_with_arbitrary_ids_and_config(store, r, prefix, wid, config):
     keys_before = set(r.scan_iter(match=f"{prefix}:*"))
     try:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import contextstore as cs
-from conftest import check_invariants
+
+from support import check_invariants
 
 
 def test_every_operation_after_script_flush(store, r, prefix):

@@ -13,6 +13,8 @@ import redis
 import contextstore as cs
 from contextstore import scripts
 
+from support import key
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -27,26 +29,40 @@ def test_every_script_has_a_header_naming_keys_and_reply():
 @pytest.mark.slow
 def test_installed_wheel_loads_its_lua(tmp_path):
     wheel_dir = tmp_path / "wheel"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheel_dir), str(ROOT)],
-                   check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheel_dir), str(ROOT)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     (wheel,) = wheel_dir.glob("contextstore-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    for name in ("_lib", *scripts.SCRIPT_NAMES):
+    for name in scripts.SCRIPT_NAMES:
         assert f"contextstore/lua/{name}.lua" in names
+    for name in scripts.LIB_NAMES:
+        assert f"contextstore/lua/lib/{name}.lua" in names
     assert "contextstore/py.typed" in names
     target = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
-                   check=True, capture_output=True, timeout=300)
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); import contextstore.scripts as s; "
-            "print(s._lua_dir()); print(len(s.sources()))")
-    out = subprocess.run([sys.executable, "-c", code, str(target)], check=True, capture_output=True,
-                         text=True, cwd=tmp_path, timeout=60).stdout.split()
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); import contextstore.scripts as s; "
+        "print(s.lua_dir()); print(len(s.sources()))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(target)], check=True, capture_output=True, text=True, cwd=tmp_path, timeout=60
+    ).stdout.split()
     assert out[0].startswith(str(target)) and int(out[1]) == len(scripts.SCRIPT_NAMES)
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "contextstore.cli", *args], capture_output=True,
-                          text=True, timeout=180)
+    return subprocess.run(
+        [sys.executable, "-m", "contextstore.cli", *args], capture_output=True, text=True, timeout=180
+    )
 
 
 @pytest.mark.slow
@@ -68,7 +84,7 @@ def test_cli_demo_and_inspection(redis_url, prefix):
     assert missing.returncode == 1 and "does not exist" in missing.stderr
     assert _cli("--url", redis_url, "--prefix", prefix, "windows").stdout.split() == ["demo"]  # not created
     client = redis.Redis.from_url(redis_url)
-    client.hset(f"{prefix}:{{demo}}:meta", "tokens", "1")  # break a counter
+    client.hset(key(prefix, "demo", "meta"), "tokens", "1")  # break a counter
     client.close()
     broken = _cli("--url", redis_url, "--prefix", prefix, "verify", "demo")
     assert broken.returncode == 1 and broken.stdout.startswith("BROKEN: window demo: 1 problem(s)")
@@ -81,12 +97,32 @@ def test_cli_reports_typed_errors(redis_url):
 
 
 def test_public_names():
-    expected = {"ContextStore", "AsyncContextStore", "ContextWindow", "AsyncContextWindow", "ContextItem",
-                "ItemType", "CompactionStrategy", "BuildOptions", "BuiltContext", "ContextSnapshot",
-                "ContextWindowStats", "EmbeddedServer", "TokenCounter", "TiktokenCounter",
-                "ContextStoreError", "InvalidItemError", "InvalidWindowIdError", "InvalidOptionsError",
-                "DuplicateItemError", "ContextWindowFullError", "BudgetTooSmallError", "ConfigConflictError",
-                "StrategyUnavailableError", "StoreUnavailableError"}
+    expected = {
+        "ContextStore",
+        "AsyncContextStore",
+        "ContextWindow",
+        "AsyncContextWindow",
+        "ContextItem",
+        "ItemType",
+        "CompactionStrategy",
+        "BuildOptions",
+        "BuiltContext",
+        "ContextSnapshot",
+        "ContextWindowStats",
+        "EmbeddedServer",
+        "TokenCounter",
+        "TiktokenCounter",
+        "ContextStoreError",
+        "InvalidItemError",
+        "InvalidWindowIdError",
+        "InvalidOptionsError",
+        "DuplicateItemError",
+        "ContextWindowFullError",
+        "BudgetTooSmallError",
+        "ConfigConflictError",
+        "StrategyUnavailableError",
+        "StoreUnavailableError",
+    }
     assert expected <= set(cs.__all__)
 
 

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
 import contextstore as cs
-from conftest import SyncProxy, check_invariants, dump_window
+
+from support import SyncProxy, check_invariants, dump_window
 
 _n = itertools.count()
 
@@ -24,6 +25,8 @@ def _summarize(items):
 
 def _score(query, items):
     return [(i.priority * 31 + i.seq) % 7 for i in items]
+
+
 TEXT = st.text(min_size=1, max_size=40).filter(lambda s: s.strip())
 TYPES = st.sampled_from([t.value for t in cs.ItemType])
 PRIORITY = st.integers(-2, 102)  # a little outside the valid range on purpose
@@ -76,8 +79,9 @@ class WindowMachine(RuleBasedStateMachine):
 
     @rule(target=ids, content=TEXT, itype=TYPES, priority=PRIORITY, pinned=st.booleans(), tokens=TOKENS)
     def add(self, content, itype, priority, pinned, tokens):
-        ok, it = self._try(lambda: self.w.add(content, type=itype, priority=priority, pinned=pinned,
-                                              token_count=tokens))
+        ok, it = self._try(
+            lambda: self.w.add(content, type=itype, priority=priority, pinned=pinned, token_count=tokens)
+        )
         if not ok:
             assert isinstance(it, (cs.ContextWindowFullError, cs.InvalidItemError))
             assert not 0 <= priority <= 100 or isinstance(it, cs.ContextWindowFullError)
@@ -88,8 +92,11 @@ class WindowMachine(RuleBasedStateMachine):
             self.pinned.add(it.id)
         return it.id
 
-    @rule(caller_id=st.sampled_from(["msg-a", "msg-b", "msg-c"]), content=st.sampled_from(["one", "two"]),
-          priority=st.integers(0, 100))
+    @rule(
+        caller_id=st.sampled_from(["msg-a", "msg-b", "msg-c"]),
+        content=st.sampled_from(["one", "two"]),
+        priority=st.integers(0, 100),
+    )
     def add_with_caller_id(self, caller_id, content, priority):
         present = self.w.get(caller_id)
         ok, it = self._try(lambda: self.w.add(content, id=caller_id, priority=priority))
@@ -113,9 +120,14 @@ class WindowMachine(RuleBasedStateMachine):
         assert len(new) <= 1  # at most the summary
         self.seen |= new
 
-    @rule(specs=st.lists(st.fixed_dictionaries({"content": TEXT, "type": TYPES,
-                                                 "priority": st.integers(0, 100),
-                                                 "token_count": TOKENS}), max_size=6))
+    @rule(
+        specs=st.lists(
+            st.fixed_dictionaries(
+                {"content": TEXT, "type": TYPES, "priority": st.integers(0, 100), "token_count": TOKENS}
+            ),
+            max_size=6,
+        )
+    )
     def add_many(self, specs):
         before = self._present()
         ok, n = self._try(lambda: self.w.add_many(specs))
@@ -147,8 +159,7 @@ class WindowMachine(RuleBasedStateMachine):
         if ok and res:
             assert self.w.get(item_id).priority == priority
 
-    @rule(strategy=st.sampled_from(["remove_oldest", "remove_low_priority", None]),
-          target_percent=st.floats(0, 100))
+    @rule(strategy=st.sampled_from(["remove_oldest", "remove_low_priority", None]), target_percent=st.floats(0, 100))
     def compact(self, strategy, target_percent):
         ok, freed = self._try(lambda: self.w.compact(strategy, target_percent))
         assert ok and freed >= 0
@@ -167,7 +178,7 @@ class WindowMachine(RuleBasedStateMachine):
 
     @rule(max_items=st.integers(0, 16), max_tokens=st.one_of(st.none(), st.integers(-1, 600)))
     def configure(self, max_items, max_tokens):
-        ok, res = self._try(lambda: self.w.configure(max_items=max_items, max_tokens=max_tokens))
+        ok, _ = self._try(lambda: self.w.configure(max_items=max_items, max_tokens=max_tokens))
         if ok:
             assert self.w.stats().max_items == max_items
 
@@ -178,17 +189,17 @@ class WindowMachine(RuleBasedStateMachine):
         self.w.restore(snap)
         assert self.w.items() == snap.items
 
-    @rule(max_tokens=st.one_of(st.none(), st.integers(1, 800)), reserve=st.integers(0, 300),
-          exact=st.booleans())
+    @rule(max_tokens=st.one_of(st.none(), st.integers(1, 800)), reserve=st.integers(0, 300), exact=st.booleans())
     def build(self, max_tokens, reserve, exact):
         before = {k: v for k, v in self._dump().items() if not k.endswith(b":events")}
         try:
-            b = self.w.build_structured(cs.BuildOptions(max_tokens=max_tokens, reserve_for_response=reserve,
-                                                        exact_tokens=exact))
+            b = self.w.build_structured(
+                cs.BuildOptions(max_tokens=max_tokens, reserve_for_response=reserve, exact_tokens=exact)
+            )
         except (cs.BudgetTooSmallError, cs.InvalidOptionsError):
             pass
         else:
-            budget = (max_tokens if max_tokens is not None else self.w.stats().max_tokens)
+            budget = max_tokens if max_tokens is not None else self.w.stats().max_tokens
             if budget is not None:
                 assert b.total_tokens <= budget - reserve
             assert set(b.included_item_ids) >= {i.id for i in self.w.pinned_items()}
@@ -211,6 +222,7 @@ class WindowMachine(RuleBasedStateMachine):
 def test_window_state_machine(redis_url, prefix, api_kind):
     run_state_machine_as_test(
         lambda: WindowMachine(redis_url, prefix, api_kind),
-        settings=settings(max_examples=30, stateful_step_count=25, deadline=None,
-                          suppress_health_check=[HealthCheck.too_slow]),
+        settings=settings(
+            max_examples=30, stateful_step_count=25, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+        ),
     )

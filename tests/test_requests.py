@@ -5,11 +5,12 @@ from __future__ import annotations
 import pytest
 
 import contextstore as cs
-from conftest import check_invariants, dump_window, events
+
+from support import check_invariants, dump_window, events, key
 
 
 def _log_keys(prefix: str, wid: str) -> tuple[str, str]:
-    return f"{prefix}:{{{wid}}}:requests", f"{prefix}:{{{wid}}}:replies"
+    return key(prefix, wid, "requests"), key(prefix, wid, "replies")
 
 
 def _without_log(dump: dict) -> dict:

@@ -10,15 +10,27 @@ import pytest
 import redis
 
 import contextstore as cs
-from conftest import RedisProcess, _free_port, dump_window
+
+from support import RedisProcess, dump_window, free_port
 
 SECRET = "s3cret-Pa55"
 NO_RETRY = cs.RetryPolicy(attempts=2, base=0)
 
 # The ACL rule docs/reliability.md recommends: the tenant's own keys only; no dangerous commands,
 # no SCAN / RANDOMKEY (they would show other tenants' window ids), SCRIPT only to LOAD.
-TENANT_RULE = ["on", f">{SECRET}", "resetkeys", "~ctx:{tenant-a:*}*", "resetchannels", "+@all",
-               "-@dangerous", "-scan", "-randomkey", "-script", "+script|load"]
+TENANT_RULE = [
+    "on",
+    f">{SECRET}",
+    "resetkeys",
+    "~ctx:{tenant-a:*}*",
+    "resetchannels",
+    "+@all",
+    "-@dangerous",
+    "-scan",
+    "-randomkey",
+    "-script",
+    "+script|load",
+]
 
 
 @pytest.fixture
@@ -33,7 +45,7 @@ def _no_secret(text: str) -> None:
 
 
 def test_no_password_in_errors_reprs_or_logs(caplog):
-    url = f"redis://admin:{SECRET}@127.0.0.1:{_free_port()}/0"  # nothing listens there
+    url = f"redis://admin:{SECRET}@127.0.0.1:{free_port()}/0"  # nothing listens there
     store = cs.ContextStore.from_url(url, retry=NO_RETRY)
     _no_secret(repr(store))
     with caplog.at_level(logging.DEBUG, logger="contextstore"), pytest.raises(cs.StoreUnavailableError) as ei:
@@ -52,8 +64,12 @@ def test_credentials_from_the_url(acl_server):
     good = f"redis://default:{SECRET}@127.0.0.1:{acl_server.port}/0"
     with cs.ContextStore.from_url(good) as store:
         assert store.window("cred").add("hello").content == "hello"
-    with cs.ContextStore.from_url(f"redis://default:wrong-{SECRET}@127.0.0.1:{acl_server.port}/0",
-                                  retry=NO_RETRY) as store, pytest.raises(cs.PermissionDeniedError) as ei:
+    with (
+        cs.ContextStore.from_url(
+            f"redis://default:wrong-{SECRET}@127.0.0.1:{acl_server.port}/0", retry=NO_RETRY
+        ) as store,
+        pytest.raises(cs.PermissionDeniedError) as ei,
+    ):
         store.window("cred")
     _no_secret(str(ei.value))
 
@@ -71,8 +87,7 @@ def test_acl_tenant_is_confined_to_its_windows(acl_server):
         w.add("tenant A's message", type="user_message", role="user")
         assert "tenant A's message" in w.build()
         assert w.verify().ok
-        for attempt in (lambda: a.window("tenant-b:chat"),
-                        lambda: a.window("tenant-b:new")):
+        for attempt in (lambda: a.window("tenant-b:chat"), lambda: a.window("tenant-b:new")):
             with pytest.raises(cs.PermissionDeniedError) as ei:
                 attempt()
             assert "permission" in str(ei.value).lower() or "noperm" in str(ei.value).lower()
@@ -85,9 +100,28 @@ def test_acl_tenant_is_confined_to_its_windows(acl_server):
 
 def _tls_files(tmp: Path) -> tuple[Path, Path] | None:
     cert, key = tmp / "cert.pem", tmp / "key.pem"
-    res = subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-                          "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
-                          "-keyout", str(key), "-out", str(cert)], capture_output=True, timeout=60)
+    res = subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        capture_output=True,
+        timeout=60,
+    )
     return (cert, key) if res.returncode == 0 else None
 
 
@@ -96,10 +130,23 @@ def test_tls_with_rediss_url(redis_binary, tmp_path):
     if files is None:
         pytest.skip("openssl could not make a test certificate")
     cert, key = files
-    port = _free_port()
-    server = RedisProcess("--tls-port", str(port), "--tls-cert-file", str(cert), "--tls-key-file", str(key),
-                          "--tls-ca-cert-file", str(cert), "--tls-auth-clients", "no",
-                          "--requirepass", SECRET, binary=redis_binary, port=port)
+    port = free_port()
+    server = RedisProcess(
+        "--tls-port",
+        str(port),
+        "--tls-cert-file",
+        str(cert),
+        "--tls-key-file",
+        str(key),
+        "--tls-ca-cert-file",
+        str(cert),
+        "--tls-auth-clients",
+        "no",
+        "--requirepass",
+        SECRET,
+        binary=redis_binary,
+        port=port,
+    )
     try:
         server.start(password=SECRET, tls_ca=str(cert))
     except RuntimeError as exc:

@@ -10,8 +10,14 @@ import contextstore as cs
 @pytest.fixture
 def win(store):
     w = store.window("seed000")
-    for content, t in [("defun foo", "code"), ("ERROR: ...", "error"), ("defun bar", "code"),
-                       ("WARNING: ...", "error"), ("defun baz", "code"), ("notes...", "text")]:
+    for content, t in [
+        ("defun foo", "code"),
+        ("ERROR: ...", "error"),
+        ("defun bar", "code"),
+        ("WARNING: ...", "error"),
+        ("defun baz", "code"),
+        ("notes...", "text"),
+    ]:
         w.add(content, type=t)
     return w
 
@@ -55,7 +61,7 @@ def test_limit_zero_and_empty_type_list(win):
 
 
 def test_read_only_and_fresh_list(win, r, prefix):
-    from conftest import dump_window
+    from support import dump_window
 
     before = dump_window(r, prefix, "seed000")
     got = win.items()

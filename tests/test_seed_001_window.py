@@ -7,7 +7,8 @@ import msgspec
 import pytest
 
 import contextstore as cs
-from conftest import check_invariants, events
+
+from support import check_invariants, events, key
 
 
 def test_add_items_and_verify_ordering(store):
@@ -22,9 +23,18 @@ def test_add_items_and_verify_ordering(store):
 
 def test_build_order_is_type_rank_then_priority_desc_then_seq(store):
     w = store.window("s001-order-full")
-    specs = [("other", 50), ("assistant_message", 50), ("tool_result", 90), ("instruction", 10),
-             ("retrieved_document", 50), ("retrieved_document", 70), ("system_prompt", 0),
-             ("working_memory", 50), ("retrieved_document", 70), ("error", 95)]
+    specs = [
+        ("other", 50),
+        ("assistant_message", 50),
+        ("tool_result", 90),
+        ("instruction", 10),
+        ("retrieved_document", 50),
+        ("retrieved_document", 70),
+        ("system_prompt", 0),
+        ("working_memory", 50),
+        ("retrieved_document", 70),
+        ("error", 95),
+    ]
     for n, (t, p) in enumerate(specs):
         w.add(f"{t}-{p}-{n}", type=t, priority=p)
     items = w.ordered_items()
@@ -32,7 +42,10 @@ def test_build_order_is_type_rank_then_priority_desc_then_seq(store):
     assert keys == sorted(keys)
     assert [i.type.value for i in items][:2] == ["system_prompt", "instruction"]
     assert [i.content for i in w.ordered_items(types=["retrieved_document"])] == [
-        "retrieved_document-70-5", "retrieved_document-70-8", "retrieved_document-50-4"]
+        "retrieved_document-70-5",
+        "retrieved_document-70-8",
+        "retrieved_document-50-4",
+    ]
 
 
 def test_token_tracking_matches_counter_and_sum(store, r, prefix):
@@ -130,8 +143,7 @@ def test_build_respects_budget_with_reserve(store):
     # of the seed scenario is given to this build only
     w = store.window("s001-build", max_tokens=10_000)
     for i in range(10):  # 10 items totalling 1500 tokens
-        w.add(f"document {i} " + "word " * 10, type="retrieved_document", token_count=150,
-              priority=10 * i)
+        w.add(f"document {i} " + "word " * 10, type="retrieved_document", token_count=150, priority=10 * i)
     opts = cs.BuildOptions(max_tokens=1000, reserve_for_response=200)
     built = w.build_structured(opts)
     assert built.total_tokens <= 800
@@ -145,8 +157,13 @@ def test_build_respects_budget_with_reserve(store):
 def test_snapshot_and_restore_keep_order(store, r, prefix):
     w = store.window("s001-snap", max_tokens=5000)
     for i in range(5):
-        w.add(f"item {i}", type=["text", "error", "code", "user_message", "system_prompt"][i],
-              priority=20 * i, pinned=i == 2, metadata={"n": i, "nested": [1, {"a": None}]})
+        w.add(
+            f"item {i}",
+            type=["text", "error", "code", "user_message", "system_prompt"][i],
+            priority=20 * i,
+            pinned=i == 2,
+            metadata={"n": i, "nested": [1, {"a": None}]},
+        )
     snap = w.snapshot()
     before_items, before_order = w.items(), [i.id for i in w.ordered_items()]
     w.clear(include_pinned=True)
@@ -170,7 +187,7 @@ def test_snapshot_json_roundtrip_into_another_window(store, r, prefix):
     s = dst.stats()
     assert (s.max_tokens, s.max_items, s.total_items) == (3000, 40, 3)
     assert [i.id for i in dst.items()] == ["msg-0", "msg-1", "msg-2"]
-    assert r.ttl(f"{prefix}:{{s001-dst}}:meta") > 0
+    assert r.ttl(key(prefix, "s001-dst", "meta")) > 0
     assert events(r, prefix, "s001-dst")[-1]["event"] == "restored"
     check_invariants(r, prefix, "s001-dst")
 
@@ -215,12 +232,29 @@ def test_events_for_every_mutation(store, r, prefix):
     w.clear()
     w.build()
     kinds = [e["event"] for e in events(r, prefix, "s001-events")]
-    assert kinds == ["item_added", "item_added", "item_removed", "item_added", "priority_changed",
-                     "pinned", "unpinned", "item_removed", "item_added", "item_removed",
-                     "item_removed", "cleared", "built"]
+    assert kinds == [
+        "item_added",
+        "item_added",
+        "item_removed",
+        "item_added",
+        "priority_changed",
+        "pinned",
+        "unpinned",
+        "item_removed",
+        "item_added",
+        "item_removed",
+        "item_removed",
+        "cleared",
+        "built",
+    ]
     ev = events(r, prefix, "s001-events")
-    assert ev[0] == {"event": "item_added", "item_id": "ctx-1", "type": "code", "token_count": "10",
-                     "total_tokens_after": "10"}
+    assert ev[0] == {
+        "event": "item_added",
+        "item_id": "ctx-1",
+        "type": "code",
+        "token_count": "10",
+        "total_tokens_after": "10",
+    }
     assert ev[2]["reason"] == "eviction" and ev[7]["reason"] == "manual" and ev[9]["reason"] == "clear"
     assert ev[4]["priority"] == "70" and ev[5]["pinned"] == "1"
     assert ev[11]["items_cleared"] == "2"

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 import contextstore as cs
-from conftest import check_invariants
+
+from support import check_invariants
 
 
 def test_default_window_is_50_item_sliding_window(store):
@@ -75,8 +76,9 @@ def test_add_defaults_to_code_and_returns_item(store):
 
 def test_add_existing_item_object_keeps_its_fields(store):
     w = store.window("s002-item")
-    item = cs.ContextItem(content="(defun foo () 42)", type=cs.ItemType.CODE,
-                          metadata={"filename": "example.lisp", "start_line": 10})
+    item = cs.ContextItem(
+        content="(defun foo () 42)", type=cs.ItemType.CODE, metadata={"filename": "example.lisp", "start_line": 10}
+    )
     stored = w.add(item, type="error")  # keywords are ignored for an item (seed 002 method 1)
     assert stored.type is cs.ItemType.CODE and stored.metadata == {"filename": "example.lisp", "start_line": 10}
 

@@ -9,8 +9,7 @@ import contextstore as cs
 
 def test_seed_example_byte_exact_with_lisp(store):
     w = store.window("s003-main")
-    w.add("(defun foo () 42)", type="code",
-          metadata={"filename": "src/example.lisp", "start_line": 10, "end_line": 12})
+    w.add("(defun foo () 42)", type="code", metadata={"filename": "src/example.lisp", "start_line": 10, "end_line": 12})
     w.add("ERROR: Division by zero", type="error")
     w.add("This is a note", type="text")
     assert w.to_markdown(language="lisp") == (
@@ -55,18 +54,21 @@ def test_headings_for_every_type(store):
     assert "### Repl-History" in headings and "### Custom" in headings and "### Code" in headings
 
 
-@pytest.mark.parametrize("content", [
-    "Example: ```code here```",
-    "````\nfour\n````",
-    "```",
-    "a `single` and ``double`` and ```````seven",
-])
+@pytest.mark.parametrize(
+    "content",
+    [
+        "Example: ```code here```",
+        "````\nfour\n````",
+        "```",
+        "a `single` and ``double`` and ```````seven",
+    ],
+)
 def test_fence_cannot_be_broken(store, content):
     w = store.window("s003-fence")
     w.clear()
     w.add(content, type="text")
     out = w.to_markdown(language="lisp")
-    body = out[len("## Context\n\n### Text\n"):]
+    body = out[len("## Context\n\n### Text\n") :]
     fence_line = body.split("\n", 1)[0]
     fence = fence_line[: len(fence_line) - len("lisp")]
     assert set(fence) == {"`"} and len(fence) >= 3

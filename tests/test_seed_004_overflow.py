@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conftest import check_invariants, events
+from support import check_invariants, events
 
 
 def test_51st_item_evicts_ctx_1(store, r, prefix):
@@ -15,9 +15,16 @@ def test_51st_item_evicts_ctx_1(store, r, prefix):
     assert len(ids) == 50 and ids[0] == "ctx-2" and ids[-1] == "ctx-51"
     assert "ctx-1" not in ids and w.get("ctx-1") is None
     removed = [e for e in events(r, prefix, "s004-main") if e["event"] == "item_removed"]
-    assert removed == [{"event": "item_removed", "item_id": "ctx-1", "type": "code",
-                        "token_count": removed[0]["token_count"], "reason": "eviction",
-                        "total_tokens_after": removed[0]["total_tokens_after"]}]
+    assert removed == [
+        {
+            "event": "item_removed",
+            "item_id": "ctx-1",
+            "type": "code",
+            "token_count": removed[0]["token_count"],
+            "reason": "eviction",
+            "total_tokens_after": removed[0]["total_tokens_after"],
+        }
+    ]
     s = w.stats()
     assert s.compaction_count == 0 and s.total_tokens_freed == 0  # evictions are not compactions
     check_invariants(r, prefix, "s004-main")

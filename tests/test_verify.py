@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 import redis
 
-from conftest import dump_window
+from support import dump_window
 
 
 def _healthy(store, wid: str):
@@ -38,7 +38,11 @@ CASES: list[tuple[str, Corruption, str]] = [
     ("id only in fifo", lambda r, b: r.rpush(b + "fifo", "ghost"), ":fifo has ids that are not in :items"),
     ("id missing from fifo", lambda r, b: r.lrem(b + "fifo", 1, "ctx-2"), ":fifo lacks ids"),
     ("id twice in fifo", lambda r, b: r.rpush(b + "fifo", "ctx-2"), "lists an id twice"),
-    ("fifo out of order", lambda r, b: (r.lrem(b + "fifo", 1, "ctx-1"), r.rpush(b + "fifo", "ctx-1")), "not in strictly increasing seq"),
+    (
+        "fifo out of order",
+        lambda r, b: (r.lrem(b + "fifo", 1, "ctx-1"), r.rpush(b + "fifo", "ctx-1")),
+        "not in strictly increasing seq",
+    ),
     ("id missing from order", lambda r, b: r.zrem(b + "order", "tool-1"), ":order lacks ids"),
     ("wrong order score", lambda r, b: r.zincrby(b + "order", 5, "ctx-2"), ":order score of 'ctx-2'"),
     ("attrs disagree", lambda r, b: r.hset(b + "attrs", "ctx-2", "2|999|50|user_message"), ":attrs of 'ctx-2'"),
@@ -49,9 +53,14 @@ CASES: list[tuple[str, Corruption, str]] = [
     ("bad priority", lambda r, b: _set_item(r, b, "ctx-2", priority=500), "bad field(s) priority"),
     ("empty content", lambda r, b: _set_item(r, b, "ctx-2", content=" "), "bad field(s) content"),
     ("id differs from key", lambda r, b: _set_item(r, b, "ctx-2", id="ctx-9"), "bad field(s) id"),
-    ("generated id vs seq", lambda r, b: (
-        r.hset(b + "items", "ctx-7", r.hget(b + "items", "ctx-2").replace(b'"id":"ctx-2"', b'"id":"ctx-7"')),
-        r.hdel(b + "items", "ctx-2")), "does not match its seq"),
+    (
+        "generated id vs seq",
+        lambda r, b: (
+            r.hset(b + "items", "ctx-7", r.hget(b + "items", "ctx-2").replace(b'"id":"ctx-2"', b'"id":"ctx-7"')),
+            r.hdel(b + "items", "ctx-2"),
+        ),
+        "does not match its seq",
+    ),
     ("two items share a seq", lambda r, b: _set_item(r, b, "tool-1", seq=2), "share a seq"),
     ("over capacity", lambda r, b: r.hset(b + "meta", "max_items", "2"), "max_items is 2"),
     ("half-deleted", lambda r, b: r.delete(b + "meta"), "without a :meta hash"),

@@ -1,0 +1,124 @@
+"""Window config and store options as typed, constrained values.
+
+``ConfigValues`` declares every window option with its bounds; ``config_values()`` checks what
+a caller passed against it (one place for every "int, not bool, in range" of the config) and
+``creation_config()`` gives a new window its full ``WindowConfig``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Annotated, Any, TypedDict
+
+import msgspec
+from msgspec import UNSET, Meta, UnsetType
+
+from .errors import InvalidOptionsError
+from .layout import MAX_CONTENT_BYTES, MAX_ITEM_LIMIT, MAX_TOKENS, MAX_TTL_SECONDS
+from .retry import RetryPolicy
+from .tokens import TokenCounter
+from .types import CompactionStrategy, WindowConfig
+
+#: what a window gets when its creator passes nothing
+DEFAULT_MAX_ITEMS = 50
+DEFAULT_THRESHOLD = 85.0
+DEFAULT_STRATEGY = CompactionStrategy.REMOVE_LOW_PRIORITY
+
+MaxTokens = Annotated[int, Meta(ge=1, le=MAX_TOKENS)]
+MaxItems = Annotated[int, Meta(ge=1, le=MAX_ITEM_LIMIT)]
+Threshold = Annotated[float, Meta(gt=0, le=100)]
+TtlSeconds = Annotated[int, Meta(ge=1, le=MAX_TTL_SECONDS)]
+
+
+class ConfigValues(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Window options a caller passed; ``UNSET`` where they passed nothing. ``None`` means "no
+    limit" for ``max_tokens`` and "no expiry" for ``ttl_seconds``."""
+
+    max_tokens: MaxTokens | UnsetType | None = UNSET
+    max_items: MaxItems | UnsetType | None = UNSET
+    compaction_threshold: Threshold | UnsetType = UNSET
+    default_strategy: CompactionStrategy | UnsetType = UNSET
+    ttl_seconds: TtlSeconds | UnsetType | None = UNSET
+
+    def passed(self) -> dict[str, Any]:
+        """The options that were passed, by name."""
+        return {f: v for f in self.__struct_fields__ if (v := getattr(self, f)) is not UNSET}
+
+
+class StoreLimits(msgspec.Struct, kw_only=True):
+    """The numeric store options."""
+
+    item_limit: MaxItems = 1000
+    max_content_bytes: Annotated[int, Meta(ge=1, le=MAX_CONTENT_BYTES)] = 1_048_576
+
+
+_PATH = re.compile(r" - at `\$\.(\w+)`$")
+_UNKNOWN = re.compile(r"unknown field `(\w+)`")
+
+
+def checked(kind: type[msgspec.Struct], given: dict[str, Any], what: str) -> Any:
+    """``given`` converted to ``kind``, or ``InvalidOptionsError`` naming the option, its value
+    and the rule it broke."""
+    try:
+        return msgspec.convert(given, kind)
+    except msgspec.ValidationError as exc:
+        text = str(exc)
+        unknown = _UNKNOWN.search(text)
+        if unknown is not None:
+            raise InvalidOptionsError(f"unknown {what} {unknown.group(1)!r}") from None
+        found = _PATH.search(text)
+        if found is None:
+            raise InvalidOptionsError(f"invalid {what}: {text}") from None
+        name = found.group(1)
+        rule = text[: found.start()]
+        raise InvalidOptionsError(f"invalid {what} {name}={given.get(name)!r}: {rule[:1].lower()}{rule[1:]}") from None
+
+
+def config_values(given: dict[str, Any], item_limit: int) -> ConfigValues:
+    """Check window options (``InvalidOptionsError`` on the first bad one); ``max_items`` may not
+    exceed the store's ``item_limit``."""
+    values: ConfigValues = checked(ConfigValues, given, "window option")
+    if isinstance(values.max_items, int) and values.max_items > item_limit:
+        raise InvalidOptionsError(
+            f"max_items must be at most the store's item_limit ({item_limit}), not {values.max_items}"
+        )
+    return values
+
+
+def creation_config(values: ConfigValues, item_limit: int) -> WindowConfig:
+    """The config a new window gets from the options its creator passed: no limits at all is a
+    50-item sliding window; ``max_tokens`` alone caps items at ``item_limit``."""
+    max_tokens = values.max_tokens or None
+    max_items = values.max_items or None
+    if max_items is None:
+        max_items = DEFAULT_MAX_ITEMS if max_tokens is None else item_limit
+    threshold = values.compaction_threshold
+    strategy = values.default_strategy
+    return WindowConfig(
+        max_tokens=max_tokens,
+        max_items=max_items,
+        compaction_threshold=DEFAULT_THRESHOLD if isinstance(threshold, UnsetType) else threshold,
+        default_strategy=DEFAULT_STRATEGY if isinstance(strategy, UnsetType) else strategy,
+        ttl_seconds=values.ttl_seconds or None,
+        item_limit=item_limit,
+    )
+
+
+class StoreOptions(TypedDict, total=False):
+    """The keyword options every store constructor takes (all optional)."""
+
+    #: key prefix of every window (the window-id alphabet); default "ctx"
+    prefix: str
+    #: None (tiktoken cl100k_base), an encoding name, a ``TokenCounter`` or a callable str -> int
+    token_counter: TokenCounter | str | Callable[[str], int] | None
+    #: hard cap on the items of any window, and the default max_items of a token window; 1000
+    item_limit: int
+    #: largest item content in UTF-8 bytes; 1 MiB
+    max_content_bytes: int
+    #: what SUMMARIZE calls: ``summarize(items) -> str`` (or a callable, or their async forms)
+    summarizer: Any
+    #: what SELECTIVE calls: ``score(query, items) -> list[float]`` (or a callable, or async)
+    relevance_scorer: Any
+    #: how failures whose outcome is unknown are retried; None: never
+    retry: RetryPolicy | None

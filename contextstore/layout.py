@@ -1,0 +1,89 @@
+"""The facts Python and the Lua scripts share, owned here.
+
+Type ranks, strategies, limits, the field names of a window's ``:meta`` hash, the weights of
+the build-order score and the bounds of the event stream and the request log are defined once,
+in this module. ``lua_constants()`` renders them as the first lines of every script when the
+scripts are loaded (``scripts.py``), so the Lua side never spells one of them itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from .types import TYPE_RANKS, CompactionStrategy
+
+MAX_PRIORITY = 100
+#: largest ``max_tokens`` and ``token_count``
+MAX_TOKENS = 10**12
+#: largest ``ttl_seconds``
+MAX_TTL_SECONDS = 10**9
+#: largest store ``item_limit`` (and so ``max_items``)
+MAX_ITEM_LIMIT = 100_000
+#: largest store ``max_content_bytes``
+MAX_CONTENT_BYTES = 512 * 1024 * 1024
+#: the window's event stream is trimmed to about this many entries (``MAXLEN ~``)
+STREAM_MAXLEN = 10_000
+#: the request log keeps the newest REQUEST_LOG_MAX requests, none older than REQUEST_LOG_TTL_MS
+REQUEST_LOG_MAX = 2000
+REQUEST_LOG_TTL_MS = 15 * 60 * 1000
+#: build-order score of an item: rank * RANK_WEIGHT + (MAX_PRIORITY - priority) * PRIORITY_WEIGHT
+#: + seq (computed by the scripts only: ``score()`` in ``lua/lib/items.lua``)
+RANK_WEIGHT = 10**13
+PRIORITY_WEIGHT = 10**10
+#: the fields of an ``:attrs`` value, in order, joined by ``|``
+ATTRS_FIELDS = ("seq", "token_count", "priority", "type")
+
+
+class Meta:
+    """Field names of a window's ``:meta`` hash."""
+
+    MAX_TOKENS = "max_tokens"  # 0 = no token limit
+    MAX_ITEMS = "max_items"
+    ITEM_LIMIT = "item_limit"
+    THRESHOLD = "threshold"
+    STRATEGY = "strategy"
+    TTL = "ttl"  # 0 = no expiry
+    TOKENS = "tokens"
+    ITEMS = "items"
+    SEQ = "seq"  # the last seq handed out
+    COMPACTIONS = "compactions"
+    FREED = "freed"
+    CREATED_MS = "created_ms"
+    ITEMS_OF = "items:"  # + type: items of that type
+    TOKENS_OF = "tokens:"  # + type: tokens of that type
+
+    #: the config fields, in the order the scripts take and answer them
+    CONFIG = (MAX_TOKENS, MAX_ITEMS, ITEM_LIMIT, THRESHOLD, STRATEGY, TTL)
+
+
+def _lua_table(pairs: Mapping[str, object]) -> str:
+    return "{" + ", ".join(f"{k} = {_lua_value(v)}" for k, v in pairs.items()) + "}"
+
+
+def _lua_value(v: object) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return "'" + v + "'"
+    return str(v)
+
+
+def lua_constants() -> str:
+    """Lua source defining every shared fact as a local of the script."""
+    meta = {k: v for k, v in vars(Meta).items() if k.isupper() and isinstance(v, str)}
+    server_side = {s.value: True for s in CompactionStrategy if s.server_side}
+    return "\n".join(
+        [
+            "-- generated from contextstore/layout.py when the scripts are loaded: do not edit",
+            f"local RANK = {_lua_table({t.value: r for t, r in TYPE_RANKS.items()})}",
+            f"local STRATEGIES = {_lua_table({s.value: True for s in CompactionStrategy})}",
+            f"local SERVER_SIDE = {_lua_table(server_side)}",
+            f"local F = {_lua_table(meta)}",
+            f"local MAX_PRIORITY, MAX_TOKENS, MAX_TTL_SECONDS, MAX_ITEM_LIMIT = "
+            f"{MAX_PRIORITY}, {MAX_TOKENS}, {MAX_TTL_SECONDS}, {MAX_ITEM_LIMIT}",
+            f"local RANK_WEIGHT, PRIORITY_WEIGHT = {RANK_WEIGHT}, {PRIORITY_WEIGHT}",
+            f"local STREAM_MAXLEN = '{STREAM_MAXLEN}'",
+            f"local REQUEST_LOG_MAX, REQUEST_LOG_TTL_MS = {REQUEST_LOG_MAX}, {REQUEST_LOG_TTL_MS}",
+            "",
+        ]
+    )

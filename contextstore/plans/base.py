@@ -1,0 +1,102 @@
+"""What every plan shares: the requests a plan yields, the store settings and window state it
+works on, request ids, and the read of a window."""
+
+from __future__ import annotations
+
+import os
+import zlib
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from .. import wire
+from ..errors import raise_for_reply
+from ..keys import WindowKeys
+from ..render.prompt import cached_count
+from ..retry import RetryPolicy
+from ..tokens import TokenCounter
+from ..types import WindowConfig
+from ..validate import request_id as checked_request_id
+
+T = TypeVar("T")
+
+
+def _fingerprint(args: Sequence[str | bytes]) -> str:
+    crc = 0
+    for a in args:
+        b = a if isinstance(a, bytes) else a.encode("utf-8")
+        crc = zlib.crc32(b, zlib.crc32(len(b).to_bytes(8, "little"), crc))
+    return f"{crc:08x}"
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptCall:
+    """Run Lua script ``name`` with the window's keys and ``args``.
+
+    ``request`` ("<operation>:<request id>") makes a mutation exactly-once (lib/requests.lua);
+    reads leave it empty. ``same_args`` checks that a replayed request id comes with the
+    arguments it was first used with, apart from the config arguments every mutation starts
+    with (the handle's cached config, which may have changed)."""
+
+    name: str
+    keys: WindowKeys
+    args: Sequence[str | bytes]
+    request: str = ""
+    same_args: bool = True
+
+    def argv(self) -> list[str | bytes]:
+        """ARGV as sent: the request ("<request>|<fingerprint of args>"), then the args."""
+        if not self.request:
+            return ["", *self.args]
+        fp = _fingerprint(self.args[wire.CONFIG_ARGS :]) if self.same_args else ""
+        return [f"{self.request}|{fp}", *self.args]
+
+
+@dataclass(frozen=True, slots=True)
+class External:
+    """Call a user helper (summarizer, scorer); the runner awaits it if it returns an awaitable."""
+
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+
+
+Plan = Generator["ScriptCall | External", Any, T]
+
+
+def new_request(operation: str, request_id: object = None) -> str:
+    """The request of one public call: the caller's ``request_id`` (checked) or a fresh one."""
+    rid = os.urandom(12).hex() if request_id is None else checked_request_id(request_id)
+    return f"{operation}:{rid}"
+
+
+@dataclass(slots=True)
+class Settings:
+    """Store-wide settings every plan needs."""
+
+    prefix: str
+    counter: TokenCounter
+    item_limit: int
+    max_content_bytes: int
+    summarizer: Any = None
+    relevance_scorer: Any = None
+    retry: RetryPolicy | None = None
+    joint_count: Callable[[str], int] = field(init=False)  # memoised counter.count (build joints)
+
+    def __post_init__(self) -> None:
+        self.joint_count = cached_count(self.counter)
+
+
+@dataclass(slots=True)
+class WindowState:
+    """What a window handle knows: its id, keys, and the config it last saw (used to recreate
+    the window if it was deleted or expired)."""
+
+    window_id: str
+    keys: WindowKeys
+    config: WindowConfig
+
+
+def read(state: WindowState, mode: str, types: str = "", limit: int = -1) -> Plan[wire.ReadReply]:
+    """One consistent read of the window (read.lua), decoded."""
+    reply = raise_for_reply((yield ScriptCall("read", state.keys, wire.read_args(mode, types, limit))))
+    return wire.decode_read(reply)

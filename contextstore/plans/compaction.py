@@ -1,0 +1,203 @@
+"""Plans for compaction: the server-side strategies run inside Redis in bounded parts; SUMMARIZE
+and SELECTIVE decide outside Redis and commit only if the items they read are unchanged."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+from collections.abc import Callable
+from typing import Any
+
+from .. import validate, wire
+from ..errors import CommitConflict, InvalidOptionsError, StrategyUnavailableError, raise_for_reply
+from ..layout import Meta
+from ..types import CompactionStrategy, ContextItem, ItemType
+from .base import External, Plan, ScriptCall, Settings, WindowState, new_request, read
+
+log = logging.getLogger("contextstore")
+
+#: most items one compact script call removes; compact() calls it again until the target
+COMPACT_CHUNK = 2000
+#: times an outside-Redis compaction decides again after another worker changed the window
+COMMIT_ATTEMPTS = 3
+
+Candidate = tuple[ContextItem, bytes | str]  # an item and its stored JSON, as read
+
+
+def strategy_of(value: object) -> CompactionStrategy | None:
+    """A strategy argument: None (the window's default) or a ``CompactionStrategy`` value."""
+    if value is None:
+        return None
+    try:
+        return CompactionStrategy(value)
+    except ValueError:
+        raise InvalidOptionsError(f"unknown compaction strategy {value!r}") from None
+
+
+def has_helper(settings: Settings, strategy: CompactionStrategy) -> bool:
+    """True when the store can run ``strategy`` (server-side, or its helper is configured)."""
+    if strategy is CompactionStrategy.SUMMARIZE:
+        return settings.summarizer is not None
+    if strategy is CompactionStrategy.SELECTIVE:
+        return settings.relevance_scorer is not None
+    return strategy.server_side
+
+
+def require_helper(settings: Settings, strategy: CompactionStrategy) -> None:
+    """``StrategyUnavailableError`` when ``strategy`` needs a helper the store lacks."""
+    if not has_helper(settings, strategy):
+        helper = "summarizer" if strategy is CompactionStrategy.SUMMARIZE else "relevance_scorer"
+        raise StrategyUnavailableError(
+            f"{strategy.name} needs a {helper.replace('_', ' ')}: ContextStore(..., {helper}=...)"
+        )
+
+
+def _helper(obj: Any, method: str) -> Callable[..., Any]:
+    fn = getattr(obj, method, None)
+    if callable(fn):
+        return fn  # type: ignore[no-any-return]
+    if callable(obj):
+        return obj  # type: ignore[no-any-return]
+    raise InvalidOptionsError(f"{obj!r} has no {method}() and is not callable")
+
+
+def compact(
+    settings: Settings,
+    state: WindowState,
+    strategy: object = None,
+    target_percent: object = 70.0,
+    query: object = None,
+    request_id: object = None,
+) -> Plan[int]:
+    """Remove (or summarize) unpinned items until usage <= ``target_percent``; tokens freed."""
+    request = new_request("compact", request_id)
+    chosen = strategy_of(strategy)
+    target = validate.number_in("target_percent", target_percent, 0, 100)
+    if query is not None and not isinstance(query, str):
+        raise InvalidOptionsError("query must be a str or None")
+    if chosen is not None:
+        require_helper(settings, chosen)
+    else:
+        found = yield from read(state, "meta")
+        chosen = found.config(state.config).default_strategy
+        require_helper(settings, chosen)
+    if chosen.server_side:
+        freed = yield from _compact_inside(state, chosen, target, request)
+    else:
+        freed = yield from _compact_outside(settings, state, chosen, target, query, request)
+    if freed:
+        log.info("compacted window %s: strategy=%s, freed=%d tokens", state.window_id, chosen.value, freed)
+    return freed
+
+
+def _compact_inside(state: WindowState, strategy: CompactionStrategy, target: float, request: str) -> Plan[int]:
+    """compact.lua in parts of at most COMPACT_CHUNK removals, so one script stays short."""
+    freed, part, more = 0, 0, True
+    while more:
+        args = wire.compact_args(state.config, strategy, target, COMPACT_CHUNK, continued=part > 0)
+        reply = raise_for_reply(
+            (yield ScriptCall("compact", state.keys, args, f"{request}/{part}" if part else request))
+        )
+        got, more = wire.decode_compact(reply)
+        freed, part = freed + got, part + 1
+    return freed
+
+
+def _by_relevance(
+    settings: Settings, cands: list[Candidate], every: list[ContextItem], query: str | None
+) -> Plan[list[Candidate]]:
+    """SELECTIVE's order: lowest score first, ties oldest first. The query defaults to the most
+    recent user message."""
+    if query is None:
+        users = [it for it in every if it.type is ItemType.USER_MESSAGE]
+        query = users[-1].content if users else None
+    scores = list((yield External(_helper(settings.relevance_scorer, "score"), (query, [c[0] for c in cands]))))
+    if len(scores) != len(cands) or not all(
+        isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in scores
+    ):
+        raise InvalidOptionsError("relevance scorer must return one finite number per item")
+    order = sorted(range(len(cands)), key=lambda i: (scores[i], cands[i][0].seq))
+    return [cands[i] for i in order]
+
+
+def _summary(settings: Settings, chosen: list[Candidate]) -> Plan[validate.NewItem]:
+    """The summary of ``chosen``: a working_memory item with their highest priority."""
+    text = yield External(_helper(settings.summarizer, "summarize"), ([c[0] for c in chosen],))
+    summary = validate.new_item(
+        text,
+        max_content_bytes=settings.max_content_bytes,
+        type=ItemType.WORKING_MEMORY,
+        priority=max(c[0].priority for c in chosen),
+        metadata={"summary_of": [c[0].id for c in chosen]},
+    )
+    summary.token_count = max(1, settings.counter.count(summary.content))
+    return summary
+
+
+def _choose(
+    settings: Settings, state: WindowState, strategy: CompactionStrategy, target_percent: float, query: str | None
+) -> Plan[tuple[list[Candidate], int] | None]:
+    """Read the window and choose what to replace; None when nothing needs to go."""
+    found = yield from read(state, "fifo")
+    cfg = found.config(state.config)
+    if not found.exists or cfg.max_tokens is None:
+        return None
+    tokens, target = found.counter(Meta.TOKENS), math.floor(cfg.max_tokens * target_percent / 100)
+    if tokens <= target:
+        return None
+    every = found.items()
+    cands = [(it, raw) for it, raw in zip(every, found.raw, strict=True) if not it.pinned]
+    if strategy is CompactionStrategy.SUMMARIZE:
+        cands.sort(key=lambda c: (c[0].priority, c[0].seq))
+    else:
+        cands = yield from _by_relevance(settings, cands, every, query)
+    chosen, freed = [], 0
+    for cand in cands:
+        if tokens - freed <= target:
+            break
+        chosen.append(cand)
+        freed += cand[0].token_count
+    return (chosen, freed) if chosen else None
+
+
+def _compact_outside(
+    settings: Settings,
+    state: WindowState,
+    strategy: CompactionStrategy,
+    target_percent: float,
+    query: str | None,
+    request: str,
+) -> Plan[int]:
+    """SUMMARIZE / SELECTIVE: read, decide outside Redis, commit only if nothing changed.
+
+    Every commit attempt carries the call's request: only a successful commit is recorded, so a
+    repeated call returns that commit's result even though it would now choose other items
+    (hence ``same_args=False``)."""
+    for _ in range(COMMIT_ATTEMPTS):
+        choice = yield from _choose(settings, state, strategy, target_percent, query)
+        if choice is None:
+            return 0
+        chosen, freed = choice
+        summary = None
+        if strategy is CompactionStrategy.SUMMARIZE:
+            summary = yield from _summary(settings, chosen)
+            if summary.token_count >= freed:
+                log.warning(
+                    "summary of %d items is not smaller than them; window %s left as it was",
+                    len(chosen),
+                    state.window_id,
+                )
+                return 0
+        read_as = [(c[0].id or "", _sha1(c[1])) for c in chosen]
+        args = wire.commit_args(state.config, strategy, read_as, summary)
+        try:
+            return int(raise_for_reply((yield ScriptCall("commit", state.keys, args, request, same_args=False))))
+        except CommitConflict:
+            continue  # another worker changed the window meanwhile: decide again
+    log.warning("compaction of window %s gave up after %d conflicting attempts", state.window_id, COMMIT_ATTEMPTS)
+    return 0
+
+
+def _sha1(raw: bytes | str) -> str:
+    return hashlib.sha1(raw if isinstance(raw, bytes) else raw.encode("utf-8")).hexdigest()

@@ -1,0 +1,144 @@
+"""Plans for items: add and add_many, reads (get, items, ordered_items), remove, pin, priority,
+clear."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from .. import validate, wire
+from ..errors import InvalidItemError, InvalidOptionsError, raise_for_reply
+from ..types import ContextItem
+from .base import Plan, ScriptCall, Settings, WindowState, new_request, read
+
+log = logging.getLogger("contextstore")
+
+#: the keywords an ``add_many`` dict may carry besides ``content``
+ITEM_FIELDS = frozenset({"type", "priority", "pinned", "role", "source_ref", "metadata", "token_count", "id"})
+
+Entry = tuple[object, dict[str, Any]]
+
+
+def entries(items: object) -> list[Entry]:
+    """``add_many`` input (each a str, a ContextItem or a dict of ``add()`` keywords) as
+    (content or item, keywords) pairs."""
+    if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
+        raise InvalidItemError("add_many() takes a list of str, ContextItem or dict")
+    out: list[Entry] = []
+    for entry in items:
+        if not isinstance(entry, dict):
+            out.append((entry, {}))
+            continue
+        fields = dict(entry)
+        if "content" not in fields:
+            raise InvalidItemError("an add_many dict needs 'content'")
+        content = fields.pop("content")
+        unknown = set(fields) - ITEM_FIELDS
+        if unknown:
+            raise InvalidItemError(f"unknown item field(s): {', '.join(sorted(map(str, unknown)))}")
+        out.append((content, fields))
+    return out
+
+
+def _checked(settings: Settings, batch: Sequence[Entry]) -> list[validate.NewItem]:
+    """Every item validated, caller ids unique within the call, token counts filled in."""
+    items = [validate.new_item(obj, max_content_bytes=settings.max_content_bytes, **kw) for obj, kw in batch]
+    seen: set[str] = set()
+    for it in items:
+        if it.id is not None:
+            if it.id in seen:
+                raise InvalidItemError(f"item id {it.id!r} appears twice in one call")
+            seen.add(it.id)
+    todo = [i for i, it in enumerate(items) if it.token_count == 0]
+    if todo:
+        counts = settings.counter.count_many([items[i].content for i in todo])
+        for i, n in zip(todo, counts, strict=True):
+            items[i].token_count = max(1, n)
+    return items
+
+
+def add(
+    settings: Settings, state: WindowState, batch: Sequence[Entry], request_id: object = None
+) -> Plan[wire.AddReply]:
+    """Add items all-or-nothing (add.lua): evict at ``max_items``, compact at the threshold,
+    or raise ``ContextWindowFullError`` with the window unchanged."""
+    request = new_request("add", request_id)
+    items = _checked(settings, batch)
+    reply = wire.decode_add(
+        raise_for_reply((yield ScriptCall("add", state.keys, wire.add_args(state.config, items), request)))
+    )
+    if log.isEnabledFor(logging.DEBUG):
+        for got in reply.items:
+            log.debug(
+                "added context item %s type=%s tokens=%d to window %s",
+                got.id,
+                got.type.value,
+                got.token_count,
+                state.window_id,
+            )
+    if reply.evicted or reply.compactions:
+        log.info(
+            "window %s: adding %d item(s) evicted %d and ran %d compaction(s)",
+            state.window_id,
+            reply.added,
+            reply.evicted,
+            reply.compactions,
+        )
+    return reply
+
+
+def get(state: WindowState, item_id: object) -> Plan[ContextItem | None]:
+    """One item by id, or None."""
+    args = wire.get_args(validate.item_id(item_id))
+    found = wire.decode_read(raise_for_reply((yield ScriptCall("read", state.keys, args))))
+    return found.items()[0] if found.raw else None
+
+
+def items(state: WindowState, types: object = None, limit: object = None) -> Plan[list[ContextItem]]:
+    """Items in arrival order, filtered by type; ``limit`` keeps the most recent N."""
+    wanted, most = validate.item_types(types), validate.limit(limit)
+    if most == 0 or wanted is None:
+        return []
+    found = yield from read(state, "fifo", wanted, most)
+    return found.items()
+
+
+def ordered_items(state: WindowState, types: object = None, pinned_only: bool = False) -> Plan[list[ContextItem]]:
+    """Items in build order (type rank, priority desc, arrival); only pinned ones if asked."""
+    wanted = validate.item_types(types)
+    if wanted is None:
+        return []
+    found = yield from read(state, "pinned" if pinned_only else "order", wanted)
+    return found.items()
+
+
+def remove(state: WindowState, item_id: object, request_id: object = None) -> Plan[bool]:
+    """Remove one item; False if it is absent."""
+    request = new_request("remove", request_id)
+    args = wire.one_item_args(state.config, validate.item_id(item_id))
+    return bool(raise_for_reply((yield ScriptCall("remove", state.keys, args, request))))
+
+
+def set_pinned(state: WindowState, item_id: object, pinned: bool, request_id: object = None) -> Plan[bool]:
+    """Pin or unpin one item; False if it is absent."""
+    request = new_request("pin" if pinned else "unpin", request_id)
+    args = wire.one_item_args(state.config, validate.item_id(item_id), "1" if pinned else "0")
+    return bool(raise_for_reply((yield ScriptCall("pin", state.keys, args, request))))
+
+
+def update_priority(state: WindowState, item_id: object, priority: object, request_id: object = None) -> Plan[bool]:
+    """Change one item's priority (and its place in build order); False if it is absent."""
+    request = new_request("priority", request_id)
+    value = validate.priority(priority)
+    args = wire.one_item_args(state.config, validate.item_id(item_id), str(value))
+    return bool(raise_for_reply((yield ScriptCall("priority", state.keys, args, request))))
+
+
+def clear(state: WindowState, include_pinned: object = False, request_id: object = None) -> Plan[int]:
+    """Remove every unpinned item (every item with ``include_pinned``); returns how many."""
+    request = new_request("clear", request_id)
+    if not isinstance(include_pinned, bool):
+        raise InvalidOptionsError("include_pinned must be a bool")
+    args = wire.clear_args(state.config, include_pinned)
+    return int(raise_for_reply((yield ScriptCall("clear", state.keys, args, request))))

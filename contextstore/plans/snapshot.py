@@ -1,0 +1,107 @@
+"""Plans for snapshots: one consistent read of config and items, and an atomic restore into
+any window id."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from .. import validate, wire
+from ..config import config_values, creation_config
+from ..errors import InvalidItemError, InvalidOptionsError, raise_for_reply
+from ..stored import stored_json
+from ..types import ContextItem, ContextSnapshot, WindowConfig
+from .base import Plan, ScriptCall, Settings, WindowState, new_request, read
+
+SNAPSHOT_FORMAT = 1
+
+
+def snapshot(state: WindowState) -> Plan[ContextSnapshot]:
+    """The window's config and items (arrival order, with ids, seq, added_at, pins)."""
+    found = yield from read(state, "fifo")
+    cfg = found.config(state.config)
+    return ContextSnapshot(
+        format_version=SNAPSHOT_FORMAT,
+        window_id=state.window_id,
+        created_at=datetime.now(timezone.utc),
+        max_tokens=cfg.max_tokens,
+        max_items=cfg.max_items,
+        compaction_threshold=cfg.compaction_threshold,
+        default_strategy=cfg.default_strategy,
+        ttl_seconds=cfg.ttl_seconds,
+        items=found.items(),
+    )
+
+
+def _snapshot_config(snap: ContextSnapshot, item_limit: int) -> WindowConfig:
+    given = {
+        "max_tokens": snap.max_tokens,
+        "max_items": snap.max_items,
+        "compaction_threshold": snap.compaction_threshold,
+        "default_strategy": snap.default_strategy,
+        "ttl_seconds": snap.ttl_seconds,
+    }
+    values = config_values(given, item_limit)
+    if values.max_items is None:
+        raise InvalidOptionsError("snapshot max_items must be set")
+    return creation_config(values, item_limit)
+
+
+def _restored_item(settings: Settings, it: ContextItem) -> tuple[ContextItem, bytes]:
+    """A snapshot item checked like an add, and its stored JSON."""
+    if not isinstance(it.id, str) or not 1 <= len(it.id) <= validate.MAX_CALLER_ID or any(c.isspace() for c in it.id):
+        raise InvalidItemError(f"snapshot item id {it.id!r} is invalid")
+    validate.int_in(f"the seq of snapshot item {it.id!r}", it.seq, 1, None, InvalidItemError)
+    norm = validate.new_item(
+        it.content,
+        max_content_bytes=settings.max_content_bytes,
+        type=it.type,
+        priority=it.priority,
+        pinned=it.pinned,
+        role=it.role,
+        source_ref=it.source_ref,
+        metadata=it.metadata,
+        token_count=it.token_count,
+    )
+    full = ContextItem(
+        content=it.content,
+        type=norm.type,
+        priority=norm.priority,
+        token_count=norm.token_count,
+        pinned=it.pinned,
+        role=it.role,
+        source_ref=it.source_ref,
+        metadata=norm.metadata,
+        id=it.id,
+        added_at=it.added_at,
+        seq=it.seq,
+    )
+    return full, stored_json(full)
+
+
+def _restored_items(settings: Settings, snap: ContextSnapshot, item_limit: int) -> list[tuple[ContextItem, bytes]]:
+    if not isinstance(snap.items, list) or not all(isinstance(i, ContextItem) for i in snap.items):
+        raise InvalidItemError("snapshot items must be a list of ContextItem")
+    if len(snap.items) > item_limit:
+        raise InvalidOptionsError(f"snapshot holds {len(snap.items)} items; item_limit is {item_limit}")
+    rows = [_restored_item(settings, it) for it in snap.items]
+    rows.sort(key=lambda row: row[0].seq)
+    ids, seqs = {r[0].id for r in rows}, {r[0].seq for r in rows}
+    if len(ids) != len(rows) or len(seqs) != len(rows):
+        raise InvalidItemError("snapshot repeats an item id or a seq")
+    return rows
+
+
+def restore(settings: Settings, state: WindowState, snap: object, request_id: object = None) -> Plan[None]:
+    """Replace the window's items and config with the snapshot's, atomically, keeping ids,
+    order and a seq counter ahead of every restored seq; limits are not re-applied."""
+    request = new_request("restore", request_id)
+    if not isinstance(snap, ContextSnapshot):
+        raise InvalidOptionsError(f"restore() takes a ContextSnapshot, not {type(snap).__name__}")
+    if snap.format_version != SNAPSHOT_FORMAT:
+        raise InvalidOptionsError(f"unsupported snapshot format_version {snap.format_version!r}")
+    target = _snapshot_config(snap, state.config.item_limit)
+    rows = _restored_items(settings, snap, state.config.item_limit)
+    args = wire.restore_args(state.config, target, rows)
+    raise_for_reply((yield ScriptCall("restore", state.keys, args, request)), InvalidOptionsError)
+    state.config = target
+    return None

@@ -1,0 +1,94 @@
+"""Plans for a window as a whole: attach (and create), configure, stats, verify, delete."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import wire
+from ..config import config_values, creation_config
+from ..errors import ConfigConflictError, InvalidOptionsError, WindowNotFoundError, raise_for_reply
+from ..keys import validate_window_id, window_keys
+from ..layout import Meta
+from ..types import ContextWindowStats, ItemType, WindowConfig
+from ..validate import flag
+from ..verify import VerifyReport, inspect_window
+from .base import Plan, ScriptCall, Settings, WindowState, new_request, read
+
+
+def open_window(
+    settings: Settings, window_id: object, passed: dict[str, Any], create: object = True
+) -> Plan[WindowState]:
+    """Attach to a window: create it with ``passed`` if it is missing (``create=True``), else
+    raise ``WindowNotFoundError``; a passed value that differs from the stored config raises
+    ``ConfigConflictError``. ``None`` counts as not passed."""
+    wid = validate_window_id(window_id)
+    create = flag("create", create)
+    values = config_values({k: v for k, v in passed.items() if v is not None}, settings.item_limit)
+    state = WindowState(wid, window_keys(settings.prefix, wid), creation_config(values, settings.item_limit))
+    if create:
+        reply = raise_for_reply(
+            (yield ScriptCall("ensure", state.keys, wire.config_args(state.config))), InvalidOptionsError
+        )
+        stored = wire.config_from(reply[1:])
+    else:
+        found = yield from read(state, "meta")
+        if not found.exists:
+            raise WindowNotFoundError(wid)
+        stored = found.config(state.config)
+    conflicts = {k: (v, getattr(stored, k)) for k, v in values.passed().items() if getattr(stored, k) != v}
+    if conflicts:
+        raise ConfigConflictError(wid, conflicts)
+    state.config = stored
+    return state
+
+
+def configure(state: WindowState, changes: dict[str, Any], request_id: object = None) -> Plan[WindowConfig]:
+    """Change the stored config for every worker, atomically; returns the config after it.
+    ``max_tokens=None`` removes the token limit, ``ttl_seconds=None`` the expiry."""
+    request = new_request("configure", request_id)
+    if "max_items" in changes and changes["max_items"] is None:
+        raise InvalidOptionsError("max_items cannot be None in configure()")
+    values = config_values(changes, state.config.item_limit).passed()
+    args = wire.configure_args(state.config, values)
+    reply = raise_for_reply((yield ScriptCall("configure", state.keys, args, request)), InvalidOptionsError)
+    state.config = wire.config_from(reply)
+    return state.config
+
+
+def delete(state: WindowState, request_id: object = None) -> Plan[bool]:
+    """Delete every key of the window (its request log stays, so a retried delete answers True)."""
+    return bool((yield ScriptCall("delete", state.keys, [], new_request("delete", request_id))))
+
+
+def _by_type(meta: dict[str, str], prefix: str) -> dict[ItemType, int]:
+    return {ItemType(k[len(prefix) :]): int(v) for k, v in meta.items() if k.startswith(prefix) and int(v)}
+
+
+def stats(state: WindowState) -> Plan[ContextWindowStats]:
+    """The window's counters, read in O(1) from what the scripts maintain."""
+    found = yield from read(state, "meta")
+    cfg = found.config(state.config)
+    tokens = found.counter(Meta.TOKENS)
+    limit = cfg.max_tokens
+    return ContextWindowStats(
+        window_id=state.window_id,
+        total_items=found.counter(Meta.ITEMS),
+        pinned_items=found.pinned,
+        current_tokens=tokens,
+        max_tokens=limit,
+        max_items=cfg.max_items,
+        available_tokens=None if limit is None else max(0, limit - tokens),
+        usage_percent=0.0 if not limit else tokens * 100.0 / limit,
+        compaction_threshold=cfg.compaction_threshold,
+        default_strategy=cfg.default_strategy,
+        items_by_type=_by_type(found.meta, Meta.ITEMS_OF),
+        tokens_by_type=_by_type(found.meta, Meta.TOKENS_OF),
+        compaction_count=found.counter(Meta.COMPACTIONS),
+        total_tokens_freed=found.counter(Meta.FREED),
+    )
+
+
+def verify(state: WindowState) -> Plan[VerifyReport]:
+    """Read every key of the window in one script call and report each broken invariant."""
+    reply = raise_for_reply((yield ScriptCall("read", state.keys, wire.read_args("all"))))
+    return inspect_window(state.window_id, reply)

@@ -1,0 +1,199 @@
+"""The prompt within a token budget: which items go in, in what order, and what it costs.
+
+Stored token counts are reused, never re-tokenized: only the short joints between contents
+(separator, message-format prefix and suffix) are counted, see ``JointCosts``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from functools import lru_cache
+from itertools import pairwise
+
+import msgspec
+
+from ..config import checked
+from ..errors import BudgetTooSmallError, InvalidOptionsError
+from ..tokens import TokenCounter
+from ..types import HISTORY_TYPES, BuildOptions, ContextItem, ItemType
+
+DEFAULT_MESSAGE_FORMAT = "[{role}]: {content}"
+#: characters of content on each side of a joint that the joint is counted with
+EDGE = 32
+#: the conversation (user and assistant messages) renders as one group at this rank
+CONVERSATION_RANK = 5
+
+
+def validate_options(options: object) -> BuildOptions:
+    """``options`` checked field by field (``InvalidOptionsError``); None gives the defaults."""
+    if options is None:
+        return BuildOptions()
+    if not isinstance(options, BuildOptions):
+        raise InvalidOptionsError(f"options must be BuildOptions, not {type(options).__name__}")
+    checked(BuildOptions, msgspec.structs.asdict(options), "build option")
+    fmt = options.message_format
+    if fmt is not None and fmt.count("{content}") != 1:
+        raise InvalidOptionsError("message_format must contain '{content}' exactly once")
+    return options
+
+
+def build_key(item: ContextItem) -> tuple[int, int, int]:
+    """Build order: type rank, priority desc, arrival."""
+    return (item.type.rank, -item.priority, item.seq)
+
+
+def section_key(item: ContextItem) -> tuple[int, int, int]:
+    """Sections: rank groups; the conversation is one chronological group."""
+    if item.type in HISTORY_TYPES:
+        return (CONVERSATION_RANK, 0, item.seq)
+    return build_key(item)
+
+
+def _selection_key(item: ContextItem) -> tuple[int, int, int]:
+    """The order in which candidates are offered the budget: the conversation newest first."""
+    if item.type in HISTORY_TYPES:
+        return (CONVERSATION_RANK, 0, -item.seq)
+    return build_key(item)
+
+
+def _allowed(item_type: ItemType, options: BuildOptions) -> bool:
+    if item_type is ItemType.SYSTEM_PROMPT:
+        return options.include_system_prompt
+    if item_type is ItemType.INSTRUCTION:
+        return options.include_instructions
+    if item_type in (ItemType.RETRIEVED_DOCUMENT, ItemType.WORKING_MEMORY):
+        return options.include_relevant_memory
+    return True
+
+
+class JointCosts:
+    """Token costs of a prompt from the stored counts, without re-tokenizing the contents.
+
+    tiktoken splits text into regex chunks and encodes each chunk on its own, so joining texts
+    only changes tokens near each joint. The rendered prompt is content_1 J_1 content_2 ... where
+    each joint J is the text between two contents (message-format suffix, separator, prefix). A
+    joint costs ``count(tail + J + head) - count(tail) - count(head)`` with up to ``EDGE``
+    characters of the neighbouring contents, plus 1 token of slack (unless ``tight``). The total
+    (stored counts + joints) is then never below the exact count and at most about one token
+    per item above it; ``BuildOptions(exact_tokens=True)`` counts the output instead.
+    """
+
+    def __init__(self, count: Callable[[str], int], options: BuildOptions, tight: bool = False) -> None:
+        self.sep = options.section_separator
+        self.pre, self.post = (options.message_format or DEFAULT_MESSAGE_FORMAT).split("{content}")
+        self.slack = 0 if tight else 1
+        self.count = count  # memoised per store: joints repeat from build to build
+
+    def _pre(self, item: ContextItem | None) -> str:
+        return "" if item is None or item.role is None else self.pre.replace("{role}", item.role)
+
+    def _post(self, item: ContextItem | None) -> str:
+        return "" if item is None or item.role is None else self.post.replace("{role}", item.role)
+
+    def render(self, item: ContextItem) -> str:
+        """The item as it appears in the prompt (with its role's prefix and suffix)."""
+        return self._pre(item) + item.content + self._post(item)
+
+    def joint(self, left: ContextItem | None, text: str, right: ContextItem | None) -> int:
+        """Tokens that ``text`` between ``left`` and ``right`` adds to their stored counts."""
+        tail = left.content[-EDGE:] if left is not None else ""
+        head = right.content[:EDGE] if right is not None else ""
+        if not text and not (tail and head):
+            return 0
+        n: int = self.count(tail + text + head)
+        if tail:
+            n -= self.count(tail)
+        if head:
+            n -= self.count(head)
+        return n + self.slack
+
+    def cost(self, item: ContextItem) -> int:
+        """What adding ``item`` anywhere in a prompt may cost (used to choose, before ordering)."""
+        return (
+            item.token_count
+            + self.joint(None, self.sep + self._pre(item), item)
+            + self.joint(item, self._post(item), None)
+        )
+
+    def total(self, ordered: Sequence[ContextItem]) -> int:
+        """The token count of ``ordered`` rendered in that order (never below the exact one)."""
+        if not ordered:
+            return 0
+        n = sum(i.token_count for i in ordered) + self.joint(None, self._pre(ordered[0]), ordered[0])
+        for a, b in pairwise(ordered):
+            n += self.joint(a, self._post(a) + self.sep + self._pre(b), b)
+        return n + self.joint(ordered[-1], self._post(ordered[-1]), None)
+
+
+def cached_count(counter: TokenCounter, size: int = 65536) -> Callable[[str], int]:
+    """A memoised ``counter.count`` for the short strings joints are made of (one per store)."""
+    return lru_cache(maxsize=size)(counter.count)
+
+
+def check_pinned(
+    items: Sequence[ContextItem], options: BuildOptions, budget: int | None, count: Callable[[str], int]
+) -> None:
+    """``BudgetTooSmallError`` if the pinned items alone cannot fit (checked before anything else)."""
+    if budget is None:
+        return
+    need = JointCosts(count, options).total(sorted((i for i in items if i.pinned), key=section_key))
+    if need > budget:
+        raise BudgetTooSmallError(need, budget)
+
+
+def candidates(loose: Sequence[ContextItem], options: BuildOptions) -> tuple[list[ContextItem], list[str]]:
+    """The unpinned items the options let compete for the budget (in the order they are
+    offered it), and the ids of the others in arrival order (omitted by the options)."""
+    history: list[ContextItem] = []
+    if options.include_recent_history:
+        history = sorted((i for i in loose if i.type in HISTORY_TYPES), key=lambda i: -i.seq)
+        history = history[: options.max_history_items]
+    others = [i for i in loose if i.type not in HISTORY_TYPES and _allowed(i.type, options)]
+    offered = sorted(others + history, key=_selection_key)
+    taken = {id(i) for i in offered}
+    omitted = [i.id or "" for i in sorted(loose, key=lambda i: i.seq) if id(i) not in taken]
+    return offered, omitted
+
+
+class Built(msgspec.Struct):
+    """A rendered prompt and what went into it."""
+
+    content: str
+    total_tokens: int
+    included: list[ContextItem]
+    excluded: list[str]
+    omitted: list[str]
+
+
+def build(
+    items: Sequence[ContextItem],
+    options: BuildOptions,
+    budget: int | None,
+    counter: TokenCounter,
+    count: Callable[[str], int],
+) -> Built:
+    """Select and render: pinned items always, then candidates while they fit the budget.
+    ``count`` is the store's memoised ``counter.count``; ``counter`` counts exact totals."""
+    costs = JointCosts(count, options, tight=options.exact_tokens)
+    pinned = [i for i in items if i.pinned]
+    offered, omitted = candidates([i for i in items if not i.pinned], options)
+    used = costs.total(sorted(pinned, key=section_key))
+    chosen: list[ContextItem] = []
+    excluded: list[str] = []
+    for cand in offered:
+        c = costs.cost(cand)
+        if budget is None or used + c <= budget:
+            chosen.append(cand)
+            used += c
+        else:
+            excluded.append(cand.id or "")
+    key = section_key if options.order == "sections" else build_key
+    while True:
+        ordered = sorted(pinned + chosen, key=key)
+        content = options.section_separator.join(costs.render(i) for i in ordered)
+        total = counter.count(content) if options.exact_tokens else costs.total(ordered)
+        if budget is None or total <= budget:
+            return Built(content, total, ordered, excluded, omitted)
+        if not chosen:  # counted exactly, the pinned items alone do not fit
+            raise BudgetTooSmallError(total, budget)
+        excluded.append(chosen.pop().id or "")  # the estimate used to choose was short: drop one

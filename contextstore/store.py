@@ -1,0 +1,143 @@
+"""What the sync and the asyncio stores share: their options, construction (``from_url``,
+``embedded``, ``from_env``), and when to retry. Only driving a plan (``sync.py`` /
+``aio.py``) differs between them."""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, ClassVar, TypeVar
+
+from typing_extensions import Unpack
+
+from .config import StoreLimits, StoreOptions, checked
+from .embedded import EmbeddedServer
+from .errors import InvalidOptionsError, from_redis, is_retryable
+from .keys import validate_window_id, window_id_from_meta_key
+from .plans.base import ScriptCall, Settings
+from .retry import RetryPolicy
+from .scripts import ScriptRegistry
+from .tokens import resolve_counter
+from .urls import describe_client, redact_url, scrub
+
+S = TypeVar("S", bound="StoreBase")
+log = logging.getLogger("contextstore")
+_DEFAULT_RETRY = RetryPolicy()
+
+
+def make_settings(options: StoreOptions) -> Settings:
+    """The settings of a store from its options (``InvalidOptionsError`` on a bad one)."""
+    unknown = set(options) - set(StoreOptions.__annotations__)
+    if unknown:
+        raise InvalidOptionsError(f"unknown store option(s): {', '.join(sorted(unknown))}")
+    prefix = validate_window_id(options.get("prefix", "ctx"), "prefix")
+    given = {k: v for k, v in options.items() if k in StoreLimits.__struct_fields__}
+    limits: StoreLimits = checked(StoreLimits, given, "store option")
+    retry = options.get("retry", _DEFAULT_RETRY)
+    if retry is not None and not isinstance(retry, RetryPolicy):
+        raise InvalidOptionsError(f"retry must be a RetryPolicy or None, not {retry!r}")
+    return Settings(
+        prefix=prefix,
+        counter=resolve_counter(options.get("token_counter")),
+        item_limit=limits.item_limit,
+        max_content_bytes=limits.max_content_bytes,
+        summarizer=options.get("summarizer"),
+        relevance_scorer=options.get("relevance_scorer"),
+        retry=retry,
+    )
+
+
+class StoreBase:
+    """Construction shared by ``ContextStore`` and ``AsyncContextStore``; a subclass names the
+    redis-py client class it uses (``redis.Redis`` or ``redis.asyncio.Redis``)."""
+
+    _redis_class: ClassVar[Any]
+    _retry_class: ClassVar[Any]
+
+    def __init__(self, client: Any, **options: Unpack[StoreOptions]) -> None:
+        self._settings = make_settings(options)
+        self._client = client
+        self._owns_client = False
+        self._server: EmbeddedServer | None = None
+        self._where = describe_client(client)
+        self._scripts = ScriptRegistry(client)
+
+    @classmethod
+    def _owning(cls: type[S], client: Any, where: str, server: EmbeddedServer | None, options: StoreOptions) -> S:
+        """A store over a client it made itself (it closes it), named ``where`` in errors."""
+        store = cls(client, **options)
+        store._owns_client, store._where, store._server = True, where, server
+        return store
+
+    @classmethod
+    def _no_retry(cls) -> Any:
+        from redis.backoff import NoBackoff
+
+        return cls._retry_class(NoBackoff(), 0)
+
+    @classmethod
+    def from_url(cls: type[S], url: str, **options: Unpack[StoreOptions]) -> S:
+        """Connect to a ``redis://``, ``rediss://`` or ``unix://`` URL (credentials included);
+        no I/O until the first operation."""
+        try:
+            # no retries inside redis-py: the store's RetryPolicy retries (safely, by request id)
+            client = cls._redis_class.from_url(url, retry=cls._no_retry())
+        except (ValueError, TypeError) as exc:
+            raise InvalidOptionsError(
+                f"invalid Redis URL {redact_url(str(url))}: {scrub(str(exc), str(url))}"
+            ) from None
+        return cls._owning(client, redact_url(url), None, options)
+
+    @classmethod
+    def embedded(cls: type[S], path: str | os.PathLike[str] | None = None, **options: Unpack[StoreOptions]) -> S:
+        """Use the bundled ``redis-server`` (AOF on, unix socket, data under ``path``), started
+        on the first operation, or reused if it already runs there."""
+        server = EmbeddedServer(path)
+        client = cls._redis_class(unix_socket_path=server.socket_path, retry=cls._no_retry())
+        return cls._owning(client, server.url, server, options)
+
+    @classmethod
+    def from_env(cls: type[S], **options: Unpack[StoreOptions]) -> S:
+        """``CONTEXTSTORE_URL`` if it is set, else :meth:`embedded`."""
+        url = os.environ.get("CONTEXTSTORE_URL")
+        return cls.from_url(url, **options) if url else cls.embedded(**options)
+
+    def _retry_delay(self, exc: Exception, attempt: int, call: ScriptCall) -> float:
+        """Seconds to wait before sending ``call`` again after its ``attempt``-th failure, or
+        raise the mapped error when ``exc`` is not retryable or the attempts are used up."""
+        policy = self._settings.retry
+        if policy is None or not is_retryable(exc):
+            raise from_redis(exc, self._where) from exc
+        if attempt >= policy.attempts:
+            if attempt > 1:  # retries are routine (DEBUG); giving up is worth one WARNING
+                log.warning(
+                    "gave up on %s on %s after %d attempts: %s: %s",
+                    call.name,
+                    self._where,
+                    attempt,
+                    type(exc).__name__,
+                    exc,
+                )
+            raise from_redis(exc, self._where) from exc
+        delay = policy.delay(attempt)
+        log.debug(
+            "retrying %s on %s in %.3fs (attempt %d of %d failed: %s: %s)",
+            call.name,
+            self._where,
+            delay,
+            attempt,
+            policy.attempts,
+            type(exc).__name__,
+            exc,
+        )
+        return delay
+
+    def _ensure_server(self) -> None:
+        if self._server is not None and not self._server.started_here:
+            self._server.ensure_running()  # blocking, once per process
+
+    def _window_id(self, key: bytes | str) -> str | None:
+        return window_id_from_meta_key(self._settings.prefix, key.decode() if isinstance(key, bytes) else key)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._where}, prefix={self._settings.prefix!r})"

@@ -1,0 +1,237 @@
+"""Checks of what callers pass in: items, ids, priorities, option values. Pure functions that
+either return the value (normalised) or raise the library's typed error; nothing is written
+before they pass."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import msgspec
+
+from .errors import ContextStoreError, InvalidItemError, InvalidOptionsError
+from .layout import MAX_PRIORITY
+from .types import ContextItem, ItemType
+
+MAX_CALLER_ID = 128
+_GENERATED_ID = re.compile(r"ctx-\d+")
+_WHITESPACE = re.compile(r"\s")
+_REQUEST_ID = re.compile(r"[A-Za-z0-9._\-:@/+=]{1,128}")
+_json = msgspec.json.Encoder()
+
+
+def int_in(
+    name: str, value: object, low: int, high: int | None = None, error: type[ContextStoreError] = InvalidOptionsError
+) -> int:
+    """``value`` if it is an int (not a bool) in ``low..high`` (no upper bound when None)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
+        bounds = f"from {low} to {high}" if high is not None else f">= {low}"
+        raise error(f"{name} must be an int {bounds}, not {value!r}")
+    return value
+
+
+def number_in(name: str, value: object, low: float, high: float) -> float:
+    """``value`` as a float if it is a number (not a bool) in ``low..high``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+        raise InvalidOptionsError(f"{name} must be a number from {low:g} to {high:g}, not {value!r}")
+    return float(value)
+
+
+def item_id(value: object) -> str:
+    """An item id argument (of get/remove/pin/...): a non-empty str."""
+    if not isinstance(value, str) or not value:
+        raise InvalidItemError(f"item id must be a non-empty str, not {value!r}")
+    return value
+
+
+def request_id(value: object) -> str:
+    """A caller's request id: 1-128 characters of the window-id alphabet."""
+    if not isinstance(value, str) or not _REQUEST_ID.fullmatch(value):
+        raise InvalidOptionsError(
+            f"request_id must be 1-128 characters from A-Z a-z 0-9 . _ - : @ / + =, not {value!r}"
+        )
+    return value
+
+
+def flag(name: str, value: object) -> bool:
+    """A bool argument."""
+    if not isinstance(value, bool):
+        raise InvalidOptionsError(f"{name} must be a bool, not {value!r}")
+    return value
+
+
+def item_types(types: object) -> str | None:
+    """A type filter as the read script takes it: "" for all types, None when nothing can match
+    (an empty list), else comma-separated type values."""
+    if types is None:
+        return ""
+    if isinstance(types, (str, ItemType)):
+        types = [types]
+    if not isinstance(types, Iterable):
+        raise InvalidOptionsError(f"types must be an ItemType, a str or a list of them, not {types!r}")
+    out = []
+    for t in types:
+        try:
+            out.append(ItemType(t).value)
+        except ValueError:
+            raise InvalidOptionsError(f"unknown item type {t!r}") from None
+    return ",".join(out) if out else None
+
+
+def limit(value: object) -> int:
+    """A ``limit`` argument: None (-1: no limit) or an int >= 0."""
+    return -1 if value is None else int_in("limit", value, 0)
+
+
+# -- items -------------------------------------------------------------------------------------
+
+
+class NewItem(msgspec.Struct, kw_only=True):
+    """A validated item on its way in (``token_count`` 0: still to count)."""
+
+    content: str
+    type: ItemType
+    priority: int
+    pinned: bool
+    role: str | None
+    source_ref: str | None
+    metadata: dict[str, Any] | None
+    token_count: int
+    id: str | None
+
+
+def _utf8(name: str, value: str) -> bytes:
+    try:
+        return value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidItemError(f"{name} is not valid UTF-8 text: {exc}") from exc
+
+
+def _item_type(value: object) -> ItemType:
+    if isinstance(value, ItemType):
+        return value
+    if isinstance(value, str):
+        try:
+            return ItemType(value)
+        except ValueError:
+            pass
+    allowed = ", ".join(t.value for t in ItemType)
+    raise InvalidItemError(f"type {value!r} is not an ItemType ({allowed})")
+
+
+def _reject_non_finite(value: object) -> None:
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InvalidItemError("metadata may not hold NaN or infinity")
+    if isinstance(value, Mapping):
+        for v in value.values():
+            _reject_non_finite(v)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            _reject_non_finite(v)
+
+
+def metadata(value: object) -> dict[str, Any] | None:
+    """JSON-serialisable metadata, round-tripped so what is stored is exactly what comes back
+    (tuples become lists)."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise InvalidItemError(f"metadata must be a dict, not {type(value).__name__}")
+    _reject_non_finite(value)
+    try:
+        decoded = msgspec.json.decode(_json.encode(dict(value)))
+    except (TypeError, ValueError, OverflowError, msgspec.MsgspecError) as exc:
+        raise InvalidItemError(f"metadata is not JSON-serialisable: {exc}") from exc
+    if not isinstance(decoded, dict):  # pragma: no cover - a Mapping always encodes as an object
+        raise InvalidItemError("metadata must encode as a JSON object")
+    return decoded
+
+
+def _optional_text(name: str, value: object, most: int) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or len(value) > most:
+        raise InvalidItemError(f"{name} must be a str of at most {most} characters or None")
+    _utf8(name, value)
+    return value
+
+
+def priority(value: object) -> int:
+    """An item priority: an int from 0 to 100."""
+    return int_in("priority", value, 0, MAX_PRIORITY, InvalidItemError)
+
+
+def caller_id(value: object) -> str:
+    """A caller-given item id: 1-128 characters, no whitespace, not of the form ctx-<digits>."""
+    if (
+        not isinstance(value, str)
+        or not 1 <= len(value) <= MAX_CALLER_ID
+        or _WHITESPACE.search(value)
+        or _GENERATED_ID.fullmatch(value)
+    ):
+        raise InvalidItemError(
+            f"item id {value!r} must be 1-{MAX_CALLER_ID} characters without whitespace and "
+            "not of the form ctx-<digits> (those are generated)"
+        )
+    _utf8("id", value)
+    return value
+
+
+def _content(value: object, max_bytes: int) -> str:
+    if not isinstance(value, str):
+        raise InvalidItemError(f"content must be a str, not {type(value).__name__}")
+    if not value.strip():
+        raise InvalidItemError("content must not be empty or blank")
+    size = len(_utf8("content", value))
+    if size > max_bytes:
+        raise InvalidItemError(f"content is {size} bytes in UTF-8; the limit is {max_bytes}")
+    return value
+
+
+def _from_context_item(item: ContextItem) -> dict[str, Any]:
+    if isinstance(item.token_count, bool) or not isinstance(item.token_count, int) or item.token_count < 0:
+        raise InvalidItemError(f"token_count must be an int >= 0, not {item.token_count!r}")
+    return {
+        "content": item.content,
+        "type": item.type,
+        "priority": item.priority,
+        "pinned": item.pinned,
+        "role": item.role,
+        "source_ref": item.source_ref,
+        "metadata": item.metadata,
+        "token_count": item.token_count or None,
+        "id": item.id,
+    }
+
+
+def new_item(content_or_item: object, *, max_content_bytes: int, **fields: Any) -> NewItem:
+    """Check one item completely, before anything is written (``InvalidItemError``). Takes a
+    str with ``add()``'s keywords, or a ``ContextItem`` (whose fields are used instead)."""
+    given = (
+        _from_context_item(content_or_item)
+        if isinstance(content_or_item, ContextItem)
+        else {**fields, "content": content_or_item}
+    )
+    token_count = given.get("token_count")
+    if token_count is not None:
+        int_in("token_count", token_count, 1, None, InvalidItemError)
+    item_id_ = given.get("id")
+    return NewItem(
+        content=_content(given["content"], max_content_bytes),
+        type=_item_type(given.get("type", ItemType.CODE)),
+        priority=priority(given.get("priority", 50)),
+        pinned=_pinned(given.get("pinned", False)),
+        role=_optional_text("role", given.get("role"), 200),
+        source_ref=_optional_text("source_ref", given.get("source_ref"), 10_000),
+        metadata=metadata(given.get("metadata")),
+        token_count=token_count or 0,
+        id=None if item_id_ is None else caller_id(item_id_),
+    )
+
+
+def _pinned(value: object) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidItemError(f"pinned must be a bool, not {value!r}")
+    return value

@@ -1,0 +1,225 @@
+"""The ARGV and reply layouts of every script: the Python side of the wire contract.
+
+Each script's header (``lua/<name>.lua``) documents its KEYS, ARGV and reply; the functions here
+are the only Python code that packs those arguments or reads those replies, so the two sides
+are read side by side in two files. Every mutating script takes the handle's config first
+(``config_args``), used only to create a window that does not exist yet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+
+from .layout import Meta
+from .stored import body_json, decode_item
+from .types import CompactionStrategy, ContextItem, WindowConfig
+from .validate import NewItem
+
+Args = list[str | bytes]
+
+#: how many arguments ``config_args`` gives (every mutating script's ARGV[1..6])
+CONFIG_ARGS = 6
+
+
+def text(value: Any) -> str:
+    """A reply element as a str."""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def config_args(cfg: WindowConfig) -> Args:
+    """ARGV[1..6] of every mutating script, in ``Meta.CONFIG`` order."""
+    return [
+        str(cfg.max_tokens or 0),
+        str(cfg.max_items),
+        str(cfg.item_limit),
+        repr(float(cfg.compaction_threshold)),
+        cfg.default_strategy.value,
+        str(cfg.ttl_seconds or 0),
+    ]
+
+
+def config_from(values: Sequence[Any]) -> WindowConfig:
+    """A config from six values in ``Meta.CONFIG`` order (ensure's and configure's reply)."""
+    max_tokens, max_items, item_limit, threshold, strategy, ttl = (text(v) for v in values)
+    return WindowConfig(
+        max_tokens=int(max_tokens) or None,
+        max_items=int(max_items),
+        item_limit=int(item_limit),
+        compaction_threshold=float(threshold),
+        default_strategy=CompactionStrategy(strategy),
+        ttl_seconds=int(ttl) or None,
+    )
+
+
+# -- read.lua ----------------------------------------------------------------------------------
+
+
+class ReadReply(msgspec.Struct):
+    """read.lua's reply: the meta hash (empty: no window), the pinned count, raw item JSON."""
+
+    meta: dict[str, str]
+    pinned: int
+    raw: list[bytes | str]
+
+    @property
+    def exists(self) -> bool:
+        """True when the window exists."""
+        return bool(self.meta)
+
+    def config(self, fallback: WindowConfig) -> WindowConfig:
+        """The stored config, or ``fallback`` for a missing window."""
+        if not self.exists:
+            return fallback
+        return config_from([self.meta[f] for f in Meta.CONFIG])
+
+    def items(self) -> list[ContextItem]:
+        """The items read, decoded."""
+        return [decode_item(raw) for raw in self.raw]
+
+    def counter(self, field: str) -> int:
+        """A counter of the meta hash (0 when absent)."""
+        return int(self.meta.get(field, 0))
+
+
+def read_args(mode: str, types: str = "", limit: int = -1) -> Args:
+    """read.lua's ARGV: mode (fifo, order, pinned, meta, all), type filter, most recent N."""
+    return [mode, types, str(limit)]
+
+
+def get_args(item_id: str) -> Args:
+    """read.lua's ARGV for one item."""
+    return ["get", item_id]
+
+
+def decode_read(reply: Sequence[Any]) -> ReadReply:
+    """read.lua's reply (any mode but ``all``)."""
+    flat = reply[0]
+    meta = {text(flat[i]): text(flat[i + 1]) for i in range(0, len(flat), 2)}
+    return ReadReply(meta, int(reply[1]), list(reply[2]))
+
+
+# -- add.lua, commit.lua -------------------------------------------------------------------------
+
+
+def item_args(item: NewItem) -> Args:
+    """The six ARGV fields of one item (add.lua, commit.lua): id, body, type, tokens, priority,
+    pinned."""
+    return [
+        item.id or "",
+        body_json(item),
+        item.type.value,
+        str(item.token_count),
+        str(item.priority),
+        "1" if item.pinned else "0",
+    ]
+
+
+def add_args(cfg: WindowConfig, items: Sequence[NewItem]) -> Args:
+    """add.lua's ARGV."""
+    args = [*config_args(cfg), str(len(items))]
+    for item in items:
+        args += item_args(item)
+    return args
+
+
+class AddReply(msgspec.Struct):
+    """add.lua's reply."""
+
+    added: int
+    evicted: int
+    compactions: int
+    items: list[ContextItem]
+
+
+def decode_add(reply: Sequence[Any]) -> AddReply:
+    """add.lua's reply: {'ok', added, evicted, compactions, stored JSON...}."""
+    return AddReply(int(reply[1]), int(reply[2]), int(reply[3]), [decode_item(j) for j in reply[4:]])
+
+
+def commit_args(
+    cfg: WindowConfig, strategy: CompactionStrategy, chosen: Sequence[tuple[str, str]], summary: NewItem | None
+) -> Args:
+    """commit.lua's ARGV: the strategy, (id, sha1 of the JSON read) per item, the summary."""
+    args = [*config_args(cfg), strategy.value, str(len(chosen))]
+    for item_id, sha in chosen:
+        args += [item_id, sha]
+    return args + (item_args(summary) if summary is not None else [])
+
+
+# -- the other mutations ---------------------------------------------------------------------------
+
+
+def one_item_args(cfg: WindowConfig, item_id: str, *extra: str) -> Args:
+    """ARGV of remove.lua, pin.lua (extra: '1'/'0') and priority.lua (extra: the priority)."""
+    return [*config_args(cfg), item_id, *extra]
+
+
+def clear_args(cfg: WindowConfig, include_pinned: bool) -> Args:
+    """clear.lua's ARGV."""
+    return [*config_args(cfg), "1" if include_pinned else "0"]
+
+
+def compact_args(
+    cfg: WindowConfig, strategy: CompactionStrategy, target_percent: float, most: int, continued: bool
+) -> Args:
+    """compact.lua's ARGV: strategy, target percent, most items this call, continues a call."""
+    return [*config_args(cfg), strategy.value, repr(float(target_percent)), str(most), "1" if continued else "0"]
+
+
+def decode_compact(reply: Sequence[Any]) -> tuple[int, bool]:
+    """compact.lua's reply: (tokens freed, more to do)."""
+    return int(reply[0]), bool(int(reply[1]))
+
+
+#: configure.lua's field name of each window option
+CONFIG_FIELDS = {
+    "max_tokens": Meta.MAX_TOKENS,
+    "max_items": Meta.MAX_ITEMS,
+    "compaction_threshold": Meta.THRESHOLD,
+    "default_strategy": Meta.STRATEGY,
+    "ttl_seconds": Meta.TTL,
+}
+
+
+def option_value(name: str, value: Any) -> str:
+    """A window option as the scripts store it (None and 0 mean no limit / no expiry)."""
+    if name == "default_strategy":
+        return str(CompactionStrategy(value).value)
+    if name == "compaction_threshold":
+        return repr(float(value))
+    return str(value or 0)
+
+
+def configure_args(cfg: WindowConfig, changes: dict[str, Any]) -> Args:
+    """configure.lua's ARGV: field/value pairs of the changed options."""
+    args = config_args(cfg)
+    for name, value in changes.items():
+        args += [CONFIG_FIELDS[name], option_value(name, value)]
+    return args
+
+
+def restore_args(cfg: WindowConfig, snap_config: WindowConfig, items: Sequence[tuple[ContextItem, bytes]]) -> Args:
+    """restore.lua's ARGV: the snapshot's config, then (id, stored JSON, seq, tokens, priority,
+    type, pinned) per item."""
+    args = [*config_args(cfg)]
+    args += [option_value(n, getattr(snap_config, n)) for n in CONFIG_FIELDS]
+    args.append(str(len(items)))
+    for item, raw in items:
+        args += [
+            item.id or "",
+            raw,
+            str(item.seq),
+            str(item.token_count),
+            str(item.priority),
+            item.type.value,
+            "1" if item.pinned else "0",
+        ]
+    return args
+
+
+def event_args(name: str, fields: dict[str, str]) -> Args:
+    """event.lua's ARGV: the event name, then field/value pairs."""
+    return [name, *(x for pair in fields.items() for x in pair)]

@@ -1,0 +1,60 @@
+-- lib/core.lua: what every script stands on: its keys, its request, error replies, numbers.
+-- needs: (nothing)
+--
+-- A script is assembled by contextstore/scripts.py: the constants generated from
+-- contextstore/layout.py, then the lib files the script names in its `needs:` line (and theirs),
+-- then the script's body as `local function main() ... end`, then `return run_request(main)`.
+--
+-- KEYS (the same nine for every script, all under the hash tag {<window_id>}):
+--   KEYS[1] meta     hash: config + counters (field names: F, generated)
+--   KEYS[2] items    hash: id -> item JSON
+--   KEYS[3] order    zset: id scored in build order (type rank, priority desc, seq asc)
+--   KEYS[4] fifo     list: ids in arrival order
+--   KEYS[5] pinned   set:  ids of pinned items
+--   KEYS[6] attrs    hash: id -> "seq|tokens|priority|type" (what limits need, without the JSON)
+--   KEYS[7] events   stream: one entry per mutation
+--   KEYS[8] requests list: "<server time ms>|<request id>", oldest first (what to expire)
+--   KEYS[9] replies  hash: request id -> "<fingerprint>\n<reply record JSON>"
+-- ARGV[1] of every script: the request, "<request id>|<fingerprint>", or "" (no request id).
+--   It is removed from ARGV before the script runs, so a script's own arguments start at ARGV[1].
+-- ARGV[1..6] of every mutating script (after that removal): the caller's config, used only when
+--   the window does not exist yet: max_tokens (0 = none), max_items, item_limit, threshold,
+--   strategy, ttl (0 = none)
+-- Error replies are tables {'!', CODE, detail...}; contextstore/errors.py maps each CODE to a
+-- typed exception. Every script checks everything before its first write: Redis does not roll
+-- scripts back.
+
+local K_META, K_ITEMS, K_ORDER, K_FIFO, K_PINNED, K_ATTRS, K_EVENTS, K_REQUESTS, K_REPLIES =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
+local ITEM_KEYS = {K_ITEMS, K_ORDER, K_FIFO, K_PINNED, K_ATTRS}
+local ALL_KEYS = {K_META, K_ITEMS, K_ORDER, K_FIFO, K_PINNED, K_ATTRS, K_EVENTS}
+local REQUEST = table.remove(ARGV, 1) or ''
+local WROTE = false  -- set by every write helper; a request is recorded only if it wrote
+local REPLAYS = {}   -- record kind -> function(record) rebuilding a reply (lib/requests.lua)
+
+local function fail(code, ...)
+  return {'!', code, ...}
+end
+
+-- integers of any size we use, printed exactly (tostring would use %.14g)
+local function fmt(n)
+  return string.format('%.0f', n)
+end
+
+local function pct(tokens, max_tokens)
+  if not max_tokens or max_tokens <= 0 then return '0' end
+  return string.format('%.2f', tokens * 100 / max_tokens)
+end
+
+local function is_int(v, lo, hi)
+  return v ~= nil and v == math.floor(v) and v >= lo and v <= hi
+end
+
+local NOW_US = nil
+local function now_us()  -- the server's clock, read once per script
+  if not NOW_US then
+    local t = redis.call('TIME')
+    NOW_US = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+  return NOW_US
+end

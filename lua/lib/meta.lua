@@ -1,0 +1,104 @@
+-- lib/meta.lua: the window's config and counters, in the :meta hash; its TTL.
+-- needs: core
+--
+-- Counters are changed in memory (bump / meta_set) and written by flush_meta, which
+-- run_request calls after every script: one HMGET + one HSET however many items a call adds or
+-- removes, instead of an HINCRBY per counter per item.
+
+local META_KNOWN, META_DELTA, META_DIRTY = {}, {}, {}
+
+local function mark_dirty(f)
+  if META_DELTA[f] == nil then
+    META_DELTA[f] = 0
+    META_DIRTY[#META_DIRTY + 1] = f
+  end
+end
+
+local function meta_get(f)
+  if META_KNOWN[f] == nil then META_KNOWN[f] = tonumber(redis.call('HGET', K_META, f)) or 0 end
+  return META_KNOWN[f] + (META_DELTA[f] or 0)
+end
+
+local function bump(f, d)
+  mark_dirty(f)
+  META_DELTA[f] = META_DELTA[f] + d
+end
+
+local function meta_set(f, v)
+  mark_dirty(f)
+  META_KNOWN[f], META_DELTA[f] = v, 0
+end
+
+local function flush_meta()
+  if #META_DIRTY == 0 then return end
+  local unknown = {}
+  for _, f in ipairs(META_DIRTY) do
+    if META_KNOWN[f] == nil then unknown[#unknown + 1] = f end
+  end
+  if #unknown > 0 then
+    local v = redis.call('HMGET', K_META, unpack(unknown))
+    for i, f in ipairs(unknown) do META_KNOWN[f] = tonumber(v[i]) or 0 end
+  end
+  local args = {}
+  for _, f in ipairs(META_DIRTY) do
+    META_KNOWN[f] = META_KNOWN[f] + META_DELTA[f]
+    args[#args + 1] = f
+    args[#args + 1] = fmt(META_KNOWN[f])
+  end
+  redis.call('HSET', K_META, unpack(args))
+  META_DELTA, META_DIRTY = {}, {}
+end
+
+-- The one check of a config's values (limits generated from contextstore/layout.py).
+local function valid_config(c)
+  return is_int(c.max_tokens, 0, MAX_TOKENS) and is_int(c.item_limit, 1, MAX_ITEM_LIMIT)
+    and is_int(c.max_items, 1, c.item_limit) and c.threshold ~= nil and c.threshold > 0
+    and c.threshold <= 100 and STRATEGIES[c.strategy] ~= nil and is_int(c.ttl, 0, MAX_TTL_SECONDS)
+end
+
+-- The window's config and counters; for a missing window, the caller's config (new = true).
+-- Returns nil when the window is missing and ARGV[1..6] is not a valid config.
+local function read_config()
+  local m = redis.call('HMGET', K_META, F.MAX_TOKENS, F.MAX_ITEMS, F.ITEM_LIMIT, F.THRESHOLD,
+    F.STRATEGY, F.TTL, F.TOKENS, F.ITEMS, F.SEQ)
+  if m[2] then
+    META_KNOWN[F.TOKENS], META_KNOWN[F.ITEMS], META_KNOWN[F.SEQ] =
+      tonumber(m[7]) or 0, tonumber(m[8]) or 0, tonumber(m[9]) or 0
+    return {
+      max_tokens = tonumber(m[1]), max_items = tonumber(m[2]), item_limit = tonumber(m[3]),
+      threshold = tonumber(m[4]), strategy = m[5], ttl = tonumber(m[6]),
+      tokens = tonumber(m[7]) or 0, items = tonumber(m[8]) or 0, seq = tonumber(m[9]) or 0,
+      new = false,
+    }
+  end
+  local c = {
+    max_tokens = tonumber(ARGV[1]), max_items = tonumber(ARGV[2]), item_limit = tonumber(ARGV[3]),
+    threshold = tonumber(ARGV[4]), strategy = ARGV[5], ttl = tonumber(ARGV[6]),
+    tokens = 0, items = 0, seq = 0, new = true,
+  }
+  if not valid_config(c) then return nil end
+  return c
+end
+
+-- Write phase: give a new window its meta hash (a new lifetime: ids start again).
+local function persist_config(c)
+  if not c.new then return end
+  WROTE = true
+  redis.call('DEL', unpack(ITEM_KEYS))
+  redis.call('HSET', K_META, F.MAX_TOKENS, fmt(c.max_tokens), F.MAX_ITEMS, fmt(c.max_items),
+    F.ITEM_LIMIT, fmt(c.item_limit), F.THRESHOLD, tostring(c.threshold), F.STRATEGY, c.strategy,
+    F.TTL, fmt(c.ttl), F.SEQ, '0', F.TOKENS, '0', F.ITEMS, '0', F.COMPACTIONS, '0',
+    F.FREED, '0', F.CREATED_MS, fmt(math.floor(now_us() / 1000)))
+  META_KNOWN = {[F.SEQ] = 0, [F.TOKENS] = 0, [F.ITEMS] = 0, [F.COMPACTIONS] = 0, [F.FREED] = 0}
+  c.new = false
+end
+
+-- Re-arm the expiry of every key of the window (mutations only; reads never call this), or
+-- make them persistent when the window has no TTL and `persist` is set (a config change).
+local function rearm_ttl(c, persist)
+  if c.ttl and c.ttl > 0 then
+    for _, k in ipairs(ALL_KEYS) do redis.call('EXPIRE', k, c.ttl) end
+  elseif persist then
+    for _, k in ipairs(ALL_KEYS) do redis.call('PERSIST', k) end
+  end
+end

@@ -1,0 +1,65 @@
+-- lib/requests.lua: exactly-once requests, and run_request, which every script ends with.
+-- needs: meta
+--
+-- A script that wrote something records its reply under its request id; the same request id
+-- again (a retry whose first reply was lost) returns that reply and writes nothing. The log
+-- keeps the last REQUEST_LOG_MAX requests younger than REQUEST_LOG_TTL_MS; both keys expire
+-- when the window is idle that long. A request that wrote nothing (an error, a no-op) is not
+-- recorded: running it again is as safe as running it once.
+
+local function expire_requests(n, now)
+  if n > REQUEST_LOG_MAX then  -- keep the newest REQUEST_LOG_MAX
+    local old = redis.call('LRANGE', K_REQUESTS, 0, n - REQUEST_LOG_MAX - 1)
+    redis.call('LTRIM', K_REQUESTS, n - REQUEST_LOG_MAX, -1)
+    for i = 1, #old do old[i] = string.match(old[i], '^%d+|(.+)$') end
+    for i = 1, #old, 500 do redis.call('HDEL', K_REPLIES, unpack(old, i, math.min(i + 499, #old))) end
+    return
+  end
+  for _ = 1, 4 do  -- expire the oldest (at most 4 per call: each call adds one)
+    local t, old = string.match(redis.call('LINDEX', K_REQUESTS, 0), '^(%d+)|(.+)$')
+    if tonumber(t) > now - REQUEST_LOG_TTL_MS then break end
+    redis.call('LPOP', K_REQUESTS)
+    redis.call('HDEL', K_REPLIES, old)
+  end
+end
+
+local function record_request(rid, fp, record)
+  local now = math.floor(now_us() / 1000)
+  redis.call('HSET', K_REPLIES, rid, fp .. '\n' .. cjson.encode(record))
+  expire_requests(redis.call('RPUSH', K_REQUESTS, fmt(now) .. '|' .. rid), now)
+  redis.call('PEXPIRE', K_REQUESTS, REQUEST_LOG_TTL_MS)
+  redis.call('PEXPIRE', K_REPLIES, REQUEST_LOG_TTL_MS)
+end
+
+-- For a request seen before: true and its recorded reply (or the REUSED error when the same
+-- id came with other arguments); for a new one: false.
+local function replay(rid, fp)
+  local prior = redis.call('HGET', K_REPLIES, rid)
+  if not prior then return false end
+  local nl = string.find(prior, '\n', 1, true)
+  local pfp = string.sub(prior, 1, nl - 1)
+  if pfp ~= '' and fp ~= '' and pfp ~= fp then return true, fail('REUSED', rid) end
+  local rec = cjson.decode(string.sub(prior, nl + 1))
+  for kind, rebuild in pairs(REPLAYS) do
+    if rec[kind] then return true, rebuild(rec[kind]) end
+  end
+  return true, rec.r
+end
+
+-- Run a script's main() under the request protocol. main returns its reply and, optionally, a
+-- smaller record to keep instead of the reply ({add = ...} for add, rebuilt by REPLAYS.add).
+local function run_request(main)
+  if REQUEST == '' then
+    local reply = main()
+    flush_meta()
+    return reply
+  end
+  local rid, fp = string.match(REQUEST, '^(.+)|(%x*)$')
+  if not rid then return fail('BADARG', 'request') end
+  local seen, prior = replay(rid, fp)
+  if seen then return prior end
+  local reply, record = main()
+  flush_meta()
+  if WROTE then record_request(rid, fp, record or {r = reply}) end
+  return reply
+end

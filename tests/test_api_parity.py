@@ -1,0 +1,96 @@
+"""The sync and the asyncio API are twins: the same public names with the same signatures (the
+async ones awaitable). The package keeps its shape: a docstring on every public function and
+class, modules of at most ~350 lines, functions of at most ~50."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+from pathlib import Path
+
+import pytest
+
+import contextstore as cs
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: the sync window reads its numbers through properties; the async one through ``await stats()``
+SYNC_ONLY_PROPERTIES = {
+    "max_tokens",
+    "max_items",
+    "current_tokens",
+    "available_tokens",
+    "usage_percent",
+    "item_count",
+    "compaction_threshold",
+    "default_strategy",
+}
+#: the context-manager protocols differ by name (``with`` / ``async with``)
+PROTOCOLS = {"__enter__", "__exit__", "__aenter__", "__aexit__"}
+
+
+def public(cls: type) -> dict[str, object]:
+    return {n: getattr(cls, n) for n in dir(cls) if not n.startswith("_") or n in PROTOCOLS}
+
+
+@pytest.mark.parametrize(
+    ("sync", "aio"), [(cs.ContextStore, cs.AsyncContextStore), (cs.ContextWindow, cs.AsyncContextWindow)]
+)
+def test_same_public_names_and_signatures(sync, aio):
+    s, a = public(sync), public(aio)
+    assert set(s) - PROTOCOLS - SYNC_ONLY_PROPERTIES == set(a) - PROTOCOLS
+    for name in sorted(set(s) & set(a) - PROTOCOLS):
+        s_attr, a_attr = s[name], a[name]
+        if isinstance(s_attr, property):
+            assert isinstance(a_attr, property), name
+            continue
+        s_sig, a_sig = inspect.signature(s_attr), inspect.signature(a_attr)
+        assert list(s_sig.parameters) == list(a_sig.parameters), name
+        for p in s_sig.parameters:
+            sp, ap = s_sig.parameters[p], a_sig.parameters[p]
+            assert (sp.kind, sp.default, sp.annotation) == (ap.kind, ap.default, ap.annotation), f"{name}({p})"
+        is_classmethod = isinstance(inspect.getattr_static(sync, name), classmethod)
+        if not is_classmethod:
+            assert inspect.iscoroutinefunction(a_attr), f"{aio.__name__}.{name} is not async"
+            assert not inspect.iscoroutinefunction(s_attr), f"{sync.__name__}.{name} is async"
+        twins = {"AsyncContextWindow": "ContextWindow", "AsyncContextStore": "ContextStore"}
+        assert s_sig.return_annotation == twins.get(a_sig.return_annotation, a_sig.return_annotation), name
+
+
+def _undocumented(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text())
+    missing = []
+
+    def visit(node: ast.AST, where: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                name = child.name
+                if not name.startswith("_") and ast.get_docstring(child) is None:
+                    missing.append(f"{path.relative_to(ROOT)}:{child.lineno} {where}{name}")
+                if isinstance(child, ast.ClassDef) and not name.startswith("_"):
+                    visit(child, f"{name}.")
+
+    visit(tree, "")
+    return missing
+
+
+def test_every_public_function_and_class_has_a_docstring():
+    missing = [m for p in sorted((ROOT / "contextstore").rglob("*.py")) for m in _undocumented(p)]
+    assert missing == []
+
+
+MAX_MODULE_LINES, MAX_FUNCTION_LINES = 360, 50
+
+
+def test_modules_and_functions_stay_short():
+    too_long = []
+    for path in sorted((ROOT / "contextstore").rglob("*.py")):
+        text = path.read_text()
+        if text.count("\n") > MAX_MODULE_LINES:
+            too_long.append(f"{path.relative_to(ROOT)}: {text.count(chr(10))} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                if length > MAX_FUNCTION_LINES:
+                    too_long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}: {length} lines")
+    assert too_long == []

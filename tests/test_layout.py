@@ -1,0 +1,75 @@
+"""The facts Python and Lua share have one owner (``contextstore/layout.py``): the scripts see
+exactly the generated values, and each script is assembled from the helpers it names."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import contextstore as cs
+from contextstore import layout, scripts
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_the_scripts_see_the_generated_constants(r):
+    probe = layout.lua_constants() + (
+        "return {RANK.system_prompt, RANK.custom, F.TOKENS, F.ITEMS_OF, tostring(SERVER_SIDE.summarize), "
+        "tostring(STRATEGIES.selective), MAX_PRIORITY, STREAM_MAXLEN, REQUEST_LOG_MAX, tostring(MAX_TOKENS)}"
+    )
+    got = [x.decode() if isinstance(x, bytes) else x for x in r.eval(probe, 0)]
+    assert got == [
+        cs.ItemType.SYSTEM_PROMPT.rank,
+        cs.ItemType.CUSTOM.rank,
+        layout.Meta.TOKENS,
+        layout.Meta.ITEMS_OF,
+        "nil",
+        "true",
+        layout.MAX_PRIORITY,
+        str(layout.STREAM_MAXLEN),
+        layout.REQUEST_LOG_MAX,
+        str(layout.MAX_TOKENS),
+    ]
+
+
+def test_each_helper_comes_after_the_helpers_it_needs():
+    lib = scripts.lua_dir() / "lib"
+    for i, name in enumerate(scripts.LIB_NAMES):
+        needed = scripts.needs((lib / f"{name}.lua").read_text())
+        assert needed <= set(scripts.LIB_NAMES[:i]), f"lib/{name}.lua needs {needed - set(scripts.LIB_NAMES[:i])}"
+
+
+@pytest.mark.parametrize("name", scripts.SCRIPT_NAMES)
+def test_every_script_names_real_helpers_and_is_assembled_with_them(name):
+    text = (scripts.lua_dir() / f"{name}.lua").read_text()
+    line = re.search(r"^-- needs: (.*)$", text, re.M)
+    assert line and set(line.group(1).split()) <= {*scripts.LIB_NAMES}, f"{name}.lua: {line}"
+    source = scripts.sources()[name]
+    assert source.startswith("-- generated from contextstore/layout.py")
+    assert source.rstrip().endswith("return run_request(main)")
+    for lib in scripts.needs(text):
+        assert f"-- lib/{lib}.lua:" in source
+
+
+def test_no_lua_file_spells_a_meta_hash_field_itself():
+    """Lua reads and writes :meta through F (generated); a quoted field name would be a second
+    owner of the fact."""
+    fields = {v for k, v in vars(layout.Meta).items() if k.isupper() and isinstance(v, str)}
+    for path in sorted(scripts.lua_dir().rglob("*.lua")):
+        for call in re.findall(r"'H(?:GET|SET|MGET|INCRBY|DEL)', K_META, ([^)]*)\)", path.read_text()):
+            quoted = set(re.findall(r"'([a-z_:]+)'", call)) & fields
+            assert not quoted, f"{path.name} spells {quoted} in {call!r}"
+
+
+@pytest.mark.slow
+def test_ruff_check_and_format_are_clean():
+    pytest.importorskip("ruff")
+    for cmd in (["check", "--no-cache", "."], ["format", "--check", "--no-cache", "."]):
+        res = subprocess.run(
+            [sys.executable, "-m", "ruff", *cmd], capture_output=True, text=True, cwd=ROOT, timeout=300
+        )
+        assert res.returncode == 0, res.stdout + res.stderr

@@ -1,0 +1,215 @@
+"""The sans-I/O plans driven with canned replies, without Redis: what each plan sends (script,
+keys, ARGV layout, request id) and how it decodes each reply. The same plans run against a real
+server in every other test file; here their logic is pinned down on its own."""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import datetime, timezone
+from typing import Any
+
+import pytest
+
+import contextstore as cs
+from contextstore import wire
+from contextstore.config import config_values, creation_config
+from contextstore.keys import window_keys
+from contextstore.layout import Meta
+from contextstore.plans import build as build_plans
+from contextstore.plans import compaction as compaction_plans
+from contextstore.plans import items as item_plans
+from contextstore.plans.base import External, ScriptCall, Settings, WindowState
+from contextstore.stored import stored_json
+from contextstore.tokens import resolve_counter
+
+
+def drive(plan: Any, replies: list[Any]) -> tuple[list[Any], Any]:
+    """Run ``plan``, answering its requests with ``replies`` in order: (requests, result)."""
+    sent: list[Any] = []
+    try:
+        request = next(plan)
+        for reply in replies:
+            sent.append(request)
+            request = plan.send(reply)
+    except StopIteration as stop:
+        return sent, stop.value
+    raise AssertionError(f"the plan asked for more than {len(replies)} replies: {request!r}")
+
+
+def words(text: str) -> int:
+    return len(text.split())
+
+
+def settings(**helpers: Any) -> Settings:
+    return Settings(prefix="ctx", counter=resolve_counter(words), item_limit=1000, max_content_bytes=10_000, **helpers)
+
+
+def state(**config: Any) -> WindowState:
+    cfg = creation_config(config_values(config, 1000), 1000)
+    return WindowState("w", window_keys("ctx", "w"), cfg)
+
+
+def stored(n: int, content: str, **fields: Any) -> bytes:
+    added = datetime(2026, 11, 22, tzinfo=timezone.utc)
+    fields.setdefault("token_count", words(content))
+    fields["type"] = cs.ItemType(fields.get("type", "code"))
+    return stored_json(cs.ContextItem(content=content, id=f"ctx-{n}", seq=n, added_at=added, **fields))
+
+
+def meta(**fields: object) -> list[str]:
+    """A meta hash as read.lua sends it (flat), with ``fields`` over a 100-token window."""
+    values = {
+        Meta.MAX_TOKENS: "100",
+        Meta.MAX_ITEMS: "50",
+        Meta.ITEM_LIMIT: "1000",
+        Meta.THRESHOLD: "85.0",
+        Meta.STRATEGY: "remove_low_priority",
+        Meta.TTL: "0",
+        Meta.SEQ: "3",
+    }
+    values.update({k: str(v) for k, v in fields.items()})
+    return [x for pair in values.items() for x in pair]
+
+
+# -- add ---------------------------------------------------------------------------------------
+
+
+def test_add_sends_one_script_call_and_decodes_the_stored_items():
+    st = state(max_tokens=100)
+    plan = item_plans.add(settings(), st, [("hello big world", {"type": "user_message", "role": "user"})])
+    sent, reply = drive(plan, [["ok", 1, 0, 0, stored(1, "hello big world", type="user_message", role="user")]])
+    (call,) = sent
+    assert isinstance(call, ScriptCall) and call.name == "add" and call.keys == st.keys
+    assert call.request.startswith("add:")
+    assert list(call.args[: wire.CONFIG_ARGS]) == ["100", "1000", "1000", "85.0", "remove_low_priority", "0"]
+    assert call.args[6:8] == ["1", ""]  # one item, no caller id
+    assert call.args[8].startswith(b'{"type":"user_message"')
+    assert call.args[9:] == ["user_message", "3", "50", "0"]  # type, counted tokens, priority, pinned
+    assert call.argv()[0].startswith(call.request + "|")  # the request and its argument fingerprint
+    assert (reply.added, reply.evicted, reply.compactions) == (1, 0, 0)
+    assert reply.items[0].id == "ctx-1" and reply.items[0].role == "user"
+
+
+def test_add_validates_before_sending_anything():
+    plan = item_plans.add(settings(), state(), [("ok", {}), ("  ", {})])
+    with pytest.raises(cs.InvalidItemError, match="empty or blank"):
+        next(plan)
+
+
+@pytest.mark.parametrize(
+    ("reply", "error", "fields"),
+    [
+        (
+            ["!", "FULL", "tokens", "90", "100", "20"],
+            cs.ContextWindowFullError,
+            {"unit": "tokens", "current": 90, "max": 100, "requested": 20},
+        ),
+        (["!", "FULL", "items", "5", "5", "1"], cs.ContextWindowFullError, {"unit": "items", "max": 5}),
+        (["!", "DUPLICATE", "mine"], cs.DuplicateItemError, {}),
+        (["!", "BADARG", "item", "1"], cs.InvalidItemError, {}),
+        (["!", "CORRUPT", "ctx-3"], cs.CorruptWindowError, {}),
+    ],
+)
+def test_add_turns_each_status_code_into_its_exception(reply, error, fields):
+    plan = item_plans.add(settings(), state(max_tokens=100), [("some text", {"id": "mine"})])
+    next(plan)
+    with pytest.raises(error) as got:
+        plan.send(reply)
+    assert {k: getattr(got.value, k) for k in fields} == fields
+
+
+# -- build -------------------------------------------------------------------------------------
+
+
+def read_reply(raw: list[bytes], **fields: object) -> list[Any]:
+    return [meta(**fields), 0, raw]
+
+
+def test_build_renders_within_the_budget_and_reports_every_item():
+    raw = [
+        stored(1, "You are terse.", type="system_prompt", pinned=True),
+        stored(2, "one two three four five six seven eight nine ten", type="user_message", role="user"),
+        stored(3, "a short reply", type="assistant_message", role="assistant"),
+    ]
+    plan = build_plans.build(settings(), state(max_tokens=100), cs.BuildOptions(max_tokens=40, reserve_for_response=10))
+    sent, built = drive(plan, [read_reply(raw, tokens=20), 1])
+    read_call, event_call = sent
+    assert read_call.name == "read" and read_call.args == ["order", "", "-1"]
+    assert event_call.name == "event" and event_call.args[0] == "built" and event_call.request == ""
+    assert built.content == (
+        "You are terse.\n\n---\n\n[user]: one two three four five six seven eight nine ten"
+        "\n\n---\n\n[assistant]: a short reply"
+    )
+    assert built.included_item_ids == ["ctx-1", "ctx-2", "ctx-3"] and built.total_tokens <= 30
+
+
+def test_build_excludes_what_does_not_fit_and_omits_what_the_options_leave_out():
+    raw = [stored(n, f"message {n} " + "word " * 8, type="user_message", role="user") for n in range(1, 6)]
+    opts = cs.BuildOptions(max_tokens=30, reserve_for_response=0, max_history_items=3)
+    _, built = drive(build_plans.build(settings(), state(max_tokens=100), opts), [read_reply(raw), 1])
+    assert built.omitted_item_ids == ["ctx-1", "ctx-2"]  # older than the 3 most recent
+    assert built.included_item_ids == ["ctx-4", "ctx-5"] and built.excluded_item_ids == ["ctx-3"]
+
+
+def test_build_refuses_a_reserve_that_leaves_no_room_after_reading_the_limit():
+    plan = build_plans.build(settings(), state(max_tokens=100), None)  # default reserve 1000
+    assert next(plan).name == "read"
+    with pytest.raises(cs.InvalidOptionsError, match="reserve_for_response=1000 leaves no room"):
+        plan.send(read_reply([]))
+
+
+# -- compaction ----------------------------------------------------------------------------------
+
+
+def test_server_side_compaction_runs_in_parts_until_the_script_says_done():
+    plan = compaction_plans.compact(settings(), state(max_tokens=100), "remove_oldest", 50.0)
+    sent, freed = drive(plan, [[30, 1], [12, 0]])
+    first, second = sent
+    assert [c.name for c in sent] == ["compact", "compact"] and freed == 42
+    assert first.args[wire.CONFIG_ARGS :] == ["remove_oldest", "50.0", str(compaction_plans.COMPACT_CHUNK), "0"]
+    assert second.args[-1] == "1" and second.request == first.request + "/1"  # one compaction, two parts
+
+
+def test_default_strategy_is_read_from_the_window_first():
+    plan = compaction_plans.compact(settings(), state(max_tokens=100), None)
+    meta_call = next(plan)
+    assert meta_call.name == "read" and meta_call.args[0] == "meta"
+    compact_call = plan.send([meta(strategy="remove_oldest"), 0, []])
+    assert compact_call.args[wire.CONFIG_ARGS] == "remove_oldest"
+
+
+def test_summarize_calls_the_helper_outside_redis_and_commits_what_it_read():
+    raw = [stored(1, "alpha " * 30, priority=10), stored(2, "beta " * 30, priority=90)]
+    plan = compaction_plans.compact(settings(summarizer=lambda items: "short"), state(max_tokens=100), "summarize", 50)
+    read_call = next(plan)
+    assert read_call.args[0] == "fifo"
+    helper = plan.send(read_reply(raw, tokens=60))
+    assert isinstance(helper, External) and [i.id for i in helper.args[0]] == ["ctx-1"]  # lowest priority
+    commit = plan.send(helper.fn(*helper.args))
+    assert commit.name == "commit" and commit.same_args is False
+    sha = hashlib.sha1(raw[0]).hexdigest()
+    assert commit.args[wire.CONFIG_ARGS : wire.CONFIG_ARGS + 4] == ["summarize", "1", "ctx-1", sha]
+    assert commit.args[-6:][2:] == ["working_memory", "1", "10", "0"]  # the summary item
+    with pytest.raises(StopIteration) as done:
+        plan.send(29)
+    assert done.value.value == 29
+
+
+def test_a_conflicting_commit_reads_and_decides_again():
+    raw = [stored(1, "alpha " * 30), stored(2, "beta " * 30)]
+    plan = compaction_plans.compact(
+        settings(relevance_scorer=lambda q, items: [1.0] * len(items)), state(max_tokens=100), "selective", 50
+    )
+    next(plan)
+    helper = plan.send(read_reply(raw, tokens=60))
+    commit = plan.send(helper.fn(*helper.args))
+    again = plan.send(["!", "CONFLICT", "ctx-1"])  # another worker changed ctx-1 meanwhile
+    assert again.name == "read" and again.args[0] == "fifo" and commit.name == "commit"
+    with pytest.raises(StopIteration) as done:  # the other worker already brought it under the target
+        plan.send(read_reply(raw[1:], tokens=30))
+    assert done.value.value == 0
+
+
+def test_summarize_without_a_summarizer_is_refused_before_any_io():
+    with pytest.raises(cs.StrategyUnavailableError):
+        next(compaction_plans.compact(settings(), state(max_tokens=100), "summarize"))
