@@ -39,6 +39,7 @@ import contextstore as cs
 
 from _common import (
     FLOOR_LUA,
+    chat_message,
     conversation,
     redis_server,
     server_version,
@@ -130,6 +131,13 @@ class ContextStoreSystem(System):
             cs.BuildOptions(max_tokens=budget, reserve_for_response=0, max_history_items=100_000)
         )
         self.last_ids = built.included_item_ids
+        return built.included_item_ids
+
+    def build_messages(self, budget: int) -> list[str]:
+        """The same budget, as OpenAI chat messages (``build_messages``)."""
+        built = self.window.build_messages_structured(
+            cs.BuildOptions(max_tokens=budget, reserve_for_response=0, max_history_items=100_000)
+        )
         return built.included_item_ids
 
     def contents(self) -> list[str]:
@@ -438,6 +446,15 @@ def main() -> int:
                         max_seconds=20.0,
                     )
                     row[s] = {**summarize(samples), "messages": len(kept)}
+                cs_sys = systems[n]["contextstore"]
+                kept = cs_sys.build_messages(budget)  # type: ignore[attr-defined]
+                samples = time_calls(
+                    cs_sys,
+                    cs_sys.build_messages,
+                    [(budget,)] * (20 if q or n == 1000 else 80),  # type: ignore[attr-defined]
+                    max_seconds=20.0,
+                )
+                row["contextstore build_messages (openai)"] = {**summarize(samples), "messages": len(kept)}
                 # the floor: one HMGET of exactly the items contextstore's build returned
                 cs_sys = systems[n]["contextstore"]
                 ids = cs_sys.last_ids  # type: ignore[attr-defined]
@@ -456,9 +473,71 @@ def main() -> int:
                 close(system)
         for w in (1, 2, 4):
             result["concurrency"][str(w)] = concurrency_workload(url, names[1:], w, 100 if q else 250)
+        result["prefix"] = prefix_stability(url, 100 if q else 300)
     report(result, names)
     print(f"\nwrote {write_result('peers', result)}")
     return 0
+
+
+def _tool_turn(w: Any, t: int, rng: Any) -> None:
+    calls = [
+        {"id": f"call_{t}_{k}", "type": "function", "function": {"name": "search", "arguments": f'{{"q": {t}}}'}}
+        for k in range(rng.randint(1, 3))
+    ]
+    w.add(chat_message(rng, "user"), type="user_message", role="user")
+    w.add_many(
+        [
+            {"content": "", "type": "assistant_message", "role": "assistant", "metadata": {"tool_calls": calls}},
+            *(
+                {
+                    "content": chat_message(rng, "assistant") * 2,
+                    "type": "tool_result",
+                    "role": "tool",
+                    "metadata": {"tool_call_id": c["id"]},
+                }
+                for c in calls
+            ),
+        ]
+    )
+    w.add(chat_message(rng, "assistant"), type="assistant_message", role="assistant")
+
+
+PREFIX_CASES = {  # name: (build order, clear_at_least)
+    "arrival, clear_at_least=6000": ("arrival", 6000),
+    "arrival": ("arrival", 0),
+    "sections": ("sections", 0),
+}
+
+
+def prefix_stability(url: str, turns: int) -> dict[str, Any]:
+    """A synthetic tool-using session (a retrieved document every 10 turns) on a 32k-token window
+    that compacts by clearing old tool results: after each turn, does the new build start with
+    exactly the previous one (what a prompt cache needs)?"""
+    import random
+
+    out: dict[str, Any] = {"turns": turns}
+    for name, (order, at_least) in PREFIX_CASES.items():
+        with cs.ContextStore.from_url(url, prefix=f"prefix-{order}-{at_least}") as store:
+            w = store.window(
+                "session",
+                max_tokens=32_000,
+                default_strategy="clear_tool_results",
+                keep_recent=6,
+                clear_at_least=at_least,
+            )
+            w.add("You are a research agent. Use the search tool.", type="system_prompt", pinned=True)
+            rng, previous, extends = random.Random(3), None, 0
+            opts = cs.BuildOptions(order=order, reserve_for_response=2000, max_history_items=100_000)
+            for t in range(turns):
+                if t % 10 == 5:
+                    w.add(chat_message(rng, "assistant"), type="retrieved_document", source_ref=f"doc-{t}.md")
+                _tool_turn(w, t, rng)
+                msgs = w.build_messages(opts)
+                extends += previous is not None and msgs[: len(previous)] == previous
+                previous = msgs
+            out[name] = {"extends_previous": extends / (turns - 1), "compactions": w.stats().compaction_count}
+            w.delete()
+    return out
 
 
 def ratio(a: float, b: float) -> str:
@@ -506,6 +585,14 @@ def report(r: dict[str, Any], names: list[str]) -> None:
                 ],
             )
         )
+    p = r["prefix"]
+    print(f"\nprompt prefix over a {p['turns']}-turn tool-using session (32k-token window, clear_tool_results)\n")
+    print(
+        table(
+            ["build_messages order, window option", "builds that extend the previous one", "compactions"],
+            [[o, f"{v['extends_previous']:.0%}", v["compactions"]] for o, v in p.items() if isinstance(v, dict)],
+        )
+    )
     print("\nconcurrent writers appending to one history\n")
     print(
         table(

@@ -30,11 +30,16 @@ from .tokens import TiktokenCounter, TokenCounter
 from .types import (
     BuildOptions,
     BuiltContext,
+    BuiltMessages,
+    CompactionPlan,
     CompactionStrategy,
     ContextItem,
     ContextSnapshot,
     ContextWindowStats,
+    ItemFields,
     ItemType,
+    PlannedItem,
+    WindowOptions,
 )
 from .verify import VerifyReport
 
@@ -46,6 +51,8 @@ __all__ = [
     "BudgetTooSmallError",
     "BuildOptions",
     "BuiltContext",
+    "BuiltMessages",
+    "CompactionPlan",
     "CompactionStrategy",
     "ConfigConflictError",
     "ContextItem",
@@ -61,8 +68,10 @@ __all__ = [
     "InvalidItemError",
     "InvalidOptionsError",
     "InvalidWindowIdError",
+    "ItemFields",
     "ItemType",
     "PermissionDeniedError",
+    "PlannedItem",
     "RetryPolicy",
     "StoreOutOfMemoryError",
     "StoreUnavailableError",
@@ -71,6 +80,7 @@ __all__ = [
     "TokenCounter",
     "VerifyReport",
     "WindowNotFoundError",
+    "WindowOptions",
 ]
 
 # A library logs; the application decides where logs go. Without this, Python's last-resort

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import redis.asyncio
 import redis.asyncio.retry
@@ -27,6 +27,8 @@ from .store import StoreBase
 from .types import (
     BuildOptions,
     BuiltContext,
+    BuiltMessages,
+    CompactionPlan,
     CompactionStrategy,
     ContextItem,
     ContextSnapshot,
@@ -219,6 +221,29 @@ class AsyncContextWindow:
     async def build_structured(self, options: BuildOptions | None = None) -> BuiltContext:
         """The prompt within the token budget, with the ids included, excluded and omitted."""
         return await self._store._run(build_plans.build(self._settings, self._state, options))
+
+    async def build_messages(
+        self, options: BuildOptions | None = None, format: Literal["openai", "anthropic"] = "openai"
+    ) -> list[dict[str, Any]] | dict[str, Any]:
+        """Chat messages within the token budget (see ``ContextWindow.build_messages``)."""
+        return (await self.build_messages_structured(options, format)).messages
+
+    async def build_messages_structured(
+        self, options: BuildOptions | None = None, format: Literal["openai", "anthropic"] = "openai"
+    ) -> BuiltMessages:
+        """Chat messages within the token budget, with the ids included, excluded and omitted."""
+        return await self._store._run(build_plans.build_messages(self._settings, self._state, options, format))
+
+    async def plan_compaction(
+        self,
+        strategy: CompactionStrategy | str | None = None,
+        target_percent: float = 70.0,
+        *,
+        query: str | None = None,
+    ) -> CompactionPlan:
+        """What ``compact()`` would do now (a dry run that changes nothing)."""
+        plan = compaction_plans.plan_compaction(self._settings, self._state, strategy, target_percent, query)
+        return await self._store._run(plan)
 
     async def to_markdown(self, types: Any = None, limit: int | None = None, language: str | None = None) -> str:
         """The window as markdown (``## Context``, one fenced block per item, arrival order)."""

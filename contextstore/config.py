@@ -29,6 +29,10 @@ MaxTokens = Annotated[int, Meta(ge=1, le=MAX_TOKENS)]
 MaxItems = Annotated[int, Meta(ge=1, le=MAX_ITEM_LIMIT)]
 Threshold = Annotated[float, Meta(gt=0, le=100)]
 TtlSeconds = Annotated[int, Meta(ge=1, le=MAX_TTL_SECONDS)]
+KeepRecent = Annotated[int, Meta(ge=0, le=MAX_ITEM_LIMIT)]
+ClearAtLeast = Annotated[int, Meta(ge=0, le=MAX_TOKENS)]
+#: a tool (function) name as OpenAI and Anthropic spell them
+ToolName = Annotated[str, Meta(pattern=r"^[A-Za-z0-9_.:-]{1,128}$")]
 
 
 class ConfigValues(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -40,6 +44,9 @@ class ConfigValues(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     compaction_threshold: Threshold | UnsetType = UNSET
     default_strategy: CompactionStrategy | UnsetType = UNSET
     ttl_seconds: TtlSeconds | UnsetType | None = UNSET
+    keep_recent: KeepRecent | UnsetType | None = UNSET
+    clear_at_least: ClearAtLeast | UnsetType | None = UNSET
+    clear_exclude_tools: tuple[ToolName, ...] | UnsetType | None = UNSET
 
     def passed(self) -> dict[str, Any]:
         """The options that were passed, by name."""
@@ -95,6 +102,7 @@ def creation_config(values: ConfigValues, item_limit: int) -> WindowConfig:
         max_items = DEFAULT_MAX_ITEMS if max_tokens is None else item_limit
     threshold = values.compaction_threshold
     strategy = values.default_strategy
+    tools = values.clear_exclude_tools
     return WindowConfig(
         max_tokens=max_tokens,
         max_items=max_items,
@@ -102,6 +110,9 @@ def creation_config(values: ConfigValues, item_limit: int) -> WindowConfig:
         default_strategy=DEFAULT_STRATEGY if isinstance(strategy, UnsetType) else strategy,
         ttl_seconds=values.ttl_seconds or None,
         item_limit=item_limit,
+        keep_recent=values.keep_recent or 0,
+        clear_at_least=values.clear_at_least or 0,
+        clear_exclude_tools=tools if isinstance(tools, tuple) else (),
     )
 
 

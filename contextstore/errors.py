@@ -126,6 +126,12 @@ class CommitConflict(ContextStoreError):
 
 ErrorFactory = Callable[[Sequence[str], type[ContextStoreError]], ContextStoreError]
 
+_TOOLCALL_PROBLEMS = {
+    "duplicate": "tool call id {!r} is already in the window",
+    "unknown": "tool_result answers tool call {!r}, which is not in the window (nor in this add)",
+    "group": "tool_result for tool call {!r} names another group than its call's",
+}
+
 #: status code of a script's error reply {'!', CODE, detail...} -> the exception it raises;
 #: each factory gets the details and the exception class the call uses for a bad argument
 SCRIPT_ERRORS: dict[str, ErrorFactory] = {
@@ -135,6 +141,7 @@ SCRIPT_ERRORS: dict[str, ErrorFactory] = {
     "REUSED": lambda d, _: InvalidOptionsError(f"request id {d[0]!r} was already used for a different call"),
     "BADARG": lambda d, badarg: badarg(f"rejected by the server: {' '.join(d)}"),
     "CORRUPT": lambda d, _: CorruptWindowError(f"item {d[0]!r} is stored in a shape the scripts never write"),
+    "TOOLCALL": lambda d, _: InvalidItemError(_TOOLCALL_PROBLEMS.get(d[0], "{}").format(d[1] if len(d) > 1 else "")),
 }
 
 

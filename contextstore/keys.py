@@ -16,7 +16,7 @@ _ID_RE = re.compile(r"[A-Za-z0-9._\-:@/+=]{1,200}")
 MAX_WINDOW_ID = 200
 
 #: Names of the per-window keys, in the order they are passed to every script as KEYS.
-KEY_NAMES = ("meta", "items", "order", "fifo", "pinned", "attrs", "events", "requests", "replies")
+KEY_NAMES = ("meta", "items", "order", "fifo", "pinned", "attrs", "events", "requests", "replies", "groups", "calls")
 
 
 class WindowKeys(NamedTuple):
@@ -31,6 +31,8 @@ class WindowKeys(NamedTuple):
     events: str
     requests: str
     replies: str
+    groups: str
+    calls: str
 
 
 def validate_window_id(window_id: object, what: str = "window id") -> str:

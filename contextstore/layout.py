@@ -30,8 +30,13 @@ REQUEST_LOG_TTL_MS = 15 * 60 * 1000
 #: + seq (computed by the scripts only: ``score()`` in ``lua/lib/items.lua``)
 RANK_WEIGHT = 10**13
 PRIORITY_WEIGHT = 10**10
-#: the fields of an ``:attrs`` value, in order, joined by ``|``
+#: the fields of an ``:attrs`` value, in order, joined by ``|``; then ``|<flags>|<group>`` when
+#: either is set (flags: ``c`` once a tool result's content was cleared)
 ATTRS_FIELDS = ("seq", "token_count", "priority", "type")
+#: what CLEAR_TOOL_RESULTS puts in place of a tool result's content
+CLEARED_PLACEHOLDER = "[tool result cleared to save context]"
+#: the metadata key a cleared tool result gets: {"tokens": <its tokens before>}
+CLEARED_KEY = "context_cleared"
 
 
 class Meta:
@@ -51,9 +56,12 @@ class Meta:
     CREATED_MS = "created_ms"
     ITEMS_OF = "items:"  # + type: items of that type
     TOKENS_OF = "tokens:"  # + type: tokens of that type
+    KEEP_RECENT = "keep_recent"
+    CLEAR_AT_LEAST = "clear_at_least"
+    CLEAR_EXCLUDE = "clear_exclude"  # tool names, space-separated
 
     #: the config fields, in the order the scripts take and answer them
-    CONFIG = (MAX_TOKENS, MAX_ITEMS, ITEM_LIMIT, THRESHOLD, STRATEGY, TTL)
+    CONFIG = (MAX_TOKENS, MAX_ITEMS, ITEM_LIMIT, THRESHOLD, STRATEGY, TTL, KEEP_RECENT, CLEAR_AT_LEAST, CLEAR_EXCLUDE)
 
 
 def _lua_table(pairs: Mapping[str, object]) -> str:
@@ -84,6 +92,8 @@ def lua_constants() -> str:
             f"local RANK_WEIGHT, PRIORITY_WEIGHT = {RANK_WEIGHT}, {PRIORITY_WEIGHT}",
             f"local STREAM_MAXLEN = '{STREAM_MAXLEN}'",
             f"local REQUEST_LOG_MAX, REQUEST_LOG_TTL_MS = {REQUEST_LOG_MAX}, {REQUEST_LOG_TTL_MS}",
+            f"local N_CONFIG = {len(Meta.CONFIG)}",
+            f"local CLEARED_PLACEHOLDER, CLEARED_KEY = '{CLEARED_PLACEHOLDER}', '{CLEARED_KEY}'",
             "",
         ]
     )

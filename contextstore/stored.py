@@ -28,6 +28,7 @@ class ItemBody(msgspec.Struct, kw_only=True):
     role: str | None = None
     source_ref: str | None = None
     metadata: dict[str, Any] | None = None
+    group: str | None = None
 
 
 class StoredItem(ItemBody, kw_only=True):
@@ -47,6 +48,7 @@ def body_json(item: NewItem | ContextItem) -> bytes:
     """The body of an item's stored JSON (a complete JSON object starting ``{"type":"``)."""
     return _encoder.encode(
         ItemBody(
+            group=item.group,
             type=item.type.value,
             token_count=item.token_count,
             content=item.content,
@@ -89,4 +91,5 @@ def decode_item(raw: bytes | str) -> ContextItem:
         id=s.id,
         added_at=datetime.fromtimestamp(s.added_at_us / 1_000_000, tz=timezone.utc),
         seq=s.seq,
+        group=s.group,
     )

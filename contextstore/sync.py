@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 import time
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import redis
 import redis.retry
@@ -24,6 +24,8 @@ from .store import StoreBase
 from .types import (
     BuildOptions,
     BuiltContext,
+    BuiltMessages,
+    CompactionPlan,
     CompactionStrategy,
     ContextItem,
     ContextSnapshot,
@@ -210,6 +212,29 @@ class ContextWindow:
     def build_structured(self, options: BuildOptions | None = None) -> BuiltContext:
         """The prompt within the token budget, with the ids included, excluded and omitted."""
         return self._run(build_plans.build(self._settings, self._state, options))
+
+    def build_messages(
+        self, options: BuildOptions | None = None, format: Literal["openai", "anthropic"] = "openai"
+    ) -> list[dict[str, Any]] | dict[str, Any]:
+        """Chat messages within the token budget: a list for OpenAI's ``messages=``, or
+        ``{"system", "messages"}`` for Anthropic's ``messages.create(**built, ...)``."""
+        return self.build_messages_structured(options, format).messages
+
+    def build_messages_structured(
+        self, options: BuildOptions | None = None, format: Literal["openai", "anthropic"] = "openai"
+    ) -> BuiltMessages:
+        """Chat messages within the token budget, with the ids included, excluded and omitted."""
+        return self._run(build_plans.build_messages(self._settings, self._state, options, format))
+
+    def plan_compaction(
+        self,
+        strategy: CompactionStrategy | str | None = None,
+        target_percent: float = 70.0,
+        *,
+        query: str | None = None,
+    ) -> CompactionPlan:
+        """What ``compact()`` would do now (a dry run that changes nothing)."""
+        return self._run(compaction_plans.plan_compaction(self._settings, self._state, strategy, target_percent, query))
 
     def to_markdown(self, types: Any = None, limit: int | None = None, language: str | None = None) -> str:
         """The window as markdown (``## Context``, one fenced block per item, arrival order)."""

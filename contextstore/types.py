@@ -74,11 +74,12 @@ class CompactionStrategy(str, Enum):
     REMOVE_LOW_PRIORITY = "remove_low_priority"
     SUMMARIZE = "summarize"
     SELECTIVE = "selective"
+    CLEAR_TOOL_RESULTS = "clear_tool_results"
 
     @property
     def server_side(self) -> bool:
         """True for the strategies that run entirely inside Redis."""
-        return self in (CompactionStrategy.REMOVE_OLDEST, CompactionStrategy.REMOVE_LOW_PRIORITY)
+        return self not in (CompactionStrategy.SUMMARIZE, CompactionStrategy.SELECTIVE)
 
     def __str__(self) -> str:
         return self.value
@@ -102,6 +103,8 @@ class ContextItem(msgspec.Struct, frozen=True, kw_only=True):
     id: str | None = None
     added_at: datetime | None = None
     seq: int = 0
+    #: items sharing a group (a tool call and its results) are kept or dropped together
+    group: str | None = None
 
 
 class BuildOptions(msgspec.Struct, frozen=True, kw_only=True):
@@ -119,9 +122,13 @@ class BuildOptions(msgspec.Struct, frozen=True, kw_only=True):
     message_format: str | None = None
     reserve_for_response: Annotated[int, Meta(ge=0)] = 1000
     max_tokens: Annotated[int, Meta(ge=1)] | None = None
-    order: Literal["sections", "priority"] = "sections"
+    #: "sections" (rank groups), "priority" (rank, priority, arrival) or "arrival" (system and
+    #: instruction items first, then arrival order: a window that only grew keeps its prefix)
+    order: Literal["sections", "priority", "arrival"] = "sections"
     compact: bool = False
     exact_tokens: bool = False
+    #: build_messages(format="anthropic"): cache breakpoints on the system block and last message
+    cache_control: bool = False
 
 
 class BuiltContext(msgspec.Struct, frozen=True, kw_only=True):
@@ -140,6 +147,22 @@ class BuiltContext(msgspec.Struct, frozen=True, kw_only=True):
     omitted_item_ids: list[str] = []
 
 
+class BuiltMessages(msgspec.Struct, frozen=True, kw_only=True):
+    """Chat messages built within a token budget: ``messages`` is the list OpenAI's chat API
+    takes (``format="openai"``) or the ``{"system", "messages"}`` dict of Anthropic's
+    (``format="anthropic"``); the ids say what went in, what did not fit, and what the options
+    (or an incomplete tool-call group) left out."""
+
+    messages: list[dict[str, Any]] | dict[str, Any]
+    format: Literal["openai", "anthropic"]
+    total_tokens: int
+    included_item_ids: list[str]
+    excluded_item_ids: list[str]
+    omitted_item_ids: list[str] = []
+    was_compacted: bool = False
+    tokens_freed_by_compaction: int = 0
+
+
 class ContextSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     """A window's config and items at one moment. Encode it with ``msgspec.json.encode``."""
 
@@ -152,6 +175,9 @@ class ContextSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     default_strategy: CompactionStrategy = CompactionStrategy.REMOVE_LOW_PRIORITY
     ttl_seconds: int | None = None
     items: list[ContextItem] = []
+    keep_recent: int = 0
+    clear_at_least: int = 0
+    clear_exclude_tools: list[str] = []
 
 
 class ContextWindowStats(msgspec.Struct, frozen=True, kw_only=True):
@@ -182,6 +208,12 @@ class WindowConfig(msgspec.Struct, frozen=True, kw_only=True):
     default_strategy: CompactionStrategy
     ttl_seconds: int | None
     item_limit: int
+    #: compaction never removes or clears the newest N conversation units
+    keep_recent: int = 0
+    #: CLEAR_TOOL_RESULTS clears nothing unless it frees at least this many tokens
+    clear_at_least: int = 0
+    #: CLEAR_TOOL_RESULTS never clears the results of these tools
+    clear_exclude_tools: tuple[str, ...] = ()
 
 
 class WindowOptions(TypedDict, total=False):
@@ -190,7 +222,8 @@ class WindowOptions(TypedDict, total=False):
     To ``window()``, an option not passed (or passed as None) is not compared with the stored
     config; a new window gets ``max_tokens=None`` (no token limit), ``max_items`` 50 (or the
     store's ``item_limit`` when ``max_tokens`` is set), ``compaction_threshold=85.0``,
-    ``default_strategy=REMOVE_LOW_PRIORITY`` and ``ttl_seconds=None`` (no expiry). To
+    ``default_strategy=REMOVE_LOW_PRIORITY``, ``ttl_seconds=None`` (no expiry),
+    ``keep_recent=0``, ``clear_at_least=0`` and ``clear_exclude_tools=()``. To
     ``configure()``, only the options passed change; ``max_tokens=None`` removes the token limit
     and ``ttl_seconds=None`` the expiry.
     """
@@ -200,6 +233,9 @@ class WindowOptions(TypedDict, total=False):
     compaction_threshold: float | None
     default_strategy: CompactionStrategy | str | None
     ttl_seconds: int | None
+    keep_recent: int | None
+    clear_at_least: int | None
+    clear_exclude_tools: list[str] | tuple[str, ...] | None
 
 
 class ItemFields(TypedDict, total=False):
@@ -207,7 +243,8 @@ class ItemFields(TypedDict, total=False):
 
     Defaults: ``type="code"``, ``priority=50``, ``pinned=False``, ``role=None``,
     ``source_ref=None``, ``metadata=None``, ``token_count=None`` (counted on add), ``id=None``
-    (generated as ``ctx-<seq>``).
+    (generated as ``ctx-<seq>``), ``group=None`` (a tool call's defaults to its call id, a tool
+    result's to the group of its call).
     """
 
     type: ItemType | str
@@ -218,3 +255,25 @@ class ItemFields(TypedDict, total=False):
     metadata: dict[str, Any] | None
     token_count: int | None
     id: str | None
+    group: str | None
+
+
+class PlannedItem(msgspec.Struct, frozen=True, kw_only=True):
+    """One item a compaction would act on: ``action`` is ``"remove"``, ``"clear"`` (content
+    replaced by the placeholder) or ``"summarize"``; ``tokens_freed`` is what that frees."""
+
+    id: str
+    type: ItemType
+    tokens: int
+    action: str
+    tokens_freed: int
+    group: str | None = None
+
+
+class CompactionPlan(msgspec.Struct, frozen=True, kw_only=True):
+    """What ``compact()`` would do now (``plan_compaction()``: a dry run that changes nothing)."""
+
+    strategy: CompactionStrategy
+    items: list[PlannedItem]
+    tokens_freed: int
+    usage_percent_after: float

@@ -11,8 +11,9 @@ from typing import Any
 
 import msgspec
 
+from . import toolcalls
 from .errors import ContextStoreError, InvalidItemError, InvalidOptionsError
-from .layout import MAX_PRIORITY
+from .layout import CLEARED_KEY, MAX_PRIORITY
 from .types import ContextItem, ItemType
 
 MAX_CALLER_ID = 128
@@ -100,6 +101,11 @@ class NewItem(msgspec.Struct, kw_only=True):
     metadata: dict[str, Any] | None
     token_count: int
     id: str | None
+    group: str | None = None
+    #: the (tool name, call id) of each call an assistant message makes, or the call a tool
+    #: result answers
+    tool_calls: tuple[tuple[str, str], ...] = ()
+    tool_call_id: str | None = None
 
 
 def _utf8(name: str, value: str) -> bytes:
@@ -179,11 +185,13 @@ def caller_id(value: object) -> str:
     return value
 
 
-def _content(value: object, max_bytes: int) -> str:
+def _content(value: object, max_bytes: int, may_be_empty: bool) -> str:
+    if value is None and may_be_empty:
+        value = ""
     if not isinstance(value, str):
         raise InvalidItemError(f"content must be a str, not {type(value).__name__}")
-    if not value.strip():
-        raise InvalidItemError("content must not be empty or blank")
+    if not value.strip() and not may_be_empty:
+        raise InvalidItemError("content must not be empty or blank (only a tool call's may)")
     size = len(_utf8("content", value))
     if size > max_bytes:
         raise InvalidItemError(f"content is {size} bytes in UTF-8; the limit is {max_bytes}")
@@ -203,10 +211,11 @@ def _from_context_item(item: ContextItem) -> dict[str, Any]:
         "metadata": item.metadata,
         "token_count": item.token_count or None,
         "id": item.id,
+        "group": item.group,
     }
 
 
-def new_item(content_or_item: object, *, max_content_bytes: int, **fields: Any) -> NewItem:
+def new_item(content_or_item: object, *, max_content_bytes: int, restoring: bool = False, **fields: Any) -> NewItem:
     """Check one item completely, before anything is written (``InvalidItemError``). Takes a
     str with ``add()``'s keywords, or a ``ContextItem`` (whose fields are used instead)."""
     given = (
@@ -217,18 +226,35 @@ def new_item(content_or_item: object, *, max_content_bytes: int, **fields: Any) 
     token_count = given.get("token_count")
     if token_count is not None:
         int_in("token_count", token_count, 1, None, InvalidItemError)
-    item_id_ = given.get("id")
+    item_id_, item_type, role = given.get("id"), _item_type(given.get("type", ItemType.CODE)), given.get("role")
+    meta = metadata(given.get("metadata"))
+    if meta and CLEARED_KEY in meta and not restoring:
+        raise InvalidItemError(f"metadata[{CLEARED_KEY!r}] is set by the store when it clears a tool result")
+    calls = toolcalls.calls_of(item_type, meta)
+    group = given.get("group")
+    group = group_name(group) if group is not None else (calls[0][1] if calls else None)
     return NewItem(
-        content=_content(given["content"], max_content_bytes),
-        type=_item_type(given.get("type", ItemType.CODE)),
+        content=_content(given["content"], max_content_bytes, may_be_empty=bool(calls)),
+        type=item_type,
         priority=priority(given.get("priority", 50)),
         pinned=_pinned(given.get("pinned", False)),
-        role=_optional_text("role", given.get("role"), 200),
+        role=_optional_text("role", role, 200),
         source_ref=_optional_text("source_ref", given.get("source_ref"), 10_000),
-        metadata=metadata(given.get("metadata")),
+        metadata=meta,
         token_count=token_count or 0,
         id=None if item_id_ is None else caller_id(item_id_),
+        group=group,
+        tool_calls=calls,
+        tool_call_id=toolcalls.result_call_id(item_type, role, meta),
     )
+
+
+def group_name(value: object) -> str:
+    """A group: 1-128 characters without whitespace."""
+    if not isinstance(value, str) or not 1 <= len(value) <= MAX_CALLER_ID or _WHITESPACE.search(value):
+        raise InvalidItemError(f"group must be 1-{MAX_CALLER_ID} characters without whitespace, not {value!r}")
+    _utf8("group", value)
+    return value
 
 
 def _pinned(value: object) -> bool:

@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 
-from .layout import ATTRS_FIELDS, Meta
+from .layout import ATTRS_FIELDS, CLEARED_KEY, Meta
 from .types import TYPE_RANKS
 
 _TYPES = {t.value for t in TYPE_RANKS}
@@ -55,7 +55,14 @@ _FIELD_CHECKS: tuple[tuple[str, Callable[[dict[str, Any]], bool]], ...] = (
     ("priority", lambda it: isinstance(it.get("priority"), int) and 0 <= it["priority"] <= 100),
     ("type", lambda it: it.get("type") in _TYPES),
     ("pinned", lambda it: isinstance(it.get("pinned"), bool)),
-    ("content", lambda it: isinstance(it.get("content"), str) and it["content"].strip() != ""),
+    (
+        "content",
+        lambda it: (
+            isinstance(it.get("content"), str)
+            and (it["content"].strip() != "" or bool((it.get("metadata") or {}).get("tool_calls")))
+        ),
+    ),
+    ("group", lambda it: it.get("group") is None or isinstance(it["group"], str)),
 )
 
 
@@ -126,6 +133,9 @@ def _check_order(
         say(f"the seq counter ({top}) is behind an item's seq")
     for iid, it in items.items():
         want = "|".join(str(it[f]) for f in ATTRS_FIELDS)
+        flags = "c" if CLEARED_KEY in (it.get("metadata") or {}) else ""
+        if flags or it.get("group"):
+            want += f"|{flags}|{it.get('group') or ''}"
         if iid in attrs and attrs[iid] != want:
             say(f":attrs of {iid!r} is {attrs[iid]!r}, the item says {want!r}")
         elif iid in order and iid in scores and order[iid] != float(scores[iid]):
@@ -159,8 +169,30 @@ def _check_counters(meta: dict[str, str], raw_count: int, items: dict[str, dict[
     return tokens
 
 
+def _check_groups(items: dict[str, dict[str, Any]], groups: dict[str, str], calls: dict[str, str], say: Say) -> None:
+    """:groups lists each group's members in arrival order; :calls maps each tool call of a
+    stored call message to its group and tool."""
+    want_groups: dict[str, list[tuple[int, str]]] = {}
+    want_calls: dict[str, str] = {}
+    for iid, it in items.items():
+        group = it.get("group")
+        if group:
+            want_groups.setdefault(group, []).append((it["seq"], iid))
+            tool_calls = (it.get("metadata") or {}).get("tool_calls") if it["type"] == "assistant_message" else None
+            for call in tool_calls or []:
+                want_calls[call["id"]] = f"{group} {call['function']['name']}"
+    want = {g: " ".join(i for _, i in sorted(members)) for g, members in want_groups.items()}
+    for g in sorted(set(want) | set(groups)):
+        if want.get(g) != groups.get(g):
+            say(f":groups of {g!r} is {groups.get(g)!r}, the items give {want.get(g)!r}")
+    for c in sorted(set(want_calls) | set(calls)):
+        if want_calls.get(c) != calls.get(c):
+            say(f":calls of {c!r} is {calls.get(c)!r}, the items give {want_calls.get(c)!r}")
+
+
 def inspect_window(window_id: str, reply: Sequence[Any]) -> VerifyReport:
-    """Check read.lua's ``all`` reply: {meta, npinned, items, fifo, order, pinned, attrs, scores}."""
+    """Check read.lua's ``all`` reply: {meta, npinned, items, fifo, order, pinned, attrs, scores,
+    groups, calls}."""
     meta, raw_items = _pairs(reply[0]), _pairs(reply[2])
     fifo = [_text(x) for x in reply[3]]
     order = {_text(reply[4][i]): float(reply[4][i + 1]) for i in range(0, len(reply[4]), 2)}
@@ -177,5 +209,6 @@ def inspect_window(window_id: str, reply: Sequence[Any]) -> VerifyReport:
     items = _decoded_items(raw_items, say)
     _check_structures(set(raw_items), fifo, order, pinned, attrs, items, say)
     _check_order(meta, fifo, order, attrs, scores, items, say)
+    _check_groups(items, _pairs(reply[8]), _pairs(reply[9]), say)
     tokens = _check_counters(meta, len(raw_items), items, say)
     return VerifyReport(window_id=window_id, exists=True, items=len(raw_items), tokens=tokens, problems=problems)

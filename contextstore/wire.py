@@ -13,15 +13,17 @@ from typing import Any
 
 import msgspec
 
-from .layout import Meta
+from .layout import CLEARED_KEY, Meta
 from .stored import body_json, decode_item
-from .types import CompactionStrategy, ContextItem, WindowConfig
+from .types import CompactionStrategy, ContextItem, ItemType, PlannedItem, WindowConfig
 from .validate import NewItem
 
 Args = list[str | bytes]
 
-#: how many arguments ``config_args`` gives (every mutating script's ARGV[1..6])
-CONFIG_ARGS = 6
+#: how many arguments ``config_args`` gives (every mutating script's first ARGV)
+CONFIG_ARGS = len(Meta.CONFIG)
+#: what :meta holds for a config field a window created by an older version lacks
+_CONFIG_DEFAULTS = {Meta.KEEP_RECENT: "0", Meta.CLEAR_AT_LEAST: "0", Meta.CLEAR_EXCLUDE: ""}
 
 
 def text(value: Any) -> str:
@@ -30,7 +32,7 @@ def text(value: Any) -> str:
 
 
 def config_args(cfg: WindowConfig) -> Args:
-    """ARGV[1..6] of every mutating script, in ``Meta.CONFIG`` order."""
+    """The first ARGV of every mutating script, in ``Meta.CONFIG`` order."""
     return [
         str(cfg.max_tokens or 0),
         str(cfg.max_items),
@@ -38,12 +40,15 @@ def config_args(cfg: WindowConfig) -> Args:
         repr(float(cfg.compaction_threshold)),
         cfg.default_strategy.value,
         str(cfg.ttl_seconds or 0),
+        str(cfg.keep_recent),
+        str(cfg.clear_at_least),
+        " ".join(cfg.clear_exclude_tools),
     ]
 
 
 def config_from(values: Sequence[Any]) -> WindowConfig:
-    """A config from six values in ``Meta.CONFIG`` order (ensure's and configure's reply)."""
-    max_tokens, max_items, item_limit, threshold, strategy, ttl = (text(v) for v in values)
+    """A config from its values in ``Meta.CONFIG`` order (ensure's and configure's reply)."""
+    max_tokens, max_items, item_limit, threshold, strategy, ttl, keep, at_least, tools = (text(v) for v in values)
     return WindowConfig(
         max_tokens=int(max_tokens) or None,
         max_items=int(max_items),
@@ -51,6 +56,9 @@ def config_from(values: Sequence[Any]) -> WindowConfig:
         compaction_threshold=float(threshold),
         default_strategy=CompactionStrategy(strategy),
         ttl_seconds=int(ttl) or None,
+        keep_recent=int(keep),
+        clear_at_least=int(at_least),
+        clear_exclude_tools=tuple(tools.split()),
     )
 
 
@@ -73,7 +81,7 @@ class ReadReply(msgspec.Struct):
         """The stored config, or ``fallback`` for a missing window."""
         if not self.exists:
             return fallback
-        return config_from([self.meta[f] for f in Meta.CONFIG])
+        return config_from([self.meta.get(f, _CONFIG_DEFAULTS.get(f)) for f in Meta.CONFIG])
 
     def items(self) -> list[ContextItem]:
         """The items read, decoded."""
@@ -104,9 +112,13 @@ def decode_read(reply: Sequence[Any]) -> ReadReply:
 # -- add.lua, commit.lua -------------------------------------------------------------------------
 
 
+#: ARGV fields per item in add.lua and commit.lua
+ITEM_ARGS = 8
+
+
 def item_args(item: NewItem) -> Args:
-    """The six ARGV fields of one item (add.lua, commit.lua): id, body, type, tokens, priority,
-    pinned."""
+    """The ARGV fields of one item (add.lua, commit.lua): id, body, type, tokens, priority,
+    pinned, group, tool link."""
     return [
         item.id or "",
         body_json(item),
@@ -114,12 +126,22 @@ def item_args(item: NewItem) -> Args:
         str(item.token_count),
         str(item.priority),
         "1" if item.pinned else "0",
+        item.group or "",
+        tool_link(item),
     ]
 
 
-def add_args(cfg: WindowConfig, items: Sequence[NewItem]) -> Args:
-    """add.lua's ARGV."""
-    args = [*config_args(cfg), str(len(items))]
+def tool_link(item: NewItem) -> str:
+    """An item's tool link as the scripts take it: ``C:<name>=<call id> ...`` for a tool call,
+    ``R:<call id>`` for a tool result, "" for other items."""
+    if item.tool_calls:
+        return "C:" + " ".join(f"{name}={call_id}" for name, call_id in item.tool_calls)
+    return f"R:{item.tool_call_id}" if item.tool_call_id else ""
+
+
+def add_args(cfg: WindowConfig, items: Sequence[NewItem], placeholder_tokens: int) -> Args:
+    """add.lua's ARGV: config, the cleared placeholder's tokens, then the items."""
+    args = [*config_args(cfg), str(placeholder_tokens), str(len(items))]
     for item in items:
         args += item_args(item)
     return args
@@ -163,15 +185,39 @@ def clear_args(cfg: WindowConfig, include_pinned: bool) -> Args:
 
 
 def compact_args(
-    cfg: WindowConfig, strategy: CompactionStrategy, target_percent: float, most: int, continued: bool
+    cfg: WindowConfig,
+    strategy: CompactionStrategy,
+    target_percent: float,
+    most: int,
+    continued: bool,
+    placeholder_tokens: int,
+    dry_run: bool = False,
 ) -> Args:
-    """compact.lua's ARGV: strategy, target percent, most items this call, continues a call."""
-    return [*config_args(cfg), strategy.value, repr(float(target_percent)), str(most), "1" if continued else "0"]
+    """compact.lua's ARGV: strategy, target percent, most items this call, continues a call,
+    the cleared placeholder's tokens, dry run."""
+    flags = ["1" if continued else "0", str(placeholder_tokens), "1" if dry_run else "0"]
+    return [*config_args(cfg), strategy.value, repr(float(target_percent)), str(most), *flags]
 
 
 def decode_compact(reply: Sequence[Any]) -> tuple[int, bool]:
     """compact.lua's reply: (tokens freed, more to do)."""
     return int(reply[0]), bool(int(reply[1]))
+
+
+def decode_dry_run(reply: Sequence[Any]) -> tuple[int, list[PlannedItem]]:
+    """compact.lua's dry-run reply: (tokens freed, what happens to each item)."""
+    planned = [
+        PlannedItem(
+            id=text(r[1]),
+            type=ItemType(text(r[2])),
+            tokens=int(r[3]),
+            action=text(r[0]),
+            tokens_freed=int(r[4]),
+            group=text(r[5]) or None,
+        )
+        for r in reply[1]
+    ]
+    return int(reply[0]), planned
 
 
 #: configure.lua's field name of each window option
@@ -181,6 +227,9 @@ CONFIG_FIELDS = {
     "compaction_threshold": Meta.THRESHOLD,
     "default_strategy": Meta.STRATEGY,
     "ttl_seconds": Meta.TTL,
+    "keep_recent": Meta.KEEP_RECENT,
+    "clear_at_least": Meta.CLEAR_AT_LEAST,
+    "clear_exclude_tools": Meta.CLEAR_EXCLUDE,
 }
 
 
@@ -190,6 +239,8 @@ def option_value(name: str, value: Any) -> str:
         return str(CompactionStrategy(value).value)
     if name == "compaction_threshold":
         return repr(float(value))
+    if name == "clear_exclude_tools":
+        return " ".join(value or ())
     return str(value or 0)
 
 
@@ -201,13 +252,15 @@ def configure_args(cfg: WindowConfig, changes: dict[str, Any]) -> Args:
     return args
 
 
-def restore_args(cfg: WindowConfig, snap_config: WindowConfig, items: Sequence[tuple[ContextItem, bytes]]) -> Args:
+def restore_args(
+    cfg: WindowConfig, snap_config: WindowConfig, items: Sequence[tuple[ContextItem, bytes, NewItem]]
+) -> Args:
     """restore.lua's ARGV: the snapshot's config, then (id, stored JSON, seq, tokens, priority,
-    type, pinned) per item."""
+    type, pinned, flags, group, tool link) per item."""
     args = [*config_args(cfg)]
     args += [option_value(n, getattr(snap_config, n)) for n in CONFIG_FIELDS]
     args.append(str(len(items)))
-    for item, raw in items:
+    for item, raw, checked in items:
         args += [
             item.id or "",
             raw,
@@ -216,6 +269,9 @@ def restore_args(cfg: WindowConfig, snap_config: WindowConfig, items: Sequence[t
             str(item.priority),
             item.type.value,
             "1" if item.pinned else "0",
+            "c" if CLEARED_KEY in (item.metadata or {}) else "",
+            item.group or "",
+            tool_link(checked),
         ]
     return args
 

@@ -1,49 +1,84 @@
 -- add.lua: add one or more items in one atomic step (add and add_many).
 -- needs: items compaction
--- KEYS: the nine window keys (see lib/core.lua).
--- ARGV[1..6]: the caller's config (used only if the window does not exist).
--- ARGV[7]: n; then n groups of 6: id ('' = ctx-<seq>), body JSON ({"type":...}), type,
---          token_count, priority, pinned ('1'/'0').
+-- KEYS: the eleven window keys (see lib/core.lua).
+-- ARGV[1..N_CONFIG]: the caller's config (used only if the window does not exist).
+-- ARGV[N_CONFIG + 1]: tokens of the cleared-tool-result placeholder; ARGV[N_CONFIG + 2]: n;
+--   then n groups of 8: id ('' = ctx-<seq>), body JSON ({"type":...}), type, token_count,
+--   priority, pinned ('1'/'0'), group ('' = none, or for a tool result: its call's group),
+--   tool link ('C:<name>=<call id> ...' for a tool call, 'R:<call id>' for a result, or '').
 -- Reply: {'ok', added, evicted, compactions, stored_json_1, ..., stored_json_n} in call order
 --   (a replayed request returns the same). added counts the new items (one evicted by a later
 --   item of the same call still counts; an existing caller id with the same content returns
---   the stored JSON, unchanged), or
---   {'!', 'FULL', unit, current, max, requested} / {'!', 'DUPLICATE', id} / {'!', 'BADARG', what}.
--- The whole call is planned first (FIFO eviction at max_items, then compaction when the add
--- would cross the threshold, then the fit check, item by item); nothing is written unless every
--- item fits, so a failed add leaves the window exactly as it was.
+--   the stored JSON, unchanged), or {'!', 'FULL', unit, current, max, requested} /
+--   {'!', 'DUPLICATE', id} / {'!', 'TOOLCALL', problem, call id} / {'!', 'BADARG', what}.
+-- The whole call is planned first (FIFO eviction of whole units at max_items, then compaction
+-- when the add would cross the threshold, then the fit check, item by item); nothing is written
+-- unless every item fits, so a failed add leaves the window exactly as it was. A group an item
+-- of this call joins is never evicted or compacted by this call.
+
+local BASE = N_CONFIG + 2
+
+-- A tool call's ids must be new; a tool result answers a call of its group (stored or in this
+-- call) and takes that group when it has none. Returns an error reply or nil.
+local function link_tool_calls(it, batch_calls)
+  for _, call in ipairs(it.calls) do
+    if batch_calls[call.id] or redis.call('HEXISTS', K_CALLS, call.id) == 1 then
+      return fail('TOOLCALL', 'duplicate', call.id)
+    end
+    batch_calls[call.id] = it.group
+  end
+  if it.answers then
+    local group = batch_calls[it.answers]
+    if not group then
+      local entry = redis.call('HGET', K_CALLS, it.answers)
+      group = entry and string.match(entry, '^(%S+)')
+    end
+    if not group then return fail('TOOLCALL', 'unknown', it.answers) end
+    if it.group ~= '' and it.group ~= group then return fail('TOOLCALL', 'group', it.answers) end
+    if it.group == '' then it.group, it.resolved, it.tail = group, group, with_group(it.tail, group) end
+  end
+  return nil
+end
 
 -- The items of the call, checked; an existing caller id with the same content is marked
 -- `existing` (a safe retry), with other content it is a DUPLICATE.
 local function parse_items(cfg)
-  local n = tonumber(ARGV[7])
-  if not is_int(n, 1, 1e6) or #ARGV ~= 7 + 6 * n then return nil, fail('BADARG', 'item count') end
-  local items = {}
+  local n = tonumber(ARGV[BASE])
+  if not is_int(n, 1, 1e6) or #ARGV ~= BASE + 8 * n then return nil, fail('BADARG', 'item count') end
+  local items, batch_calls, joining = {}, {}, {}
   for i = 1, n do
-    local it = parse_item(7 + (i - 1) * 6)
+    local it = parse_item(BASE + (i - 1) * 8)
     if not it then return nil, fail('BADARG', 'item ' .. i) end
-    if it.id ~= '' and not cfg.new then
-      local existing = redis.call('HGET', K_ITEMS, it.id)
-      if existing then
-        if cjson.decode(existing).content ~= cjson.decode(it.body).content then
-          return nil, fail('DUPLICATE', it.id)
-        end
-        it.existing = existing
+    local existing = it.id ~= '' and not cfg.new and redis.call('HGET', K_ITEMS, it.id)
+    if existing then
+      if cjson.decode(existing).content ~= cjson.decode(it.body).content then
+        return nil, fail('DUPLICATE', it.id)
       end
+      it.existing = existing
+    else
+      local err = link_tool_calls(it, batch_calls)
+      if err then return nil, err end
+      if it.group ~= '' then joining[it.group] = true end
     end
     items[i] = it
   end
-  return items
+  return items, joining
 end
 
--- The oldest stored item that is neither pinned nor planned away, read 32 ids at a time; then
--- this call's own unpinned items.
+-- The oldest stored unit that can go (no member pinned or planned away, not a group this call
+-- joins), reading :fifo 32 ids at a time; then this call's own. Returns its ids and tokens.
 local function evictable(cfg, plan)
   local pos, len, buf, i = 0, cfg.new and 0 or redis.call('LLEN', K_FIFO), {}, 1
-  local pinned = {}
-  local function is_pinned(id)
-    if pinned[id] == nil then pinned[id] = redis.call('SISMEMBER', K_PINNED, id) == 1 end
-    return pinned[id]
+  local function unit_of(id, a)
+    if a.group == '' then return {id}, plan.cleared[id] or a.tokens end
+    if plan.joining[a.group] or plan.blocked[a.group] then return nil end
+    local ids, tokens = {}, 0
+    for _, m in ipairs(group_members(a.group)) do
+      if plan.removed[m] or redis.call('SISMEMBER', K_PINNED, m) == 1 then plan.blocked[a.group] = true; return nil end
+      ids[#ids + 1] = m
+      tokens = tokens + (plan.cleared[m] or unpack_attrs(redis.call('HGET', K_ATTRS, m)).tokens)
+    end
+    return ids, tokens
   end
   return function()
     while true do
@@ -53,37 +88,47 @@ local function evictable(cfg, plan)
         if #buf == 0 then break end
       end
       local id = buf[i]
-      if not plan.removed[id] and not is_pinned(id) then
-        return id, unpack_attrs(redis.call('HGET', K_ATTRS, id))
+      if not plan.removed[id] and redis.call('SISMEMBER', K_PINNED, id) == 0 then
+        local ids, tokens = unit_of(id, unpack_attrs(redis.call('HGET', K_ATTRS, id)))
+        if ids then return ids, tokens end
       end
       i = i + 1
     end
     for _, a in ipairs(plan.added) do
-      if not plan.removed[a.id] and not a.pinned then return a.id, a end
+      if not plan.removed[a.id] and not a.pinned and (a.group == '' or not plan.joining[a.group]) then
+        return {a.id}, a.tokens
+      end
     end
     return nil
   end
 end
 
--- Plan room for one item: evict at max_items, compact at the threshold; FULL if it cannot fit.
-local function make_room(cfg, plan, it, oldest, strategy)
+-- Plan room for one item: evict whole units at max_items, compact at the threshold; FULL if it
+-- cannot fit.
+local function make_room(cfg, plan, it, oldest)
   local current = plan.tokens
   while plan.count >= cfg.max_items do  -- a loop: a restored window may hold more than max_items
-    local id, a = oldest()
-    if not id then return fail('FULL', 'items', plan.count, cfg.max_items, 1) end
-    plan.removed[id] = true
-    plan.count, plan.tokens, plan.evicted = plan.count - 1, plan.tokens - a.tokens, plan.evicted + 1
-    plan.actions[#plan.actions + 1] = {'evict', id}
+    local ids, tokens = oldest()
+    if not ids then return fail('FULL', 'items', plan.count, cfg.max_items, 1) end
+    for _, id in ipairs(ids) do plan.removed[id] = true end
+    plan.count, plan.tokens, plan.evicted = plan.count - #ids, plan.tokens - tokens, plan.evicted + #ids
+    plan.actions[#plan.actions + 1] = {'evict', ids}
   end
   if cfg.max_tokens == 0 then return nil end
   if (plan.tokens + it.tokens) * 100 > cfg.threshold * cfg.max_tokens then
     local target = math.floor(cfg.max_tokens * math.max(0, cfg.threshold - 15) / 100)
-    local ids, freed = plan_compaction(strategy, plan.tokens, target, plan.removed, plan.added, not cfg.new)
-    if #ids > 0 then
-      for _, id in ipairs(ids) do plan.removed[id] = true end
-      plan.actions[#plan.actions + 1] = {'compact', ids, plan.tokens}
-      plan.compactions = plan.compactions + 1
-      plan.count, plan.tokens = plan.count - #ids, plan.tokens - freed
+    local acts, freed = plan_compaction(plan.strategy, plan.tokens, target, plan, cfg, plan.placeholder, nil, true)
+    if #acts > 0 then
+      for _, act in ipairs(acts) do
+        if act[1] == 'clear' then
+          plan.cleared[act[2].id] = plan.placeholder
+        else
+          for _, id in ipairs(act[2].ids) do plan.removed[id] = true end
+          plan.count = plan.count - #act[2].ids
+        end
+      end
+      plan.actions[#plan.actions + 1] = {'compact', acts, plan.tokens}
+      plan.compactions, plan.tokens = plan.compactions + 1, plan.tokens - freed
     end
   end
   if plan.tokens + it.tokens > cfg.max_tokens then
@@ -92,15 +137,15 @@ local function make_room(cfg, plan, it, oldest, strategy)
   return nil
 end
 
-local function apply(cfg, plan, strategy)
+local function apply(cfg, plan)
   persist_config(cfg)
   local ts = now_us()
   for _, act in ipairs(plan.actions) do
     if act[1] == 'evict' then
-      remove_many({act[2]}, 'eviction')
+      remove_many(act[2], 'eviction')
     elseif act[1] == 'compact' then
-      local freed = remove_many(act[2], 'compaction')
-      record_compaction(strategy, #act[2], freed, act[3], cfg.max_tokens)
+      local removed, cleared, freed = apply_compaction(act[2], plan.placeholder)
+      record_compaction(plan.strategy, removed, freed, act[3], cfg.max_tokens, false, cleared)
     else
       act[2].ts = ts
       act[2].json = insert_item(act[2])
@@ -110,39 +155,44 @@ local function apply(cfg, plan, strategy)
   rearm_ttl(cfg)
 end
 
+local function reply(items, plan)
+  local out, rec = {'ok', #plan.added, plan.evicted, plan.compactions}, {#plan.added, plan.evicted, plan.compactions}
+  for i, it in ipairs(items) do
+    local body_at = BASE + (i - 1) * 8 + 2
+    if it.existing then
+      out[#out + 1] = it.existing
+      rec[#rec + 1] = {'=', string.match(it.existing, '^(.-,)"type":"'), body_at, it.id}
+    else
+      out[#out + 1] = it.json
+      rec[#rec + 1] = {'+', fmt(it.seq), fmt(it.ts), body_at - 2, it.resolved}
+    end
+  end
+  return out, {add = rec}
+end
+
 local cfg = read_config()
 if not cfg then return fail('BADARG', 'config') end
-local items, err = parse_items(cfg)
-if not items then return err end
+local placeholder = tonumber(ARGV[N_CONFIG + 1])
+if not is_int(placeholder, 1, MAX_TOKENS) then return fail('BADARG', 'placeholder tokens') end
+local items, joining = parse_items(cfg)
+if not items then return joining end  -- the error reply
 
-local plan = {count = cfg.items, tokens = cfg.tokens, seq = cfg.seq, removed = {}, added = {},
-  actions = {}, evicted = 0, compactions = 0}
-local strategy = SERVER_SIDE[cfg.strategy] and cfg.strategy or 'remove_low_priority'
+local plan = {count = cfg.items, tokens = cfg.tokens, seq = cfg.seq, removed = {}, added = {}, cleared = {},
+  actions = {}, evicted = 0, compactions = 0, joining = joining, blocked = {}, stored = not cfg.new,
+  placeholder = placeholder, strategy = SERVER_SIDE[cfg.strategy] and cfg.strategy or 'remove_low_priority'}
 local oldest = evictable(cfg, plan)
 for _, it in ipairs(items) do
   if not it.existing then
-    local full = make_room(cfg, plan, it, oldest, strategy)
+    local full = make_room(cfg, plan, it, oldest)
     if full then return full end
     plan.seq = plan.seq + 1
     it.seq = plan.seq
     if it.id == '' then it.id = 'ctx-' .. fmt(plan.seq) end
-    plan.added[#plan.added + 1] = {id = it.id, seq = it.seq, tokens = it.tokens,
-      priority = it.priority, type = it.type, pinned = it.pinned}
+    plan.added[#plan.added + 1] = {id = it.id, seq = it.seq, tokens = it.tokens, priority = it.priority,
+      type = it.type, pinned = it.pinned, group = it.group, flags = '', new = true}
     plan.count, plan.tokens = plan.count + 1, plan.tokens + it.tokens
     plan.actions[#plan.actions + 1] = {'add', it}
   end
 end
-apply(cfg, plan, strategy)
-
-local out, rec = {'ok', #plan.added, plan.evicted, plan.compactions}, {#plan.added, plan.evicted, plan.compactions}
-for i, it in ipairs(items) do
-  local body_at = 7 + (i - 1) * 6 + 2
-  if it.existing then
-    out[#out + 1] = it.existing
-    rec[#rec + 1] = {'=', string.match(it.existing, '^(.-,)"type":"'), body_at, it.id}
-  else
-    out[#out + 1] = it.json
-    rec[#rec + 1] = {'+', fmt(it.seq), fmt(it.ts), body_at - 2}
-  end
-end
-return out, {add = rec}
+apply(cfg, plan)
+return reply(items, plan)

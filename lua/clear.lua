@@ -1,10 +1,10 @@
 -- clear.lua: remove every unpinned item, or every item with include_pinned.
 -- needs: items
--- KEYS: the nine window keys. ARGV[1..6]: caller config (unused).
--- ARGV[7]: '1' to include pinned items. Reply: number of items removed.
+-- KEYS: the eleven window keys. ARGV[1..N_CONFIG]: caller config (unused).
+-- ARGV[N_CONFIG + 1]: '1' to include pinned items. Reply: number of items removed.
 local cfg = read_config()
 if cfg == nil or cfg.new then return 0 end
-local include_pinned = ARGV[7] == '1'
+local include_pinned = ARGV[N_CONFIG + 1] == '1'
 local pinned = {}
 if not include_pinned then
   for _, id in ipairs(redis.call('SMEMBERS', K_PINNED)) do pinned[id] = true end

@@ -1,39 +1,51 @@
 -- configure.lua: change a window's config for every worker, atomically.
 -- needs: items
--- KEYS: the nine window keys. ARGV[1..6]: caller config (used if the window does not exist).
--- ARGV[7..]: field/value pairs among max_tokens (0 = none), max_items, threshold, strategy,
---   ttl (0 = none).
--- Lowering max_items below the item count evicts the oldest unpinned items (reason eviction);
--- if pinned items alone exceed it: {'!', 'FULL', 'items', count, max_items, 0}, nothing written.
--- Lowering max_tokens compacts nothing now: the next add does.
--- Reply: {max_tokens, max_items, item_limit, threshold, strategy, ttl} after the change.
+-- KEYS: the eleven window keys. ARGV[1..N_CONFIG]: caller config (used if the window does not exist).
+-- ARGV[N_CONFIG + 1..]: field/value pairs among max_tokens (0 = none), max_items, threshold,
+--   strategy, ttl (0 = none), keep_recent, clear_at_least, clear_exclude (tool names).
+-- Lowering max_items below the item count evicts the oldest whole units (a group, or an
+-- ungrouped item; reason eviction); if pinned items alone keep it above: {'!', 'FULL', 'items',
+-- count, max_items, 0}, nothing written. Lowering max_tokens compacts nothing now: the next add
+-- does.
+-- Reply: the config after the change, in layout.Meta.CONFIG order.
 
-local CHANGEABLE = {[F.MAX_TOKENS] = 'max_tokens', [F.MAX_ITEMS] = 'max_items',
-  [F.THRESHOLD] = 'threshold', [F.STRATEGY] = 'strategy', [F.TTL] = 'ttl'}
+local CHANGEABLE = {[F.MAX_TOKENS] = 'max_tokens', [F.MAX_ITEMS] = 'max_items', [F.THRESHOLD] = 'threshold',
+  [F.STRATEGY] = 'strategy', [F.TTL] = 'ttl', [F.KEEP_RECENT] = 'keep_recent',
+  [F.CLEAR_AT_LEAST] = 'clear_at_least', [F.CLEAR_EXCLUDE] = 'clear_exclude'}
+local TEXT = {strategy = true, clear_exclude = true}
 
--- The oldest unpinned ids to evict so that `count` items fit `max_items`; nil if pinned items
--- alone exceed it.
+-- The oldest whole units to evict so that `count` items fit `max_items`; nil if units with a
+-- pinned member alone exceed it.
 local function over_cap(count, max_items)
-  local need, evict, pinned = count - max_items, {}, {}
+  local evict, taken, blocked, pinned = {}, {}, {}, {}
   for _, id in ipairs(redis.call('SMEMBERS', K_PINNED)) do pinned[id] = true end
   for _, id in ipairs(redis.call('LRANGE', K_FIFO, 0, -1)) do
-    if #evict >= need then break end
-    if not pinned[id] then evict[#evict + 1] = id end
+    if count - #evict <= max_items then break end
+    local group = unpack_attrs(redis.call('HGET', K_ATTRS, id)).group
+    local unit = group == '' and {id} or group_members(group)
+    local ok = not taken[id] and not blocked[group]
+    for _, m in ipairs(ok and unit or {}) do ok = ok and not pinned[m] end
+    if ok then
+      for _, m in ipairs(unit) do evict[#evict + 1], taken[m] = m, true end
+    elseif group ~= '' then
+      blocked[group] = true
+    end
   end
-  if #evict < need then return nil end
+  if count - #evict > max_items then return nil end
   return evict
 end
 
 local cfg = read_config()
 if not cfg then return fail('BADARG', 'config') end
-local c = {max_tokens = cfg.max_tokens, max_items = cfg.max_items, item_limit = cfg.item_limit,
-  threshold = cfg.threshold, strategy = cfg.strategy, ttl = cfg.ttl}
+local c = {}
+for _, key in pairs(CHANGEABLE) do c[key] = cfg[key] end
+c.item_limit = cfg.item_limit
 local fields = {}
-for i = 7, #ARGV, 2 do
+for i = N_CONFIG + 1, #ARGV, 2 do
   local f, v = ARGV[i], ARGV[i + 1]
   local key = CHANGEABLE[f]
   if not key then return fail('BADARG', 'field ' .. tostring(f)) end
-  c[key] = key == 'strategy' and v or tonumber(v)
+  if TEXT[key] then c[key] = v else c[key] = tonumber(v) end
   fields[#fields + 1] = f
   fields[#fields + 1] = v
 end
@@ -46,8 +58,10 @@ end
 
 persist_config(cfg)
 redis.call('HSET', K_META, F.MAX_TOKENS, fmt(c.max_tokens), F.MAX_ITEMS, fmt(c.max_items),
-  F.THRESHOLD, tostring(c.threshold), F.STRATEGY, c.strategy, F.TTL, fmt(c.ttl))
+  F.THRESHOLD, tostring(c.threshold), F.STRATEGY, c.strategy, F.TTL, fmt(c.ttl),
+  F.KEEP_RECENT, fmt(c.keep_recent), F.CLEAR_AT_LEAST, fmt(c.clear_at_least), F.CLEAR_EXCLUDE, c.clear_exclude)
 for _, id in ipairs(evict) do remove_many({id}, 'eviction') end
 if #fields > 0 then event('configured', unpack(fields)) end
 rearm_ttl(c, true)
-return {fmt(c.max_tokens), fmt(c.max_items), fmt(cfg.item_limit), tostring(c.threshold), c.strategy, fmt(c.ttl)}
+return {fmt(c.max_tokens), fmt(c.max_items), fmt(cfg.item_limit), tostring(c.threshold), c.strategy, fmt(c.ttl),
+  fmt(c.keep_recent), fmt(c.clear_at_least), c.clear_exclude}

@@ -1,4 +1,4 @@
--- delete.lua: delete every key of a window but its request log. KEYS: the nine window keys.
+-- delete.lua: delete every key of a window but its request log. KEYS: the eleven window keys.
 -- needs: core
 -- Reply: 1 if the window existed, else 0.
 local existed = redis.call('EXISTS', K_META)

@@ -1,7 +1,7 @@
 -- ensure.lua: attach to a window, creating it with the caller's config if it does not exist.
 -- needs: meta
--- KEYS: the nine window keys. ARGV[1..6]: caller config.
--- Reply: {created (1/0), max_tokens, max_items, item_limit, threshold, strategy, ttl} as stored.
+-- KEYS: the eleven window keys. ARGV[1..N_CONFIG]: caller config.
+-- Reply: {created (1/0), then the config as stored, in layout.Meta.CONFIG order}.
 local cfg = read_config()
 if not cfg then return fail('BADARG', 'config') end
 local created = 0
@@ -11,4 +11,5 @@ if cfg.new then
   created = 1
 end
 return {created, fmt(cfg.max_tokens), fmt(cfg.max_items), fmt(cfg.item_limit),
-  tostring(cfg.threshold), cfg.strategy, fmt(cfg.ttl)}
+  tostring(cfg.threshold), cfg.strategy, fmt(cfg.ttl), fmt(cfg.keep_recent), fmt(cfg.clear_at_least),
+  cfg.clear_exclude}

@@ -1,11 +1,11 @@
 -- pin.lua: pin or unpin one item.
 -- needs: events
--- KEYS: the nine window keys. ARGV[1..6]: caller config (unused).
--- ARGV[7]: item id; ARGV[8]: '1' to pin, '0' to unpin.
+-- KEYS: the eleven window keys. ARGV[1..N_CONFIG]: caller config (unused).
+-- ARGV[N_CONFIG + 1]: item id; ARGV[N_CONFIG + 2]: '1' to pin, '0' to unpin.
 -- Reply: 1 if the item exists (event only when its state changed), 0 if absent.
 local cfg = read_config()
 if cfg == nil or cfg.new then return 0 end
-local id, pin = ARGV[7], ARGV[8] == '1'
+local id, pin = ARGV[N_CONFIG + 1], ARGV[N_CONFIG + 2] == '1'
 local json = redis.call('HGET', K_ITEMS, id)
 if not json then return 0 end
 local _, e, pr = string.find(json, '^{"priority":(%d+),"pinned":%a+,')

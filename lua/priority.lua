@@ -1,13 +1,13 @@
 -- priority.lua: change one item's priority (its build-order score follows).
 -- needs: items
--- KEYS: the nine window keys. ARGV[1..6]: caller config (unused).
--- ARGV[7]: item id; ARGV[8]: new priority 0-100.
+-- KEYS: the eleven window keys. ARGV[1..N_CONFIG]: caller config (unused).
+-- ARGV[N_CONFIG + 1]: item id; ARGV[N_CONFIG + 2]: new priority 0-100.
 -- Reply: 1 if the item exists (event only when the value changed), 0 if absent.
 local cfg = read_config()
-local p = tonumber(ARGV[8])
+local p = tonumber(ARGV[N_CONFIG + 2])
 if not is_int(p, 0, MAX_PRIORITY) then return fail('BADARG', 'priority') end
 if cfg == nil or cfg.new then return 0 end
-local id = ARGV[7]
+local id = ARGV[N_CONFIG + 1]
 local json = redis.call('HGET', K_ITEMS, id)
 if not json then return 0 end
 local _, e, old = string.find(json, '^{"priority":(%d+),')
@@ -15,7 +15,8 @@ if not e then return fail('CORRUPT', id) end
 if tonumber(old) == p then return 1 end
 local a = unpack_attrs(redis.call('HGET', K_ATTRS, id))
 redis.call('HSET', K_ITEMS, id, '{"priority":' .. fmt(p) .. ',' .. string.sub(json, e + 1))
-redis.call('HSET', K_ATTRS, id, pack_attrs(a.seq, a.tokens, p, a.type))
+a.priority = p
+redis.call('HSET', K_ATTRS, id, pack_attrs(a))
 redis.call('ZADD', K_ORDER, score(a.type, p, a.seq), id)
 event('priority_changed', 'item_id', id, 'priority', fmt(p), 'previous_priority', old)
 rearm_ttl(cfg)

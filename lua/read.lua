@@ -1,6 +1,6 @@
 -- read.lua: one consistent read of a window (no writes, no TTL re-arm).
 -- needs: items
--- KEYS: the nine window keys.
+-- KEYS: the eleven window keys.
 -- ARGV[1]: 'fifo' (arrival order), 'order' (build order), 'pinned' (pinned, build order),
 --          'meta' (no items), 'get' (ARGV[2] = one id) or 'all' (every key, raw: see below)
 -- ARGV[2]: comma-separated types to keep ('' = all); ARGV[3]: keep the last N (-1 = all)
@@ -13,7 +13,8 @@ local npinned = redis.call('SCARD', K_PINNED)
 if mode == 'meta' then return {meta, npinned, {}} end
 if mode == 'all' then
   -- every key as it is, for verify(): {meta, npinned, items, fifo, order, pinned, attrs,
-  -- scores}; scores: id -> the build-order score its :attrs give (score() owns the formula)
+  -- scores, groups, calls}; scores: id -> the build-order score its :attrs give (score() owns
+  -- the formula)
   local attrs, scores = redis.call('HGETALL', K_ATTRS), {}
   for i = 1, #attrs, 2 do
     local a = unpack_attrs(attrs[i + 1])
@@ -24,7 +25,7 @@ if mode == 'all' then
   end
   return {meta, npinned, redis.call('HGETALL', K_ITEMS), redis.call('LRANGE', K_FIFO, 0, -1),
     redis.call('ZRANGE', K_ORDER, 0, -1, 'WITHSCORES'), redis.call('SMEMBERS', K_PINNED),
-    attrs, scores}
+    attrs, scores, redis.call('HGETALL', K_GROUPS), redis.call('HGETALL', K_CALLS)}
 end
 if mode == 'get' then
   local j = redis.call('HGET', K_ITEMS, ARGV[2])

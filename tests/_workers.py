@@ -53,3 +53,49 @@ def add_async(url: str, prefix: str, window_id: str, worker: int, n: int) -> lis
         return acked
 
     return asyncio.run(go())
+
+
+def tool_turns(url: str, prefix: str, window_id: str, worker: int, turns: int) -> list[str]:
+    """``turns`` tool-calling turns (a question, a call with 1-3 parallel calls and their results
+    in one add_many, an answer), with caller ids; returns the id of every item it added."""
+    import json
+
+    rng = random.Random(worker)
+    added: list[str] = []
+    with cs.ContextStore.from_url(url, prefix=prefix) as store:
+        w = store.window(window_id)
+        for t in range(turns):
+            tag = f"w{worker}-t{t}"
+            calls = [
+                {
+                    "id": f"{tag}-c{k}",
+                    "type": "function",
+                    "function": {"name": rng.choice(["search", "fetch", "run"]), "arguments": json.dumps({"t": t})},
+                }
+                for k in range(rng.randint(1, 3))
+            ]
+            w.add(f"{tag} asks", type="user_message", role="user", id=f"{tag}-q")
+            w.add_many(
+                [
+                    {
+                        "content": "",
+                        "type": "assistant_message",
+                        "role": "assistant",
+                        "id": f"{tag}-call",
+                        "metadata": {"tool_calls": calls},
+                    },
+                    *(
+                        {
+                            "content": f"{tag} result " + "x " * rng.randint(20, 80),
+                            "type": "tool_result",
+                            "role": "tool",
+                            "id": f"{c['id']}-r",
+                            "metadata": {"tool_call_id": c["id"]},
+                        }
+                        for c in calls
+                    ),
+                ]
+            )
+            w.add(f"{tag} answers", type="assistant_message", role="assistant", id=f"{tag}-a")
+            added += [f"{tag}-q", f"{tag}-call", *(f"{c['id']}-r" for c in calls), f"{tag}-a"]
+    return added

@@ -14,7 +14,7 @@ import contextstore as cs
 from contextstore import wire
 from contextstore.config import config_values, creation_config
 from contextstore.keys import window_keys
-from contextstore.layout import Meta
+from contextstore.layout import CLEARED_PLACEHOLDER, Meta
 from contextstore.plans import build as build_plans
 from contextstore.plans import compaction as compaction_plans
 from contextstore.plans import items as item_plans
@@ -81,10 +81,12 @@ def test_add_sends_one_script_call_and_decodes_the_stored_items():
     (call,) = sent
     assert isinstance(call, ScriptCall) and call.name == "add" and call.keys == st.keys
     assert call.request.startswith("add:")
-    assert list(call.args[: wire.CONFIG_ARGS]) == ["100", "1000", "1000", "85.0", "remove_low_priority", "0"]
-    assert call.args[6:8] == ["1", ""]  # one item, no caller id
-    assert call.args[8].startswith(b'{"type":"user_message"')
-    assert call.args[9:] == ["user_message", "3", "50", "0"]  # type, counted tokens, priority, pinned
+    config = ["100", "1000", "1000", "85.0", "remove_low_priority", "0", "0", "0", ""]
+    assert list(call.args[: wire.CONFIG_ARGS]) == config
+    rest = call.args[wire.CONFIG_ARGS :]
+    assert rest[:3] == [str(words(CLEARED_PLACEHOLDER)), "1", ""]  # placeholder tokens, one item, no caller id
+    assert rest[3].startswith(b'{"type":"user_message"')
+    assert rest[4:] == ["user_message", "3", "50", "0", "", ""]  # type, tokens, priority, pinned, group, link
     assert call.argv()[0].startswith(call.request + "|")  # the request and its argument fingerprint
     assert (reply.added, reply.evicted, reply.compactions) == (1, 0, 0)
     assert reply.items[0].id == "ctx-1" and reply.items[0].role == "user"
@@ -166,8 +168,9 @@ def test_server_side_compaction_runs_in_parts_until_the_script_says_done():
     sent, freed = drive(plan, [[30, 1], [12, 0]])
     first, second = sent
     assert [c.name for c in sent] == ["compact", "compact"] and freed == 42
-    assert first.args[wire.CONFIG_ARGS :] == ["remove_oldest", "50.0", str(compaction_plans.COMPACT_CHUNK), "0"]
-    assert second.args[-1] == "1" and second.request == first.request + "/1"  # one compaction, two parts
+    chunk, placeholder = str(compaction_plans.COMPACT_CHUNK), str(words(CLEARED_PLACEHOLDER))
+    assert first.args[wire.CONFIG_ARGS :] == ["remove_oldest", "50.0", chunk, "0", placeholder, "0"]
+    assert second.args[-3] == "1" and second.request == first.request + "/1"  # one compaction, two parts
 
 
 def test_default_strategy_is_read_from_the_window_first():
@@ -189,7 +192,7 @@ def test_summarize_calls_the_helper_outside_redis_and_commits_what_it_read():
     assert commit.name == "commit" and commit.same_args is False
     sha = hashlib.sha1(raw[0]).hexdigest()
     assert commit.args[wire.CONFIG_ARGS : wire.CONFIG_ARGS + 4] == ["summarize", "1", "ctx-1", sha]
-    assert commit.args[-6:][2:] == ["working_memory", "1", "10", "0"]  # the summary item
+    assert commit.args[-wire.ITEM_ARGS :][2:] == ["working_memory", "1", "10", "0", "", ""]  # the summary item
     with pytest.raises(StopIteration) as done:
         plan.send(29)
     assert done.value.value == 29

@@ -17,6 +17,13 @@ def _healthy(store, wid: str):
     w.add("hello", type="user_message", role="user")
     w.add("a tool said this", type="tool_result", priority=20, id="tool-1")
     w.add("def f(): pass", type="code")
+    call = {"id": "call_1", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}
+    w.add_many(
+        [
+            {"content": "", "type": "assistant_message", "role": "assistant", "metadata": {"tool_calls": [call]}},
+            {"content": "found it", "type": "tool_result", "role": "tool", "metadata": {"tool_call_id": "call_1"}},
+        ]
+    )
     return w
 
 
@@ -48,6 +55,10 @@ CASES: list[tuple[str, Corruption, str]] = [
     ("attrs disagree", lambda r, b: r.hset(b + "attrs", "ctx-2", "2|999|50|user_message"), ":attrs of 'ctx-2'"),
     ("attrs missing", lambda r, b: r.hdel(b + "attrs", "ctx-4"), ":attrs lacks ids"),
     ("pinned set without flag", lambda r, b: r.sadd(b + "pinned", "ctx-2"), ":pinned disagrees"),
+    ("group members wrong", lambda r, b: r.hset(b + "groups", "call_1", "ctx-5"), ":groups of 'call_1'"),
+    ("stray group", lambda r, b: r.hset(b + "groups", "ghost", "ctx-2"), ":groups of 'ghost'"),
+    ("tool call missing", lambda r, b: r.hdel(b + "calls", "call_1"), ":calls of 'call_1'"),
+    ("attrs lose the group", lambda r, b: r.hset(b + "attrs", "ctx-6", "6|2|50|tool_result"), ":attrs of 'ctx-6'"),
     ("flag without pinned set", lambda r, b: r.srem(b + "pinned", "ctx-1"), ":pinned disagrees"),
     ("unparseable JSON", lambda r, b: r.hset(b + "items", "ctx-2", "{not json"), "does not parse"),
     ("bad priority", lambda r, b: _set_item(r, b, "ctx-2", priority=500), "bad field(s) priority"),
@@ -83,7 +94,7 @@ def test_each_broken_invariant_is_reported(store, r, prefix, what, corrupt, expe
 def test_healthy_windows_verify_clean(store, r, prefix):
     w = _healthy(store, "v-ok")
     report = w.verify()
-    assert report.ok and report.exists and report.items == 4
+    assert report.ok and report.exists and report.items == 6
     assert report.tokens == w.stats().current_tokens
     for _ in range(20):
         w.add("filler " * 30)  # evictions

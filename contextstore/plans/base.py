@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 from .. import wire
 from ..errors import raise_for_reply
 from ..keys import WindowKeys
+from ..layout import CLEARED_PLACEHOLDER
 from ..render.prompt import cached_count
 from ..retry import RetryPolicy
 from ..tokens import TokenCounter
@@ -81,9 +82,17 @@ class Settings:
     relevance_scorer: Any = None
     retry: RetryPolicy | None = None
     joint_count: Callable[[str], int] = field(init=False)  # memoised counter.count (build joints)
+    _placeholder_tokens: int = field(init=False, default=0)
 
     def __post_init__(self) -> None:
         self.joint_count = cached_count(self.counter)
+
+    @property
+    def placeholder_tokens(self) -> int:
+        """Tokens of the text CLEAR_TOOL_RESULTS puts in place of a result (counted once)."""
+        if not self._placeholder_tokens:
+            self._placeholder_tokens = max(1, self.counter.count(CLEARED_PLACEHOLDER))
+        return self._placeholder_tokens
 
 
 @dataclass(slots=True)

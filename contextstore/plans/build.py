@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
+from typing import Literal
 
 from .. import wire
-from ..errors import InvalidOptionsError
+from ..errors import BudgetTooSmallError, InvalidOptionsError
 from ..layout import Meta
-from ..render import markdown, prompt
-from ..types import BuildOptions, BuiltContext, CompactionStrategy, ContextItem, WindowConfig
+from ..render import markdown, messages, prompt
+from ..render.select import Unit, choose, members, units_of
+from ..types import BuildOptions, BuiltContext, BuiltMessages, CompactionStrategy, ContextItem, WindowConfig
 from .base import Plan, ScriptCall, Settings, WindowState, read
 from .compaction import compact, has_helper
 from .items import items
@@ -100,6 +103,72 @@ def build(settings: Settings, state: WindowState, options: object = None) -> Pla
         tokens_freed_by_compaction=freed,
         omitted_item_ids=built.omitted,
     )
+
+
+FORMATS = ("openai", "anthropic")
+
+
+def _message_units(items: list[ContextItem]) -> tuple[list[ContextItem], list[str]]:
+    """The items of complete units, and the ids of incomplete tool-call groups (left out)."""
+    ok: list[ContextItem] = []
+    left_out: list[str] = []
+    for unit in units_of(items):
+        if messages.complete(unit):
+            ok += unit.items
+        else:
+            left_out += unit.ids()
+    return ok, left_out
+
+
+def _check_format(format: object) -> Literal["openai", "anthropic"]:
+    if format == "openai":
+        return "openai"
+    if format == "anthropic":
+        return "anthropic"
+    raise InvalidOptionsError(f"format must be 'openai' or 'anthropic', not {format!r}")
+
+
+def build_messages(
+    settings: Settings, state: WindowState, options: object = None, format: object = "openai"
+) -> Plan[BuiltMessages]:
+    """Chat messages within the budget (content plus a per-message overhead): whole units,
+    pinned first; every tool result right after its call. Appends a ``built`` event."""
+    opts, fmt = prompt.validate_options(options), _check_format(format)
+    found = yield from read(state, "order")
+    budget = budget_of(opts, found.config(state.config), state.window_id)
+    decoded = found.items()
+
+    def cost(unit: Unit) -> int:
+        return messages.unit_cost(unit, settings.joint_count)
+
+    pinned_need = messages.REPLY_PRIMING + sum(cost(u) for u in units_of(decoded) if u.pinned)
+    if budget is not None and pinned_need > budget:
+        raise BudgetTooSmallError(pinned_need, budget)
+    freed, window_items = yield from _compact_first(settings, state, found, decoded, budget, opts)
+    usable, incomplete = _message_units(window_items)
+    choice = choose(usable, opts, budget, cost, base=messages.REPLY_PRIMING)
+    ordered = messages.arrange(members(choice.pinned + choice.chosen), opts.order)
+    payload = messages.openai(ordered) if fmt == "openai" else messages.anthropic(ordered, opts)
+    omitted = sorted(choice.omitted + incomplete, key=_seq_of(window_items))
+    yield ScriptCall("event", state.keys, wire.event_args("built", {
+        "format": fmt, "items_included": str(len(ordered)), "items_excluded": str(len(choice.excluded)),
+        "items_omitted": str(len(omitted)), "total_tokens": str(choice.used), "was_compacted": "1" if freed else "0",
+    }))  # fmt: skip
+    return BuiltMessages(
+        messages=payload,
+        format=fmt,
+        total_tokens=choice.used,
+        included_item_ids=[i.id or "" for i in ordered],
+        excluded_item_ids=choice.excluded,
+        omitted_item_ids=omitted,
+        was_compacted=freed > 0,
+        tokens_freed_by_compaction=freed,
+    )
+
+
+def _seq_of(items: list[ContextItem]) -> Callable[[str], int]:
+    seqs = {i.id: i.seq for i in items}
+    return lambda item_id: seqs.get(item_id, 0)
 
 
 def to_markdown(state: WindowState, types: object = None, limit: object = None, language: object = None) -> Plan[str]:

@@ -12,7 +12,7 @@ from typing import Any
 from .. import validate, wire
 from ..errors import CommitConflict, InvalidOptionsError, StrategyUnavailableError, raise_for_reply
 from ..layout import Meta
-from ..types import CompactionStrategy, ContextItem, ItemType
+from ..types import HISTORY_TYPES, CompactionPlan, CompactionStrategy, ContextItem, ItemType, PlannedItem
 from .base import External, Plan, ScriptCall, Settings, WindowState, new_request, read
 
 log = logging.getLogger("contextstore")
@@ -83,7 +83,7 @@ def compact(
         chosen = found.config(state.config).default_strategy
         require_helper(settings, chosen)
     if chosen.server_side:
-        freed = yield from _compact_inside(state, chosen, target, request)
+        freed = yield from _compact_inside(settings, state, chosen, target, request)
     else:
         freed = yield from _compact_outside(settings, state, chosen, target, query, request)
     if freed:
@@ -91,11 +91,20 @@ def compact(
     return freed
 
 
-def _compact_inside(state: WindowState, strategy: CompactionStrategy, target: float, request: str) -> Plan[int]:
+def _compact_inside(
+    settings: Settings, state: WindowState, strategy: CompactionStrategy, target: float, request: str
+) -> Plan[int]:
     """compact.lua in parts of at most COMPACT_CHUNK removals, so one script stays short."""
     freed, part, more = 0, 0, True
     while more:
-        args = wire.compact_args(state.config, strategy, target, COMPACT_CHUNK, continued=part > 0)
+        args = wire.compact_args(
+            state.config,
+            strategy,
+            target,
+            COMPACT_CHUNK,
+            continued=part > 0,
+            placeholder_tokens=settings.placeholder_tokens,
+        )
         reply = raise_for_reply(
             (yield ScriptCall("compact", state.keys, args, f"{request}/{part}" if part else request))
         )
@@ -104,21 +113,35 @@ def _compact_inside(state: WindowState, strategy: CompactionStrategy, target: fl
     return freed
 
 
+def _units(pairs: list[Candidate], every: list[ContextItem], keep_recent: int) -> list[list[Candidate]]:
+    """The candidates as whole units (a group, or one ungrouped item) that compaction may
+    take: no member pinned, not among the ``keep_recent`` newest conversation units."""
+    pinned_groups = {it.group for it in every if it.pinned and it.group}
+    units: dict[str, list[Candidate]] = {}
+    for it, raw in pairs:
+        if not it.pinned and it.group not in pinned_groups:
+            units.setdefault(f"g{it.group}" if it.group else f"i{it.id}", []).append((it, raw))
+    talk = [u for u in units.values() if u[0][0].group or u[0][0].type in HISTORY_TYPES]
+    kept = {id(u) for u in sorted(talk, key=lambda u: -max(c[0].seq for c in u))[:keep_recent]}
+    return [u for u in units.values() if id(u) not in kept]
+
+
 def _by_relevance(
-    settings: Settings, cands: list[Candidate], every: list[ContextItem], query: str | None
-) -> Plan[list[Candidate]]:
-    """SELECTIVE's order: lowest score first, ties oldest first. The query defaults to the most
-    recent user message."""
+    settings: Settings, units: list[list[Candidate]], every: list[ContextItem], query: str | None
+) -> Plan[list[list[Candidate]]]:
+    """SELECTIVE's order: lowest score first (a unit scores as its best member), ties oldest
+    first. The query defaults to the most recent user message."""
     if query is None:
         users = [it for it in every if it.type is ItemType.USER_MESSAGE]
         query = users[-1].content if users else None
-    scores = list((yield External(_helper(settings.relevance_scorer, "score"), (query, [c[0] for c in cands]))))
-    if len(scores) != len(cands) or not all(
+    flat = [c[0] for u in units for c in u]
+    scores = list((yield External(_helper(settings.relevance_scorer, "score"), (query, flat))))
+    if len(scores) != len(flat) or not all(
         isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in scores
     ):
         raise InvalidOptionsError("relevance scorer must return one finite number per item")
-    order = sorted(range(len(cands)), key=lambda i: (scores[i], cands[i][0].seq))
-    return [cands[i] for i in order]
+    by_id = {it.id: score for it, score in zip(flat, scores, strict=True)}
+    return sorted(units, key=lambda u: (max(by_id[c[0].id] for c in u), min(c[0].seq for c in u)))
 
 
 def _summary(settings: Settings, chosen: list[Candidate]) -> Plan[validate.NewItem]:
@@ -147,17 +170,18 @@ def _choose(
     if tokens <= target:
         return None
     every = found.items()
-    cands = [(it, raw) for it, raw in zip(every, found.raw, strict=True) if not it.pinned]
+    units = _units(list(zip(every, found.raw, strict=True)), every, cfg.keep_recent)
     if strategy is CompactionStrategy.SUMMARIZE:
-        cands.sort(key=lambda c: (c[0].priority, c[0].seq))
+        units.sort(key=lambda u: (max(c[0].priority for c in u), min(c[0].seq for c in u)))
     else:
-        cands = yield from _by_relevance(settings, cands, every, query)
-    chosen, freed = [], 0
-    for cand in cands:
+        units = yield from _by_relevance(settings, units, every, query)
+    chosen: list[Candidate] = []
+    freed = 0
+    for unit in units:
         if tokens - freed <= target:
             break
-        chosen.append(cand)
-        freed += cand[0].token_count
+        chosen += sorted(unit, key=lambda c: c[0].seq)
+        freed += sum(c[0].token_count for c in unit)
     return (chosen, freed) if chosen else None
 
 
@@ -201,3 +225,44 @@ def _compact_outside(
 
 def _sha1(raw: bytes | str) -> str:
     return hashlib.sha1(raw if isinstance(raw, bytes) else raw.encode("utf-8")).hexdigest()
+
+
+#: a dry run plans every item at once (compact() does the same in parts of COMPACT_CHUNK)
+DRY_RUN_MOST = 10**6
+
+
+def plan_compaction(
+    settings: Settings, state: WindowState, strategy: object = None, target_percent: object = 70.0, query: object = None
+) -> Plan[CompactionPlan]:
+    """What ``compact()`` would do now, changing nothing: the items it would remove, clear or
+    summarize, and the tokens that frees (for SUMMARIZE, before the summary's own tokens)."""
+    chosen = strategy_of(strategy)
+    target = validate.number_in("target_percent", target_percent, 0, 100)
+    if query is not None and not isinstance(query, str):
+        raise InvalidOptionsError("query must be a str or None")
+    found = yield from read(state, "meta")
+    cfg = found.config(state.config)
+    chosen = chosen or cfg.default_strategy
+    require_helper(settings, chosen)
+    tokens, freed = found.counter(Meta.TOKENS), 0
+    items: list[PlannedItem] = []
+    if found.exists and cfg.max_tokens is not None and chosen.server_side:
+        args = wire.compact_args(state.config, chosen, target, DRY_RUN_MOST, False, settings.placeholder_tokens, True)
+        freed, items = wire.decode_dry_run(raise_for_reply((yield ScriptCall("compact", state.keys, args))))
+    elif found.exists and cfg.max_tokens is not None:
+        choice = yield from _choose(settings, state, chosen, target, query)
+        action = "summarize" if chosen is CompactionStrategy.SUMMARIZE else "remove"
+        for it, _ in choice[0] if choice else []:
+            items.append(
+                PlannedItem(
+                    id=it.id or "",
+                    type=it.type,
+                    tokens=it.token_count,
+                    action=action,
+                    tokens_freed=it.token_count,
+                    group=it.group,
+                )
+            )
+        freed = choice[1] if choice else 0
+    after = 0.0 if not cfg.max_tokens else (tokens - freed) * 100.0 / cfg.max_tokens
+    return CompactionPlan(strategy=chosen, items=items, tokens_freed=freed, usage_percent_after=after)

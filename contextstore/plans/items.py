@@ -7,7 +7,7 @@ import logging
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from .. import validate, wire
+from .. import toolcalls, validate, wire
 from ..errors import InvalidItemError, InvalidOptionsError, raise_for_reply
 from ..types import ContextItem
 from .base import Plan, ScriptCall, Settings, WindowState, new_request, read
@@ -15,7 +15,7 @@ from .base import Plan, ScriptCall, Settings, WindowState, new_request, read
 log = logging.getLogger("contextstore")
 
 #: the keywords an ``add_many`` dict may carry besides ``content``
-ITEM_FIELDS = frozenset({"type", "priority", "pinned", "role", "source_ref", "metadata", "token_count", "id"})
+ITEM_FIELDS = frozenset({"type", "priority", "pinned", "role", "source_ref", "metadata", "token_count", "id", "group"})
 
 Entry = tuple[object, dict[str, Any]]
 
@@ -50,12 +50,30 @@ def _checked(settings: Settings, batch: Sequence[Entry]) -> list[validate.NewIte
             if it.id in seen:
                 raise InvalidItemError(f"item id {it.id!r} appears twice in one call")
             seen.add(it.id)
+    _link_results(items)
     todo = [i for i, it in enumerate(items) if it.token_count == 0]
     if todo:
-        counts = settings.counter.count_many([items[i].content for i in todo])
-        for i, n in zip(todo, counts, strict=True):
+        texts = [items[i].content + toolcalls.calls_text(items[i].metadata) for i in todo]
+        for i, n in zip(todo, settings.counter.count_many(texts), strict=True):
             items[i].token_count = max(1, n)
     return items
+
+
+def _link_results(items: list[validate.NewItem]) -> None:
+    """A tool result whose call comes in the same call takes (or must match) the call's group;
+    the server resolves and checks the others against the calls it holds."""
+    groups = {call: it.group for it in items for _, call in it.tool_calls}
+    if len(groups) != sum(len(it.tool_calls) for it in items):
+        raise InvalidItemError("two tool calls of one add_many share an id")
+    for it in items:
+        if it.tool_call_id is None or it.tool_call_id not in groups:
+            continue
+        if it.group is None:
+            it.group = groups[it.tool_call_id]
+        elif it.group != groups[it.tool_call_id]:
+            raise InvalidItemError(
+                f"tool_result for {it.tool_call_id!r} is in group {it.group!r}, its call in {groups[it.tool_call_id]!r}"
+            )
 
 
 def add(
@@ -66,7 +84,13 @@ def add(
     request = new_request("add", request_id)
     items = _checked(settings, batch)
     reply = wire.decode_add(
-        raise_for_reply((yield ScriptCall("add", state.keys, wire.add_args(state.config, items), request)))
+        raise_for_reply(
+            (
+                yield ScriptCall(
+                    "add", state.keys, wire.add_args(state.config, items, settings.placeholder_tokens), request
+                )
+            )
+        )
     )
     if log.isEnabledFor(logging.DEBUG):
         for got in reply.items:

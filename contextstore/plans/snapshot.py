@@ -29,6 +29,9 @@ def snapshot(state: WindowState) -> Plan[ContextSnapshot]:
         default_strategy=cfg.default_strategy,
         ttl_seconds=cfg.ttl_seconds,
         items=found.items(),
+        keep_recent=cfg.keep_recent,
+        clear_at_least=cfg.clear_at_least,
+        clear_exclude_tools=list(cfg.clear_exclude_tools),
     )
 
 
@@ -39,6 +42,9 @@ def _snapshot_config(snap: ContextSnapshot, item_limit: int) -> WindowConfig:
         "compaction_threshold": snap.compaction_threshold,
         "default_strategy": snap.default_strategy,
         "ttl_seconds": snap.ttl_seconds,
+        "keep_recent": snap.keep_recent,
+        "clear_at_least": snap.clear_at_least,
+        "clear_exclude_tools": list(snap.clear_exclude_tools),
     }
     values = config_values(given, item_limit)
     if values.max_items is None:
@@ -46,8 +52,11 @@ def _snapshot_config(snap: ContextSnapshot, item_limit: int) -> WindowConfig:
     return creation_config(values, item_limit)
 
 
-def _restored_item(settings: Settings, it: ContextItem) -> tuple[ContextItem, bytes]:
-    """A snapshot item checked like an add, and its stored JSON."""
+Row = tuple[ContextItem, bytes, validate.NewItem]
+
+
+def _restored_item(settings: Settings, it: ContextItem) -> Row:
+    """A snapshot item checked like an add, its stored JSON, and its checked form."""
     if not isinstance(it.id, str) or not 1 <= len(it.id) <= validate.MAX_CALLER_ID or any(c.isspace() for c in it.id):
         raise InvalidItemError(f"snapshot item id {it.id!r} is invalid")
     validate.int_in(f"the seq of snapshot item {it.id!r}", it.seq, 1, None, InvalidItemError)
@@ -61,6 +70,8 @@ def _restored_item(settings: Settings, it: ContextItem) -> tuple[ContextItem, by
         source_ref=it.source_ref,
         metadata=it.metadata,
         token_count=it.token_count,
+        group=it.group,
+        restoring=True,
     )
     full = ContextItem(
         content=it.content,
@@ -74,11 +85,12 @@ def _restored_item(settings: Settings, it: ContextItem) -> tuple[ContextItem, by
         id=it.id,
         added_at=it.added_at,
         seq=it.seq,
+        group=norm.group,
     )
-    return full, stored_json(full)
+    return full, stored_json(full), norm
 
 
-def _restored_items(settings: Settings, snap: ContextSnapshot, item_limit: int) -> list[tuple[ContextItem, bytes]]:
+def _restored_items(settings: Settings, snap: ContextSnapshot, item_limit: int) -> list[Row]:
     if not isinstance(snap.items, list) or not all(isinstance(i, ContextItem) for i in snap.items):
         raise InvalidItemError("snapshot items must be a list of ContextItem")
     if len(snap.items) > item_limit:

@@ -16,12 +16,11 @@ from ..config import checked
 from ..errors import BudgetTooSmallError, InvalidOptionsError
 from ..tokens import TokenCounter
 from ..types import HISTORY_TYPES, BuildOptions, ContextItem, ItemType
+from .select import CONVERSATION_RANK, build_key, choose, members, units_of
 
 DEFAULT_MESSAGE_FORMAT = "[{role}]: {content}"
 #: characters of content on each side of a joint that the joint is counted with
 EDGE = 32
-#: the conversation (user and assistant messages) renders as one group at this rank
-CONVERSATION_RANK = 5
 
 
 def validate_options(options: object) -> BuildOptions:
@@ -37,11 +36,6 @@ def validate_options(options: object) -> BuildOptions:
     return options
 
 
-def build_key(item: ContextItem) -> tuple[int, int, int]:
-    """Build order: type rank, priority desc, arrival."""
-    return (item.type.rank, -item.priority, item.seq)
-
-
 def section_key(item: ContextItem) -> tuple[int, int, int]:
     """Sections: rank groups; the conversation is one chronological group."""
     if item.type in HISTORY_TYPES:
@@ -49,21 +43,15 @@ def section_key(item: ContextItem) -> tuple[int, int, int]:
     return build_key(item)
 
 
-def _selection_key(item: ContextItem) -> tuple[int, int, int]:
-    """The order in which candidates are offered the budget: the conversation newest first."""
-    if item.type in HISTORY_TYPES:
-        return (CONVERSATION_RANK, 0, -item.seq)
-    return build_key(item)
+def arrival_key(item: ContextItem) -> tuple[int, int, int]:
+    """Arrival: system and instruction items first, then everything in arrival order (a window
+    that only grew renders the previous prompt first)."""
+    if item.type in (ItemType.SYSTEM_PROMPT, ItemType.INSTRUCTION):
+        return (0, item.type.rank, item.seq)
+    return (1, 0, item.seq)
 
 
-def _allowed(item_type: ItemType, options: BuildOptions) -> bool:
-    if item_type is ItemType.SYSTEM_PROMPT:
-        return options.include_system_prompt
-    if item_type is ItemType.INSTRUCTION:
-        return options.include_instructions
-    if item_type in (ItemType.RETRIEVED_DOCUMENT, ItemType.WORKING_MEMORY):
-        return options.include_relevant_memory
-    return True
+RENDER_ORDER = {"sections": section_key, "priority": build_key, "arrival": arrival_key}
 
 
 class JointCosts:
@@ -133,26 +121,13 @@ def cached_count(counter: TokenCounter, size: int = 65536) -> Callable[[str], in
 def check_pinned(
     items: Sequence[ContextItem], options: BuildOptions, budget: int | None, count: Callable[[str], int]
 ) -> None:
-    """``BudgetTooSmallError`` if the pinned items alone cannot fit (checked before anything else)."""
+    """``BudgetTooSmallError`` if the pinned units alone cannot fit (checked before anything else)."""
     if budget is None:
         return
-    need = JointCosts(count, options).total(sorted((i for i in items if i.pinned), key=section_key))
+    pinned = members(u for u in units_of(items) if u.pinned)
+    need = JointCosts(count, options).total(sorted(pinned, key=section_key))
     if need > budget:
         raise BudgetTooSmallError(need, budget)
-
-
-def candidates(loose: Sequence[ContextItem], options: BuildOptions) -> tuple[list[ContextItem], list[str]]:
-    """The unpinned items the options let compete for the budget (in the order they are
-    offered it), and the ids of the others in arrival order (omitted by the options)."""
-    history: list[ContextItem] = []
-    if options.include_recent_history:
-        history = sorted((i for i in loose if i.type in HISTORY_TYPES), key=lambda i: -i.seq)
-        history = history[: options.max_history_items]
-    others = [i for i in loose if i.type not in HISTORY_TYPES and _allowed(i.type, options)]
-    offered = sorted(others + history, key=_selection_key)
-    taken = {id(i) for i in offered}
-    omitted = [i.id or "" for i in sorted(loose, key=lambda i: i.seq) if id(i) not in taken]
-    return offered, omitted
 
 
 class Built(msgspec.Struct):
@@ -172,28 +147,19 @@ def build(
     counter: TokenCounter,
     count: Callable[[str], int],
 ) -> Built:
-    """Select and render: pinned items always, then candidates while they fit the budget.
-    ``count`` is the store's memoised ``counter.count``; ``counter`` counts exact totals."""
+    """Select whole units (pinned ones always, then candidates while they fit the budget) and
+    render. ``count`` is the store's memoised ``counter.count``; ``counter`` counts exact totals."""
     costs = JointCosts(count, options, tight=options.exact_tokens)
-    pinned = [i for i in items if i.pinned]
-    offered, omitted = candidates([i for i in items if not i.pinned], options)
-    used = costs.total(sorted(pinned, key=section_key))
-    chosen: list[ContextItem] = []
-    excluded: list[str] = []
-    for cand in offered:
-        c = costs.cost(cand)
-        if budget is None or used + c <= budget:
-            chosen.append(cand)
-            used += c
-        else:
-            excluded.append(cand.id or "")
-    key = section_key if options.order == "sections" else build_key
+    choice = choose(items, options, budget, lambda u: sum(map(costs.cost, u.items)))
+    pinned = members(choice.pinned)
+    chosen, excluded = list(choice.chosen), list(choice.excluded)
+    key = RENDER_ORDER[options.order]
     while True:
-        ordered = sorted(pinned + chosen, key=key)
+        ordered = sorted(pinned + members(chosen), key=key)
         content = options.section_separator.join(costs.render(i) for i in ordered)
         total = counter.count(content) if options.exact_tokens else costs.total(ordered)
         if budget is None or total <= budget:
-            return Built(content, total, ordered, excluded, omitted)
+            return Built(content, total, ordered, excluded, choice.omitted)
         if not chosen:  # counted exactly, the pinned items alone do not fit
             raise BudgetTooSmallError(total, budget)
-        excluded.append(chosen.pop().id or "")  # the estimate used to choose was short: drop one
+        excluded += chosen.pop().ids()  # the estimate used to choose was short: drop one unit

@@ -5,7 +5,7 @@
 -- contextstore/layout.py, then the lib files the script names in its `needs:` line (and theirs),
 -- then the script's body as `local function main() ... end`, then `return run_request(main)`.
 --
--- KEYS (the same nine for every script, all under the hash tag {<window_id>}):
+-- KEYS (the same eleven for every script, all under the hash tag {<window_id>}):
 --   KEYS[1] meta     hash: config + counters (field names: F, generated)
 --   KEYS[2] items    hash: id -> item JSON
 --   KEYS[3] order    zset: id scored in build order (type rank, priority desc, seq asc)
@@ -15,19 +15,22 @@
 --   KEYS[7] events   stream: one entry per mutation
 --   KEYS[8] requests list: "<server time ms>|<request id>", oldest first (what to expire)
 --   KEYS[9] replies  hash: request id -> "<fingerprint>\n<reply record JSON>"
+--   KEYS[10] groups  hash: group -> its member ids in arrival order, space-separated
+--   KEYS[11] calls   hash: tool call id -> "<group> <tool name>" (the call's assistant message)
 -- ARGV[1] of every script: the request, "<request id>|<fingerprint>", or "" (no request id).
 --   It is removed from ARGV before the script runs, so a script's own arguments start at ARGV[1].
--- ARGV[1..6] of every mutating script (after that removal): the caller's config, used only when
---   the window does not exist yet: max_tokens (0 = none), max_items, item_limit, threshold,
---   strategy, ttl (0 = none)
+-- ARGV[1..N_CONFIG] of every mutating script (after that removal): the caller's config, used only
+--   when the window does not exist yet: max_tokens (0 = none), max_items, item_limit, threshold,
+--   strategy, ttl (0 = none), keep_recent, clear_at_least, clear_exclude (tool names)
 -- Error replies are tables {'!', CODE, detail...}; contextstore/errors.py maps each CODE to a
 -- typed exception. Every script checks everything before its first write: Redis does not roll
 -- scripts back.
 
 local K_META, K_ITEMS, K_ORDER, K_FIFO, K_PINNED, K_ATTRS, K_EVENTS, K_REQUESTS, K_REPLIES =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
-local ITEM_KEYS = {K_ITEMS, K_ORDER, K_FIFO, K_PINNED, K_ATTRS}
-local ALL_KEYS = {K_META, K_ITEMS, K_ORDER, K_FIFO, K_PINNED, K_ATTRS, K_EVENTS}
+local K_GROUPS, K_CALLS = KEYS[10], KEYS[11]
+local ITEM_KEYS = {K_ITEMS, K_ORDER, K_FIFO, K_PINNED, K_ATTRS, K_GROUPS, K_CALLS}
+local ALL_KEYS = {K_META, K_ITEMS, K_ORDER, K_FIFO, K_PINNED, K_ATTRS, K_EVENTS, K_GROUPS, K_CALLS}
 local REQUEST = table.remove(ARGV, 1) or ''
 local WROTE = false  -- set by every write helper; a request is recorded only if it wrote
 local REPLAYS = {}   -- record kind -> function(record) rebuilding a reply (lib/requests.lua)
@@ -48,6 +51,13 @@ end
 
 local function is_int(v, lo, hi)
   return v ~= nil and v == math.floor(v) and v >= lo and v <= hi
+end
+
+-- The words of a space-separated string, as a list.
+local function words(s)
+  local out = {}
+  for w in string.gmatch(s or '', '%S+') do out[#out + 1] = w end
+  return out
 end
 
 local NOW_US = nil

@@ -1,17 +1,26 @@
--- lib/items.lua: storing and removing items with every structure and counter kept true.
+-- lib/items.lua: storing, clearing and removing items with every structure and counter true.
 -- needs: meta events
 
 local function score(itype, priority, seq)
   return fmt(RANK[itype] * RANK_WEIGHT + (MAX_PRIORITY - priority) * PRIORITY_WEIGHT + seq)
 end
 
-local function pack_attrs(seq, tokens, priority, itype)
-  return fmt(seq) .. '|' .. fmt(tokens) .. '|' .. fmt(priority) .. '|' .. itype
+-- :attrs values: "seq|tokens|priority|type", then "|flags|group" when either is set.
+local function pack_attrs(a)
+  local v = fmt(a.seq) .. '|' .. fmt(a.tokens) .. '|' .. fmt(a.priority) .. '|' .. a.type
+  if (a.flags or '') ~= '' or (a.group or '') ~= '' then
+    v = v .. '|' .. (a.flags or '') .. '|' .. (a.group or '')
+  end
+  return v
 end
 
 local function unpack_attrs(v)
-  local seq, tok, pr, ty = string.match(v, '^(%d+)|(%d+)|(%d+)|([%w_]+)$')
-  return {seq = tonumber(seq), tokens = tonumber(tok), priority = tonumber(pr), type = ty}
+  local seq, tok, pr, ty, flags, group = string.match(v, '^(%d+)|(%d+)|(%d+)|([%w_]+)|(%a*)|(.*)$')
+  if not seq then
+    seq, tok, pr, ty = string.match(v, '^(%d+)|(%d+)|(%d+)|([%w_]+)$')
+  end
+  return {seq = tonumber(seq), tokens = tonumber(tok), priority = tonumber(pr), type = ty,
+    flags = flags or '', group = group or ''}
 end
 
 -- The head of a stored item's JSON: the fields the scripts write themselves, in the stored
@@ -22,29 +31,65 @@ local function item_head(it)
     .. ','
 end
 
--- Parse one item from ARGV[b+1..b+6] (id or '', body JSON, type, tokens, priority, pinned).
+-- Parse one item from ARGV[b+1..b+8]: id or '', body JSON, type, tokens, priority, pinned,
+-- group or '', tool link ('C:<name>=<call id> ...' for a tool call, 'R:<call id>' for a result).
 local function parse_item(b)
   local it = {
     id = ARGV[b + 1], body = ARGV[b + 2], type = ARGV[b + 3], tokens = tonumber(ARGV[b + 4]),
-    priority = tonumber(ARGV[b + 5]), pinned = ARGV[b + 6] == '1',
+    priority = tonumber(ARGV[b + 5]), pinned = ARGV[b + 6] == '1', group = ARGV[b + 7] or '',
+    flags = '', calls = {},
   }
+  local link = ARGV[b + 8] or ''
   if not RANK[it.type] or not is_int(it.tokens, 1, MAX_TOKENS)
       or not is_int(it.priority, 0, MAX_PRIORITY) or string.sub(it.body, 1, 9) ~= '{"type":"' then
     return nil
+  end
+  if string.sub(link, 1, 2) == 'C:' then
+    for _, pair in ipairs(words(string.sub(link, 3))) do
+      local name, call = string.match(pair, '^([^=]+)=(.+)$')
+      if not name then return nil end
+      it.calls[#it.calls + 1] = {id = call, name = name}
+    end
+  elseif string.sub(link, 1, 2) == 'R:' then
+    it.answers = string.sub(link, 3)
   end
   it.tail = string.sub(it.body, 2)
   return it
 end
 
--- Store one new item: it = {id, seq, ts, tail, type, tokens, priority, pinned}.
--- Returns the stored JSON.
-local function insert_item(it)
-  local json = item_head(it) .. it.tail
+-- A body tail whose group (its last field, null when the client did not know it) is `group`.
+local function with_group(tail, group)
+  if string.sub(tail, -14) ~= ',"group":null}' then return tail end
+  return string.sub(tail, 1, -15) .. ',"group":' .. cjson.encode(group) .. '}'
+end
+
+local function group_members(group)
+  return words(redis.call('HGET', K_GROUPS, group))
+end
+
+-- Write an item into every structure (not the counters): its JSON, attrs, build order, arrival
+-- order, pin, group and tool calls. it = {id, seq, type, tokens, priority, pinned, flags, group,
+-- calls}; it comes last in arrival order.
+local function store_item(it, json)
   redis.call('HSET', K_ITEMS, it.id, json)
-  redis.call('HSET', K_ATTRS, it.id, pack_attrs(it.seq, it.tokens, it.priority, it.type))
+  redis.call('HSET', K_ATTRS, it.id, pack_attrs(it))
   redis.call('ZADD', K_ORDER, score(it.type, it.priority, it.seq), it.id)
   redis.call('RPUSH', K_FIFO, it.id)
   if it.pinned then redis.call('SADD', K_PINNED, it.id) end
+  if it.group ~= '' then
+    local v = redis.call('HGET', K_GROUPS, it.group)
+    redis.call('HSET', K_GROUPS, it.group, v and (v .. ' ' .. it.id) or it.id)
+  end
+  for _, call in ipairs(it.calls or {}) do
+    redis.call('HSET', K_CALLS, call.id, it.group .. ' ' .. call.name)
+  end
+end
+
+-- Store one new item: it = {id, seq, ts, tail, type, tokens, priority, pinned, group, calls}.
+-- Returns the stored JSON.
+local function insert_item(it)
+  local json = item_head(it) .. it.tail
+  store_item(it, json)
   bump(F.TOKENS, it.tokens)
   bump(F.ITEMS, 1)
   bump(F.TOKENS_OF .. it.type, it.tokens)
@@ -70,6 +115,29 @@ local function drop_from_fifo(ids, gone)
   end
 end
 
+-- Drop removed ids from their groups' member lists, and the tool calls of removed calls.
+-- grouped: group -> true for every group that lost a member; calls_of: ids of removed
+-- assistant messages in a group (their JSON names their tool calls).
+local function drop_from_groups(grouped, gone, calls_of)
+  for group in pairs(grouped) do
+    local keep = {}
+    for _, id in ipairs(group_members(group)) do
+      if not gone[id] then keep[#keep + 1] = id end
+    end
+    if #keep == 0 then
+      redis.call('HDEL', K_GROUPS, group)
+    else
+      redis.call('HSET', K_GROUPS, group, table.concat(keep, ' '))
+    end
+  end
+  for _, json in ipairs(calls_of) do
+    local meta = cjson.decode(json).metadata
+    if type(meta) == 'table' and type(meta.tool_calls) == 'table' then
+      for _, call in ipairs(meta.tool_calls) do redis.call('HDEL', K_CALLS, call.id) end
+    end
+  end
+end
+
 -- Remove stored items (all must exist), keep the counters true, one item_removed event each.
 -- Batched (500 ids per command) so that removing a whole 100000-item window stays fast; the
 -- deletions come before the events, so a removal also runs when Redis is at maxmemory.
@@ -77,15 +145,24 @@ end
 local function remove_many(ids, reason)
   if #ids == 0 then return 0 end
   local tokens, freed, gone, by_type, types = meta_get(F.TOKENS), 0, {}, {}, {}
+  local grouped, calls_of = {}, {}
   for i = 1, #ids, 500 do
     local chunk = {unpack(ids, i, math.min(i + 499, #ids))}
     local attrs = redis.call('HMGET', K_ATTRS, unpack(chunk))
+    for j, id in ipairs(chunk) do
+      local a = unpack_attrs(attrs[j])
+      if a.group ~= '' then
+        grouped[a.group] = true
+        if a.type == 'assistant_message' then calls_of[#calls_of + 1] = redis.call('HGET', K_ITEMS, id) end
+      end
+      attrs[j] = a
+    end
     redis.call('HDEL', K_ITEMS, unpack(chunk))
     redis.call('HDEL', K_ATTRS, unpack(chunk))
     redis.call('ZREM', K_ORDER, unpack(chunk))
     redis.call('SREM', K_PINNED, unpack(chunk))
     for j, id in ipairs(chunk) do
-      local a = unpack_attrs(attrs[j])
+      local a = attrs[j]
       tokens, freed, gone[id] = tokens - a.tokens, freed + a.tokens, true
       local c = by_type[a.type]
       if not c then
@@ -104,6 +181,54 @@ local function remove_many(ids, reason)
   bump(F.TOKENS, -freed)
   bump(F.ITEMS, -#ids)
   drop_from_fifo(ids, gone)
+  drop_from_groups(grouped, gone, calls_of)
+  return freed
+end
+
+-- The index of the closing quote of the JSON string that starts after position `from`.
+local function string_end(json, from)
+  local p = from
+  while true do
+    local q = string.find(json, '["\\]', p)
+    if not q or string.sub(json, q, q) == '"' then return q end
+    p = q + 2
+  end
+end
+
+-- A tool result's stored JSON with its content replaced by the placeholder, its token_count by
+-- `tokens`, and metadata[CLEARED_KEY] = {tokens = its tokens before}; nil if it is not in the
+-- stored layout.
+local function cleared_json(json, before, tokens)
+  local s, e = string.find(json, ',"type":"tool_result","token_count":%d+,"content":"')
+  local close = s and string_end(json, e + 1)
+  if not close then return nil end
+  local rest = string.sub(json, close + 1)
+  local ms, me = string.find(rest, ',"metadata":', 1, true)
+  if not ms then return nil end
+  local mark, meta = '"' .. CLEARED_KEY .. '":{"tokens":' .. fmt(before) .. '}', string.sub(rest, me + 1)
+  if string.sub(meta, 1, 4) == 'null' then
+    meta = '{' .. mark .. '}' .. string.sub(meta, 5)
+  elseif string.sub(meta, 1, 2) == '{}' then
+    meta = '{' .. mark .. '}' .. string.sub(meta, 3)
+  else
+    meta = '{' .. mark .. ',' .. string.sub(meta, 2)
+  end
+  return string.sub(json, 1, s - 1) .. ',"type":"tool_result","token_count":' .. fmt(tokens) .. ',"content":'
+    .. cjson.encode(CLEARED_PLACEHOLDER) .. string.sub(rest, 1, ms - 1) .. ',"metadata":' .. meta
+end
+
+-- Store a cleared tool result (`json` from cleared_json, `tokens` its new count); keeps the
+-- item, its group and its place. Returns the tokens freed.
+local function clear_content(id, json, tokens)
+  local a = unpack_attrs(redis.call('HGET', K_ATTRS, id))
+  local freed = a.tokens - tokens
+  redis.call('HSET', K_ITEMS, id, json)
+  a.tokens, a.flags = tokens, 'c'
+  redis.call('HSET', K_ATTRS, id, pack_attrs(a))
+  bump(F.TOKENS, -freed)
+  bump(F.TOKENS_OF .. a.type, -freed)
+  event('item_cleared', 'item_id', id, 'type', a.type, 'token_count', fmt(tokens),
+    'tokens_freed', fmt(freed), 'total_tokens_after', fmt(meta_get(F.TOKENS)))
   return freed
 end
 
@@ -121,6 +246,7 @@ REPLAYS.add = function(rec)
     else
       local it = parse_item(r[4])
       it.seq, it.ts = tonumber(r[2]), tonumber(r[3])
+      if r[5] then it.tail = with_group(it.tail, r[5]) end
       if it.id == '' then it.id = 'ctx-' .. r[2] end
       out[#out + 1] = item_head(it) .. it.tail
     end

@@ -54,28 +54,36 @@ local function valid_config(c)
   return is_int(c.max_tokens, 0, MAX_TOKENS) and is_int(c.item_limit, 1, MAX_ITEM_LIMIT)
     and is_int(c.max_items, 1, c.item_limit) and c.threshold ~= nil and c.threshold > 0
     and c.threshold <= 100 and STRATEGIES[c.strategy] ~= nil and is_int(c.ttl, 0, MAX_TTL_SECONDS)
+    and is_int(c.keep_recent, 0, MAX_ITEM_LIMIT) and is_int(c.clear_at_least, 0, MAX_TOKENS)
+    and type(c.clear_exclude) == 'string'
+end
+
+-- A config from its values in layout.Meta.CONFIG order (v[1..9]), the conversation options
+-- defaulting for a window made before they existed.
+local function config_of(v)
+  local c = {
+    max_tokens = tonumber(v[1]), max_items = tonumber(v[2]), item_limit = tonumber(v[3]),
+    threshold = tonumber(v[4]), strategy = v[5], ttl = tonumber(v[6]),
+    keep_recent = tonumber(v[7]) or 0, clear_at_least = tonumber(v[8]) or 0, clear_exclude = v[9] or '',
+  }
+  c.excluded = {}
+  for _, name in ipairs(words(c.clear_exclude)) do c.excluded[name] = true end
+  return c
 end
 
 -- The window's config and counters; for a missing window, the caller's config (new = true).
--- Returns nil when the window is missing and ARGV[1..6] is not a valid config.
+-- Returns nil when the window is missing and ARGV[1..N_CONFIG] is not a valid config.
 local function read_config()
   local m = redis.call('HMGET', K_META, F.MAX_TOKENS, F.MAX_ITEMS, F.ITEM_LIMIT, F.THRESHOLD,
-    F.STRATEGY, F.TTL, F.TOKENS, F.ITEMS, F.SEQ)
+    F.STRATEGY, F.TTL, F.KEEP_RECENT, F.CLEAR_AT_LEAST, F.CLEAR_EXCLUDE, F.TOKENS, F.ITEMS, F.SEQ)
   if m[2] then
-    META_KNOWN[F.TOKENS], META_KNOWN[F.ITEMS], META_KNOWN[F.SEQ] =
-      tonumber(m[7]) or 0, tonumber(m[8]) or 0, tonumber(m[9]) or 0
-    return {
-      max_tokens = tonumber(m[1]), max_items = tonumber(m[2]), item_limit = tonumber(m[3]),
-      threshold = tonumber(m[4]), strategy = m[5], ttl = tonumber(m[6]),
-      tokens = tonumber(m[7]) or 0, items = tonumber(m[8]) or 0, seq = tonumber(m[9]) or 0,
-      new = false,
-    }
+    local c = config_of(m)
+    c.tokens, c.items, c.seq, c.new = tonumber(m[10]) or 0, tonumber(m[11]) or 0, tonumber(m[12]) or 0, false
+    META_KNOWN[F.TOKENS], META_KNOWN[F.ITEMS], META_KNOWN[F.SEQ] = c.tokens, c.items, c.seq
+    return c
   end
-  local c = {
-    max_tokens = tonumber(ARGV[1]), max_items = tonumber(ARGV[2]), item_limit = tonumber(ARGV[3]),
-    threshold = tonumber(ARGV[4]), strategy = ARGV[5], ttl = tonumber(ARGV[6]),
-    tokens = 0, items = 0, seq = 0, new = true,
-  }
+  local c = config_of(ARGV)
+  c.tokens, c.items, c.seq, c.new = 0, 0, 0, true
   if not valid_config(c) then return nil end
   return c
 end
@@ -88,7 +96,8 @@ local function persist_config(c)
   redis.call('HSET', K_META, F.MAX_TOKENS, fmt(c.max_tokens), F.MAX_ITEMS, fmt(c.max_items),
     F.ITEM_LIMIT, fmt(c.item_limit), F.THRESHOLD, tostring(c.threshold), F.STRATEGY, c.strategy,
     F.TTL, fmt(c.ttl), F.SEQ, '0', F.TOKENS, '0', F.ITEMS, '0', F.COMPACTIONS, '0',
-    F.FREED, '0', F.CREATED_MS, fmt(math.floor(now_us() / 1000)))
+    F.FREED, '0', F.CREATED_MS, fmt(math.floor(now_us() / 1000)), F.KEEP_RECENT, fmt(c.keep_recent),
+    F.CLEAR_AT_LEAST, fmt(c.clear_at_least), F.CLEAR_EXCLUDE, c.clear_exclude)
   META_KNOWN = {[F.SEQ] = 0, [F.TOKENS] = 0, [F.ITEMS] = 0, [F.COMPACTIONS] = 0, [F.FREED] = 0}
   c.new = false
 end

@@ -1,0 +1,179 @@
+"""Chat messages from a window's items, for OpenAI- and Anthropic-style chat APIs.
+
+Roles come from an item's ``role``, else from its type: ``system_prompt`` and ``instruction``
+are system text; ``user_message`` and ``assistant_message`` are the conversation (an assistant
+message with ``metadata["tool_calls"]`` calls tools); a ``tool_result`` with
+``metadata["tool_call_id"]`` answers its call. Everything else is context, rendered as text
+under a ``[<type> <source_ref>]`` header. Every tool result comes right after the message that
+called it; a tool-call group missing a result (or a result missing its call) is left out whole.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..types import BuildOptions, ContextItem, ItemType
+from .select import Unit, build_key
+
+#: tokens a message costs beyond its content (role and separators; OpenAI's guide counts 3-4)
+MESSAGE_OVERHEAD = 4
+#: tokens every reply is primed with
+REPLY_PRIMING = 3
+#: the first user turn of an Anthropic conversation whose oldest kept message is the assistant's
+CONTINUED = "(earlier conversation omitted)"
+
+_SYSTEM_TYPES = (ItemType.SYSTEM_PROMPT, ItemType.INSTRUCTION)
+_BY_TYPE = {ItemType.USER_MESSAGE: "user", ItemType.ASSISTANT_MESSAGE: "assistant"}
+
+
+def _meta(item: ContextItem) -> dict[str, Any]:
+    return item.metadata or {}
+
+
+def role_of(item: ContextItem) -> str:
+    """``system``, ``user``, ``assistant``, ``tool`` or ``context`` (rendered as text)."""
+    if item.role in ("system", "developer") or (item.role is None and item.type in _SYSTEM_TYPES):
+        return "system"
+    if item.type is ItemType.TOOL_RESULT or item.role == "tool":
+        return "tool" if "tool_call_id" in _meta(item) else "context"
+    if item.role in ("user", "assistant"):
+        return item.role
+    return _BY_TYPE.get(item.type, "context") if item.role is None else "context"
+
+
+def calls_in(item: ContextItem) -> list[dict[str, Any]]:
+    """The tool calls an assistant message makes ([] for other items)."""
+    if item.type is not ItemType.ASSISTANT_MESSAGE or role_of(item) != "assistant":
+        return []
+    return list(_meta(item).get("tool_calls") or ())
+
+
+def context_header(item: ContextItem) -> str:
+    """The line above a context item's content: ``[<type> <source_ref>]``."""
+    source = f" {item.source_ref}" if item.source_ref else ""
+    return f"[{item.type.value}{source}]\n"
+
+
+def context_text(item: ContextItem) -> str:
+    """A context item as text: its header, then its content."""
+    return context_header(item) + item.content
+
+
+def complete(unit: Unit) -> bool:
+    """False for a tool-call group with a call that has no result, or a result without its call."""
+    calls = {c["id"] for i in unit.items for c in calls_in(i)}
+    answered = {_meta(i)["tool_call_id"] for i in unit.items if role_of(i) == "tool"}
+    return calls == answered
+
+
+def item_cost(item: ContextItem, count: Callable[[str], int]) -> int:
+    """What an item costs as (at most) one message: its stored tokens, the message overhead, and
+    a context header."""
+    header = count(context_header(item)) if role_of(item) == "context" else 0
+    return item.token_count + MESSAGE_OVERHEAD + header
+
+
+def unit_cost(unit: Unit, count: Callable[[str], int]) -> int:
+    """What a unit costs as messages (see ``item_cost``)."""
+    return sum(item_cost(i, count) for i in unit.items)
+
+
+def arrange(items: Sequence[ContextItem], order: str) -> list[ContextItem]:
+    """System items first, then (``sections``/``priority``) context items then the
+    conversation, or (``arrival``) everything else in arrival order; each tool result right
+    after the message that called it."""
+    system_key = build_key if order != "arrival" else (lambda i: (i.type.rank, 0, i.seq))
+    system = sorted((i for i in items if role_of(i) == "system"), key=system_key)
+    rest = sorted((i for i in items if role_of(i) != "system"), key=lambda i: i.seq)
+    if order != "arrival":
+        context = sorted((i for i in rest if role_of(i) == "context"), key=build_key)
+        rest = context + [i for i in rest if role_of(i) != "context"]
+    results = {_meta(i)["tool_call_id"]: i for i in rest if role_of(i) == "tool"}
+    out: list[ContextItem] = []
+    for item in rest:
+        if role_of(item) == "tool":
+            continue  # placed after its call
+        out.append(item)
+        out += [results[call["id"]] for call in calls_in(item)]
+    return system + out
+
+
+def openai(ordered: Sequence[ContextItem]) -> list[dict[str, Any]]:
+    """OpenAI chat messages, in the order given (see ``arrange``)."""
+    out: list[dict[str, Any]] = []
+    for item in ordered:
+        role = role_of(item)
+        if role == "context":
+            out.append({"role": "system", "content": context_text(item)})
+        elif role == "system":
+            out.append({"role": "developer" if item.role == "developer" else "system", "content": item.content})
+        elif role == "tool":
+            out.append({"role": "tool", "tool_call_id": _meta(item)["tool_call_id"], "content": item.content})
+        elif calls_in(item):
+            out.append({"role": "assistant", "content": item.content or None, "tool_calls": calls_in(item)})
+        else:
+            out.append({"role": role, "content": item.content})
+    return out
+
+
+def _tool_use(call: dict[str, Any]) -> dict[str, Any]:
+    try:
+        arguments = json.loads(call["function"]["arguments"] or "{}")
+    except ValueError:
+        arguments = None
+    return {
+        "type": "tool_use",
+        "id": call["id"],
+        "name": call["function"]["name"],
+        "input": arguments if isinstance(arguments, dict) else {"arguments": call["function"]["arguments"]},
+    }
+
+
+def _blocks(item: ContextItem, role: str) -> tuple[str, list[dict[str, Any]]]:
+    """An item as (Anthropic role, content blocks)."""
+    if role == "tool":
+        return "user", [{"type": "tool_result", "tool_use_id": _meta(item)["tool_call_id"], "content": item.content}]
+    text = context_text(item) if role == "context" else item.content
+    blocks = [{"type": "text", "text": text}] if text.strip() else []
+    if role == "assistant":
+        return "assistant", blocks + [_tool_use(c) for c in calls_in(item)]
+    return "user", blocks
+
+
+def _turns(ordered: Sequence[ContextItem]) -> list[dict[str, Any]]:
+    """Alternating user/assistant turns (adjacent same-role items merged, tool results first in a
+    user turn), starting with a user turn."""
+    turns: list[dict[str, Any]] = []
+    for item in ordered:
+        role, blocks = _blocks(item, role_of(item))
+        if turns and turns[-1]["role"] == role:
+            turns[-1]["content"] += blocks
+        else:
+            turns.append({"role": role, "content": blocks})
+    for turn in turns:
+        turn["content"].sort(key=lambda b: b["type"] != "tool_result")  # stable: results first
+    if turns and turns[0]["role"] == "assistant":
+        turns.insert(0, {"role": "user", "content": [{"type": "text", "text": CONTINUED}]})
+    last = turns[-1]["content"][-1] if turns and turns[-1]["role"] == "assistant" else None
+    if last is not None and last["type"] == "text":
+        last["text"] = last["text"].rstrip()
+    return turns
+
+
+def anthropic(ordered: Sequence[ContextItem], options: BuildOptions) -> dict[str, Any]:
+    """``{"system": [...], "messages": [...]}`` for Anthropic's Messages API (``system`` left
+    out when there is none); cache breakpoints on the system block and the last message with
+    ``cache_control=True``."""
+    in_system = {"system"} if options.order == "arrival" else {"system", "context"}
+    head = [i for i in ordered if role_of(i) in in_system]
+    system: list[dict[str, Any]] = [
+        {"type": "text", "text": context_text(i) if role_of(i) == "context" else i.content} for i in head
+    ]
+    turns = _turns([i for i in ordered if role_of(i) not in in_system])
+    if options.cache_control:
+        for blocks in (system, turns[-1]["content"] if turns else []):
+            if blocks:
+                blocks[-1]["cache_control"] = {"type": "ephemeral"}
+    return {"system": system, "messages": turns} if system else {"messages": turns}
