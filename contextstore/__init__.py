@@ -6,6 +6,7 @@ share one window safely. See the README and ``docs/``.
 
 import logging
 
+from . import events as events
 from .aio import AsyncContextStore, AsyncContextWindow
 from .embedded import EmbeddedServer
 from .errors import (
@@ -24,7 +25,9 @@ from .errors import (
     StrategyUnavailableError,
     WindowNotFoundError,
 )
+from .events import Event, OtherEvent
 from .retry import RetryPolicy
+from .streams import EventBatch
 from .sync import ContextStore, ContextWindow
 from .tokens import TiktokenCounter, TokenCounter
 from .types import (
@@ -65,11 +68,14 @@ __all__ = [
     "CorruptWindowError",
     "DuplicateItemError",
     "EmbeddedServer",
+    "Event",
+    "EventBatch",
     "InvalidItemError",
     "InvalidOptionsError",
     "InvalidWindowIdError",
     "ItemFields",
     "ItemType",
+    "OtherEvent",
     "PermissionDeniedError",
     "PlannedItem",
     "RetryPolicy",

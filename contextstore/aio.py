@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
 from types import TracebackType
 from typing import Any, Literal, TypeVar
 
@@ -12,9 +14,11 @@ import redis.asyncio
 import redis.asyncio.retry
 from typing_extensions import Unpack
 
+from . import _streaming, streams
 from ._loops import LoopClients
 from .config import StoreOptions
 from .errors import REDIS_EXCEPTIONS, ContextStoreError, from_helper, from_redis
+from .events import Event, OtherEvent
 from .keys import meta_pattern
 from .plans import build as build_plans
 from .plans import compaction as compaction_plans
@@ -24,6 +28,7 @@ from .plans import window as window_plans
 from .plans.base import External, Plan, ScriptCall, WindowState
 from .scripts import ScriptRegistry
 from .store import StoreBase
+from .streams import EventBatch
 from .types import (
     BuildOptions,
     BuiltContext,
@@ -75,7 +80,7 @@ class AsyncContextStore(StoreBase):
         scripts = (await self._loops.current()).scripts
         while True:
             try:
-                return await scripts[request.name](keys=keys, args=argv)
+                return self._answered(request, await scripts[request.name](keys=keys, args=argv))
             except REDIS_EXCEPTIONS as exc:
                 attempt += 1
                 delay = self._retry_delay(exc, attempt, request)
@@ -124,6 +129,28 @@ class AsyncContextStore(StoreBase):
             raise self._loop_error(exc) from exc
         return sorted(found)
 
+    def consume(
+        self,
+        window_ids: str | Sequence[str],
+        group: str,
+        consumer: str,
+        *,
+        block_ms: int | None = None,
+        count: int = 100,
+        claim_after_ms: int = 30_000,
+    ) -> AsyncIterator[EventBatch]:
+        """Batches of the windows' events for a consumer group (see ``ContextStore.consume``);
+        ``async for batch in store.consume(...)``, ``await batch.ack()`` when handled."""
+        group, plan = streams.consumer(
+            self._settings.prefix, self._client, window_ids, group, consumer, block_ms, count, claim_after_ms
+        )
+        return self._batches(group, plan)
+
+    async def _batches(self, group: str, plan: streams.StreamPlan) -> AsyncIterator[EventBatch]:
+        async for delivery in _streaming.avalues(self, plan):
+            calls = streams.acknowledge(group, delivery.pending)
+            yield EventBatch(delivery.events, lambda calls=calls: _streaming.arun(self, calls))
+
     async def close(self) -> None:
         """Close the clients this store made (one per event loop that used it); a client the
         caller brought stays open."""
@@ -152,19 +179,26 @@ class AsyncContextWindow:
         """The window's id."""
         return self._state.window_id
 
+    async def _timed(self, plan: Plan[T], record: Callable[[str, float], None]) -> T:
+        started = time.perf_counter()
+        result = await self._store._run(plan)
+        record(self._state.window_id, (time.perf_counter() - started) * 1000)
+        return result
+
     async def add(
         self, content_or_item: str | ContextItem, *, request_id: str | None = None, **fields: Unpack[ItemFields]
     ) -> ContextItem:
         """Add one item; returns it as stored (see ``ContextWindow.add``)."""
         plan = item_plans.add(self._settings, self._state, [(content_or_item, dict(fields))], request_id)
-        return (await self._store._run(plan)).items[0]
+        return (await self._timed(plan, self._store._metrics.add_latency)).items[0]
 
     async def add_many(self, items: list[str | ContextItem | dict[str, Any]], *, request_id: str | None = None) -> int:
         """Add several items all-or-nothing; returns how many were added."""
         batch = item_plans.entries(items)
         if not batch:
             return 0
-        return (await self._store._run(item_plans.add(self._settings, self._state, batch, request_id))).added
+        plan = item_plans.add(self._settings, self._state, batch, request_id)
+        return (await self._timed(plan, self._store._metrics.add_latency)).added
 
     async def get(self, item_id: str) -> ContextItem | None:
         """The item with this id, or None."""
@@ -220,7 +254,9 @@ class AsyncContextWindow:
 
     async def build_structured(self, options: BuildOptions | None = None) -> BuiltContext:
         """The prompt within the token budget, with the ids included, excluded and omitted."""
-        return await self._store._run(build_plans.build(self._settings, self._state, options))
+        return await self._timed(
+            build_plans.build(self._settings, self._state, options), self._store._metrics.build_latency
+        )
 
     async def build_messages(
         self, options: BuildOptions | None = None, format: Literal["openai", "anthropic"] = "openai"
@@ -232,7 +268,8 @@ class AsyncContextWindow:
         self, options: BuildOptions | None = None, format: Literal["openai", "anthropic"] = "openai"
     ) -> BuiltMessages:
         """Chat messages within the token budget, with the ids included, excluded and omitted."""
-        return await self._store._run(build_plans.build_messages(self._settings, self._state, options, format))
+        plan = build_plans.build_messages(self._settings, self._state, options, format)
+        return await self._timed(plan, self._store._metrics.build_latency)
 
     async def plan_compaction(
         self,
@@ -256,6 +293,12 @@ class AsyncContextWindow:
     async def restore(self, snapshot: ContextSnapshot, *, request_id: str | None = None) -> None:
         """Replace the window's items and config with the snapshot's, atomically."""
         await self._store._run(snapshot_plans.restore(self._settings, self._state, snapshot, request_id))
+
+    def events(self, since: str | None = None, *, block_ms: int | None = None) -> AsyncIterator[Event | OtherEvent]:
+        """The window's events in order, typed (see ``ContextWindow.events``):
+        ``async for event in win.events(...)``."""
+        plan = streams.follow(self.window_id, self._state.keys.events, since, block_ms)
+        return _streaming.avalues(self._store, plan)
 
     async def verify(self) -> VerifyReport:
         """Read every key of the window and report each broken invariant (never writes)."""

@@ -15,7 +15,15 @@ import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
 from .errors import InvalidOptionsError
-from .layout import MAX_CONTENT_BYTES, MAX_ITEM_LIMIT, MAX_TOKENS, MAX_TTL_SECONDS
+from .layout import (
+    DEFAULT_WARN_PERCENT,
+    MAX_CONTENT_BYTES,
+    MAX_EVENTS,
+    MAX_ITEM_LIMIT,
+    MAX_TOKENS,
+    MAX_TTL_SECONDS,
+    STREAM_MAXLEN,
+)
 from .retry import RetryPolicy
 from .tokens import TokenCounter
 from .types import CompactionStrategy, WindowConfig
@@ -31,6 +39,7 @@ Threshold = Annotated[float, Meta(gt=0, le=100)]
 TtlSeconds = Annotated[int, Meta(ge=1, le=MAX_TTL_SECONDS)]
 KeepRecent = Annotated[int, Meta(ge=0, le=MAX_ITEM_LIMIT)]
 ClearAtLeast = Annotated[int, Meta(ge=0, le=MAX_TOKENS)]
+EventsMaxlen = Annotated[int, Meta(ge=1, le=MAX_EVENTS)]
 #: a tool (function) name as OpenAI and Anthropic spell them
 ToolName = Annotated[str, Meta(pattern=r"^[A-Za-z0-9_.:-]{1,128}$")]
 
@@ -47,6 +56,8 @@ class ConfigValues(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     keep_recent: KeepRecent | UnsetType | None = UNSET
     clear_at_least: ClearAtLeast | UnsetType | None = UNSET
     clear_exclude_tools: tuple[ToolName, ...] | UnsetType | None = UNSET
+    warn_percent: Threshold | UnsetType = UNSET
+    events_maxlen: EventsMaxlen | UnsetType = UNSET
 
     def passed(self) -> dict[str, Any]:
         """The options that were passed, by name."""
@@ -113,6 +124,8 @@ def creation_config(values: ConfigValues, item_limit: int) -> WindowConfig:
         keep_recent=values.keep_recent or 0,
         clear_at_least=values.clear_at_least or 0,
         clear_exclude_tools=tools if isinstance(tools, tuple) else (),
+        warn_percent=DEFAULT_WARN_PERCENT if isinstance(values.warn_percent, UnsetType) else values.warn_percent,
+        events_maxlen=STREAM_MAXLEN if isinstance(values.events_maxlen, UnsetType) else values.events_maxlen,
     )
 
 
@@ -133,3 +146,5 @@ class StoreOptions(TypedDict, total=False):
     relevance_scorer: Any
     #: how failures whose outcome is unknown are retried; None: never
     retry: RetryPolicy | None
+    #: an OpenTelemetry MeterProvider for the store's metrics (default: the global one)
+    meter_provider: Any

@@ -65,3 +65,13 @@ def window_id_from_meta_key(prefix: str, key: str) -> str | None:
         if _ID_RE.fullmatch(wid):
             return wid
     return None
+
+
+def window_id_of(keys: WindowKeys) -> str:
+    """The window id of a window's keys (what its hash tag holds)."""
+    return keys.meta[keys.meta.index("{") + 1 : keys.meta.rindex("}")]
+
+
+def is_cluster(client: object) -> bool:
+    """True for a redis-py cluster client (sync or asyncio)."""
+    return "Cluster" in type(client).__name__

@@ -21,8 +21,12 @@ MAX_TTL_SECONDS = 10**9
 MAX_ITEM_LIMIT = 100_000
 #: largest store ``max_content_bytes``
 MAX_CONTENT_BYTES = 512 * 1024 * 1024
-#: the window's event stream is trimmed to about this many entries (``MAXLEN ~``)
+#: the window's event stream is trimmed to about this many entries (``MAXLEN ~``) unless its
+#: ``events_maxlen`` says otherwise; MAX_EVENTS is the largest such bound
 STREAM_MAXLEN = 10_000
+MAX_EVENTS = 10**7
+#: a usage_warning event when a window crosses this share of max_tokens (window ``warn_percent``)
+DEFAULT_WARN_PERCENT = 75.0
 #: the request log keeps the newest REQUEST_LOG_MAX requests, none older than REQUEST_LOG_TTL_MS
 REQUEST_LOG_MAX = 2000
 REQUEST_LOG_TTL_MS = 15 * 60 * 1000
@@ -59,9 +63,15 @@ class Meta:
     KEEP_RECENT = "keep_recent"
     CLEAR_AT_LEAST = "clear_at_least"
     CLEAR_EXCLUDE = "clear_exclude"  # tool names, space-separated
+    WARN_PERCENT = "warn_percent"
+    EVENTS_MAXLEN = "events_maxlen"
+    WARNED = "warned"  # 1 while usage is at or above warn_percent (a usage_warning was sent)
 
     #: the config fields, in the order the scripts take and answer them
-    CONFIG = (MAX_TOKENS, MAX_ITEMS, ITEM_LIMIT, THRESHOLD, STRATEGY, TTL, KEEP_RECENT, CLEAR_AT_LEAST, CLEAR_EXCLUDE)
+    CONFIG = (
+        MAX_TOKENS, MAX_ITEMS, ITEM_LIMIT, THRESHOLD, STRATEGY, TTL, KEEP_RECENT, CLEAR_AT_LEAST, CLEAR_EXCLUDE,
+        WARN_PERCENT, EVENTS_MAXLEN,
+    )  # fmt: skip
 
 
 def _lua_table(pairs: Mapping[str, object]) -> str:
@@ -90,7 +100,8 @@ def lua_constants() -> str:
             f"local MAX_PRIORITY, MAX_TOKENS, MAX_TTL_SECONDS, MAX_ITEM_LIMIT = "
             f"{MAX_PRIORITY}, {MAX_TOKENS}, {MAX_TTL_SECONDS}, {MAX_ITEM_LIMIT}",
             f"local RANK_WEIGHT, PRIORITY_WEIGHT = {RANK_WEIGHT}, {PRIORITY_WEIGHT}",
-            f"local STREAM_MAXLEN = '{STREAM_MAXLEN}'",
+            f"local STREAM_MAXLEN, MAX_EVENTS = {STREAM_MAXLEN}, {MAX_EVENTS}",
+            f"local DEFAULT_WARN_PERCENT = {DEFAULT_WARN_PERCENT}",
             f"local REQUEST_LOG_MAX, REQUEST_LOG_TTL_MS = {REQUEST_LOG_MAX}, {REQUEST_LOG_TTL_MS}",
             f"local N_CONFIG = {len(Meta.CONFIG)}",
             f"local CLEARED_PLACEHOLDER, CLEARED_KEY = '{CLEARED_PLACEHOLDER}', '{CLEARED_KEY}'",

@@ -24,7 +24,7 @@ SCRIPT_NAMES = (
 )  # fmt: skip
 
 #: every helper file, each after the ones it needs; ``requests`` (run_request) is in every script
-LIB_NAMES = ("core", "meta", "events", "items", "compaction", "requests")
+LIB_NAMES = ("core", "events", "meta", "items", "compaction", "requests")
 _NEEDS = re.compile(r"^-- needs: (.*)$", re.M)
 
 

@@ -13,12 +13,15 @@ from typing_extensions import Unpack
 from .config import StoreLimits, StoreOptions, checked
 from .embedded import EmbeddedServer
 from .errors import InvalidOptionsError, from_redis, is_retryable
-from .keys import validate_window_id, window_id_from_meta_key
+from .keys import validate_window_id, window_id_from_meta_key, window_id_of
+from .metrics import Metrics
 from .plans.base import ScriptCall, Settings
 from .retry import RetryPolicy
 from .scripts import ScriptRegistry
+from .streams import StreamCall
 from .tokens import resolve_counter
 from .urls import describe_client, redact_url, scrub
+from .wire import unwrap_mutation
 
 S = TypeVar("S", bound="StoreBase")
 log = logging.getLogger("contextstore")
@@ -47,6 +50,10 @@ def make_settings(options: StoreOptions) -> Settings:
     )
 
 
+def _name(call: ScriptCall | StreamCall) -> str:
+    return call.name if isinstance(call, ScriptCall) else call.method
+
+
 class StoreBase:
     """Construction shared by ``ContextStore`` and ``AsyncContextStore``; a subclass names the
     redis-py client class it uses (``redis.Redis`` or ``redis.asyncio.Redis``)."""
@@ -56,6 +63,7 @@ class StoreBase:
 
     def __init__(self, client: Any, **options: Unpack[StoreOptions]) -> None:
         self._settings = make_settings(options)
+        self._metrics = Metrics(options.get("meter_provider"))
         self._client = client
         self._owns_client = False
         self._server: EmbeddedServer | None = None
@@ -102,7 +110,7 @@ class StoreBase:
         url = os.environ.get("CONTEXTSTORE_URL")
         return cls.from_url(url, **options) if url else cls.embedded(**options)
 
-    def _retry_delay(self, exc: Exception, attempt: int, call: ScriptCall) -> float:
+    def _retry_delay(self, exc: Exception, attempt: int, call: ScriptCall | StreamCall) -> float:
         """Seconds to wait before sending ``call`` again after its ``attempt``-th failure, or
         raise the mapped error when ``exc`` is not retryable or the attempts are used up."""
         policy = self._settings.retry
@@ -112,7 +120,7 @@ class StoreBase:
             if attempt > 1:  # retries are routine (DEBUG); giving up is worth one WARNING
                 log.warning(
                     "gave up on %s on %s after %d attempts: %s: %s",
-                    call.name,
+                    _name(call),
                     self._where,
                     attempt,
                     type(exc).__name__,
@@ -122,7 +130,7 @@ class StoreBase:
         delay = policy.delay(attempt)
         log.debug(
             "retrying %s on %s in %.3fs (attempt %d of %d failed: %s: %s)",
-            call.name,
+            _name(call),
             self._where,
             delay,
             attempt,
@@ -131,6 +139,14 @@ class StoreBase:
             exc,
         )
         return delay
+
+    def _answered(self, call: ScriptCall, reply: Any) -> Any:
+        """A script's reply as its plan takes it: a mutation's counters go to the metrics."""
+        if not call.request:
+            return reply
+        inner, counters = unwrap_mutation(reply)
+        self._metrics.changed(window_id_of(call.keys), counters)
+        return inner
 
     def _ensure_server(self) -> None:
         if self._server is not None and not self._server.started_here:

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import inspect
 import time
+from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
-from typing import Any, Literal, TypeVar
+from typing import Any, Generic, Literal, TypeVar, overload
 
 import redis
 import redis.retry
 from typing_extensions import Unpack
 
+from . import _streaming, streams
 from ._direct import DirectEvalsha
 from .errors import REDIS_EXCEPTIONS, InvalidOptionsError, from_helper, from_redis
+from .events import Event, OtherEvent
 from .keys import meta_pattern
 from .plans import build as build_plans
 from .plans import compaction as compaction_plans
@@ -21,6 +24,7 @@ from .plans import snapshot as snapshot_plans
 from .plans import window as window_plans
 from .plans.base import External, Plan, ScriptCall, WindowState
 from .store import StoreBase
+from .streams import EventBatch
 from .types import (
     BuildOptions,
     BuiltContext,
@@ -75,8 +79,8 @@ class ContextStore(StoreBase):
         while True:
             try:
                 if direct is not None:
-                    return direct.evalsha(self._scripts[request.name], keys, argv)
-                return self._scripts[request.name](keys=keys, args=argv)
+                    return self._answered(request, direct.evalsha(self._scripts[request.name], keys, argv))
+                return self._answered(request, self._scripts[request.name](keys=keys, args=argv))
             except REDIS_EXCEPTIONS as exc:
                 attempt += 1
                 delay = self._retry_delay(exc, attempt, request)
@@ -116,6 +120,30 @@ class ContextStore(StoreBase):
             raise from_redis(exc, self._where) from exc
         return sorted(found)
 
+    def consume(
+        self,
+        window_ids: str | Sequence[str],
+        group: str,
+        consumer: str,
+        *,
+        block_ms: int | None = None,
+        count: int = 100,
+        claim_after_ms: int = 30_000,
+    ) -> Iterator[EventBatch]:
+        """Batches of the windows' events for ``consumer`` of consumer group ``group`` (made if
+        missing, starting at the oldest event kept): each event goes to one consumer of the
+        group; events another consumer left unacknowledged for ``claim_after_ms`` are handed
+        over. Call ``batch.ack()`` when handled. ``block_ms``: see ``ContextWindow.events``."""
+        group, plan = streams.consumer(
+            self._settings.prefix, self._client, window_ids, group, consumer, block_ms, count, claim_after_ms
+        )
+        return self._batches(group, plan)
+
+    def _batches(self, group: str, plan: streams.StreamPlan) -> Iterator[EventBatch]:
+        for delivery in _streaming.values(self, plan):
+            calls = streams.acknowledge(group, delivery.pending)
+            yield EventBatch(delivery.events, lambda calls=calls: _streaming.run(self, calls))
+
     def close(self) -> None:
         """Close the client if this store made it (a caller's client stays open)."""
         if self._owns_client:
@@ -126,6 +154,20 @@ class ContextStore(StoreBase):
 
     def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
         self.close()
+
+
+class _Stat(Generic[T]):
+    """A read-only attribute of the window that reads one field of its ``stats()``."""
+
+    def __init__(self, field: str, doc: str) -> None:
+        self.field, self.__doc__ = field, doc
+
+    @overload
+    def __get__(self, window: None, owner: type) -> _Stat[T]: ...
+    @overload
+    def __get__(self, window: ContextWindow, owner: type) -> T: ...
+    def __get__(self, window: ContextWindow | None, owner: type) -> _Stat[T] | T:
+        return self if window is None else getattr(window.stats(), self.field)
 
 
 class ContextWindow:
@@ -139,6 +181,12 @@ class ContextWindow:
     def _run(self, plan: Plan[T]) -> T:
         return self._store._run(plan)
 
+    def _timed(self, plan: Plan[T], record: Callable[[str, float], None]) -> T:
+        started = time.perf_counter()
+        result = self._store._run(plan)
+        record(self._state.window_id, (time.perf_counter() - started) * 1000)
+        return result
+
     def add(
         self, content_or_item: str | ContextItem, *, request_id: str | None = None, **fields: Unpack[ItemFields]
     ) -> ContextItem:
@@ -148,14 +196,16 @@ class ContextWindow:
         raises ``ContextWindowFullError`` (window unchanged) if it still cannot fit.
         """
         plan = item_plans.add(self._settings, self._state, [(content_or_item, dict(fields))], request_id)
-        return self._run(plan).items[0]
+        return self._timed(plan, self._store._metrics.add_latency).items[0]
 
     def add_many(self, items: list[str | ContextItem | dict[str, Any]], *, request_id: str | None = None) -> int:
         """Add several items all-or-nothing; returns how many were added."""
         batch = item_plans.entries(items)
         if not batch:
             return 0
-        return self._run(item_plans.add(self._settings, self._state, batch, request_id)).added
+        return self._timed(
+            item_plans.add(self._settings, self._state, batch, request_id), self._store._metrics.add_latency
+        ).added
 
     def get(self, item_id: str) -> ContextItem | None:
         """The item with this id, or None."""
@@ -211,7 +261,7 @@ class ContextWindow:
 
     def build_structured(self, options: BuildOptions | None = None) -> BuiltContext:
         """The prompt within the token budget, with the ids included, excluded and omitted."""
-        return self._run(build_plans.build(self._settings, self._state, options))
+        return self._timed(build_plans.build(self._settings, self._state, options), self._store._metrics.build_latency)
 
     def build_messages(
         self, options: BuildOptions | None = None, format: Literal["openai", "anthropic"] = "openai"
@@ -224,7 +274,8 @@ class ContextWindow:
         self, options: BuildOptions | None = None, format: Literal["openai", "anthropic"] = "openai"
     ) -> BuiltMessages:
         """Chat messages within the token budget, with the ids included, excluded and omitted."""
-        return self._run(build_plans.build_messages(self._settings, self._state, options, format))
+        plan = build_plans.build_messages(self._settings, self._state, options, format)
+        return self._timed(plan, self._store._metrics.build_latency)
 
     def plan_compaction(
         self,
@@ -248,6 +299,13 @@ class ContextWindow:
         """Replace the window's items and config with the snapshot's, atomically."""
         self._run(snapshot_plans.restore(self._settings, self._state, snapshot, request_id))
 
+    def events(self, since: str | None = None, *, block_ms: int | None = None) -> Iterator[Event | OtherEvent]:
+        """The window's events in order, typed: after ``since`` (a stream entry id; ``"0"``: the
+        oldest kept; None: only events that come after this call). ``block_ms=None`` yields what
+        is there and stops; ``N`` waits up to N ms for each next event and stops when none came;
+        ``0`` follows the window for ever."""
+        return _streaming.values(self._store, streams.follow(self.window_id, self._state.keys.events, since, block_ms))
+
     def verify(self) -> VerifyReport:
         """Read every key of the window and report each broken invariant (never writes)."""
         return self._run(window_plans.verify(self._state))
@@ -265,51 +323,20 @@ class ContextWindow:
         """Delete the window; True if it existed."""
         return self._run(window_plans.delete(self._state, request_id))
 
-    # properties: each reads Redis
     @property
     def window_id(self) -> str:
         """The window's id."""
         return self._state.window_id
 
-    @property
-    def max_tokens(self) -> int | None:
-        """The token limit (None: none)."""
-        return self.stats().max_tokens
-
-    @property
-    def max_items(self) -> int:
-        """The item cap."""
-        return self.stats().max_items
-
-    @property
-    def current_tokens(self) -> int:
-        """Tokens in the window now."""
-        return self.stats().current_tokens
-
-    @property
-    def available_tokens(self) -> int | None:
-        """Tokens left below the limit (None without one)."""
-        return self.stats().available_tokens
-
-    @property
-    def usage_percent(self) -> float:
-        """Tokens in use as a share of the limit (0 without one)."""
-        return self.stats().usage_percent
-
-    @property
-    def item_count(self) -> int:
-        """Items in the window now."""
-        return self.stats().total_items
-
-    @property
-    def compaction_threshold(self) -> float:
-        """Usage percent above which an add compacts first."""
-        return self.stats().compaction_threshold
-
-    @property
-    def default_strategy(self) -> CompactionStrategy:
-        """The strategy compaction uses when none is given."""
-        return self.stats().default_strategy
+    # the window's numbers: each access reads Redis (the asyncio window has them in stats())
+    max_tokens = _Stat[int | None]("max_tokens", "The token limit (None: none).")
+    max_items = _Stat[int]("max_items", "The item cap.")
+    current_tokens = _Stat[int]("current_tokens", "Tokens in the window now.")
+    available_tokens = _Stat[int | None]("available_tokens", "Tokens left below the limit (None without one).")
+    usage_percent = _Stat[float]("usage_percent", "Tokens in use as a share of the limit (0 without one).")
+    item_count = _Stat[int]("total_items", "Items in the window now.")
+    compaction_threshold = _Stat[float]("compaction_threshold", "Usage percent above which an add compacts first.")
+    default_strategy = _Stat[CompactionStrategy]("default_strategy", "The strategy compaction uses when none is given.")
 
     def __repr__(self) -> str:
         return f"ContextWindow({self._state.window_id!r})"

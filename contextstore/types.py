@@ -178,6 +178,8 @@ class ContextSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     keep_recent: int = 0
     clear_at_least: int = 0
     clear_exclude_tools: list[str] = []
+    warn_percent: float = 75.0
+    events_maxlen: int = 10_000
 
 
 class ContextWindowStats(msgspec.Struct, frozen=True, kw_only=True):
@@ -214,6 +216,10 @@ class WindowConfig(msgspec.Struct, frozen=True, kw_only=True):
     clear_at_least: int = 0
     #: CLEAR_TOOL_RESULTS never clears the results of these tools
     clear_exclude_tools: tuple[str, ...] = ()
+    #: a usage_warning event when usage crosses this percent of max_tokens
+    warn_percent: float = 75.0
+    #: the event stream is trimmed to about this many entries
+    events_maxlen: int = 10_000
 
 
 class WindowOptions(TypedDict, total=False):
@@ -223,7 +229,8 @@ class WindowOptions(TypedDict, total=False):
     config; a new window gets ``max_tokens=None`` (no token limit), ``max_items`` 50 (or the
     store's ``item_limit`` when ``max_tokens`` is set), ``compaction_threshold=85.0``,
     ``default_strategy=REMOVE_LOW_PRIORITY``, ``ttl_seconds=None`` (no expiry),
-    ``keep_recent=0``, ``clear_at_least=0`` and ``clear_exclude_tools=()``. To
+    ``keep_recent=0``, ``clear_at_least=0``, ``clear_exclude_tools=()``, ``warn_percent=75.0``
+    and ``events_maxlen=10000``. To
     ``configure()``, only the options passed change; ``max_tokens=None`` removes the token limit
     and ``ttl_seconds=None`` the expiry.
     """
@@ -236,6 +243,8 @@ class WindowOptions(TypedDict, total=False):
     keep_recent: int | None
     clear_at_least: int | None
     clear_exclude_tools: list[str] | tuple[str, ...] | None
+    warn_percent: float | None
+    events_maxlen: int | None
 
 
 class ItemFields(TypedDict, total=False):

@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from .layout import CLEARED_KEY, Meta
+from .layout import CLEARED_KEY, DEFAULT_WARN_PERCENT, STREAM_MAXLEN, Meta
 from .stored import body_json, decode_item
 from .types import CompactionStrategy, ContextItem, ItemType, PlannedItem, WindowConfig
 from .validate import NewItem
@@ -23,7 +23,13 @@ Args = list[str | bytes]
 #: how many arguments ``config_args`` gives (every mutating script's first ARGV)
 CONFIG_ARGS = len(Meta.CONFIG)
 #: what :meta holds for a config field a window created by an older version lacks
-_CONFIG_DEFAULTS = {Meta.KEEP_RECENT: "0", Meta.CLEAR_AT_LEAST: "0", Meta.CLEAR_EXCLUDE: ""}
+_CONFIG_DEFAULTS = {
+    Meta.KEEP_RECENT: "0",
+    Meta.CLEAR_AT_LEAST: "0",
+    Meta.CLEAR_EXCLUDE: "",
+    Meta.WARN_PERCENT: repr(DEFAULT_WARN_PERCENT),
+    Meta.EVENTS_MAXLEN: str(STREAM_MAXLEN),
+}
 
 
 def text(value: Any) -> str:
@@ -43,12 +49,16 @@ def config_args(cfg: WindowConfig) -> Args:
         str(cfg.keep_recent),
         str(cfg.clear_at_least),
         " ".join(cfg.clear_exclude_tools),
+        repr(float(cfg.warn_percent)),
+        str(cfg.events_maxlen),
     ]
 
 
 def config_from(values: Sequence[Any]) -> WindowConfig:
     """A config from its values in ``Meta.CONFIG`` order (ensure's and configure's reply)."""
-    max_tokens, max_items, item_limit, threshold, strategy, ttl, keep, at_least, tools = (text(v) for v in values)
+    max_tokens, max_items, item_limit, threshold, strategy, ttl, keep, at_least, tools, warn, maxlen = (
+        text(v) for v in values
+    )
     return WindowConfig(
         max_tokens=int(max_tokens) or None,
         max_items=int(max_items),
@@ -59,6 +69,8 @@ def config_from(values: Sequence[Any]) -> WindowConfig:
         keep_recent=int(keep),
         clear_at_least=int(at_least),
         clear_exclude_tools=tuple(tools.split()),
+        warn_percent=float(warn),
+        events_maxlen=int(maxlen),
     )
 
 
@@ -148,17 +160,37 @@ def add_args(cfg: WindowConfig, items: Sequence[NewItem], placeholder_tokens: in
 
 
 class AddReply(msgspec.Struct):
-    """add.lua's reply."""
+    """add.lua's reply: what it added, evicted and compacted; ``trigger``: the tokens in the
+    window when its first compaction began (0: none); ``freed``: what the compactions freed."""
 
     added: int
     evicted: int
     compactions: int
+    trigger: int
+    freed: int
     items: list[ContextItem]
 
 
 def decode_add(reply: Sequence[Any]) -> AddReply:
-    """add.lua's reply: {'ok', added, evicted, compactions, stored JSON...}."""
-    return AddReply(int(reply[1]), int(reply[2]), int(reply[3]), [decode_item(j) for j in reply[4:]])
+    """add.lua's reply: {'ok', added, evicted, compactions, trigger, freed, stored JSON...}."""
+    added, evicted, compactions, trigger, freed = (int(x) for x in reply[1:6])
+    return AddReply(added, evicted, compactions, trigger, freed, [decode_item(j) for j in reply[6:]])
+
+
+class Counters(msgspec.Struct):
+    """What every mutation answers besides its reply: the window's counters after it, and the
+    compactions (and tokens they freed) this call ran."""
+
+    tokens: int
+    items: int
+    max_tokens: int
+    compactions: int
+    freed: int
+
+
+def unwrap_mutation(reply: Sequence[Any]) -> tuple[Any, Counters]:
+    """A mutating script's reply {reply, tokens, items, max_tokens, compactions, freed}."""
+    return reply[0], Counters(*(int(x) for x in reply[1:6]))
 
 
 def commit_args(
@@ -230,6 +262,8 @@ CONFIG_FIELDS = {
     "keep_recent": Meta.KEEP_RECENT,
     "clear_at_least": Meta.CLEAR_AT_LEAST,
     "clear_exclude_tools": Meta.CLEAR_EXCLUDE,
+    "warn_percent": Meta.WARN_PERCENT,
+    "events_maxlen": Meta.EVENTS_MAXLEN,
 }
 
 
@@ -237,7 +271,7 @@ def option_value(name: str, value: Any) -> str:
     """A window option as the scripts store it (None and 0 mean no limit / no expiry)."""
     if name == "default_strategy":
         return str(CompactionStrategy(value).value)
-    if name == "compaction_threshold":
+    if name in ("compaction_threshold", "warn_percent"):
         return repr(float(value))
     if name == "clear_exclude_tools":
         return " ".join(value or ())

@@ -6,7 +6,9 @@
 --   then n groups of 8: id ('' = ctx-<seq>), body JSON ({"type":...}), type, token_count,
 --   priority, pinned ('1'/'0'), group ('' = none, or for a tool result: its call's group),
 --   tool link ('C:<name>=<call id> ...' for a tool call, 'R:<call id>' for a result, or '').
--- Reply: {'ok', added, evicted, compactions, stored_json_1, ..., stored_json_n} in call order
+-- Reply: {'ok', added, evicted, compactions, trigger, freed, stored_json_1, ..., stored_json_n}
+--   in call order (trigger: the tokens in the window when the first compaction began, 0 if none;
+--   freed: tokens the compactions freed)
 --   (a replayed request returns the same). added counts the new items (one evicted by a later
 --   item of the same call still counts; an existing caller id with the same content returns
 --   the stored JSON, unchanged), or {'!', 'FULL', unit, current, max, requested} /
@@ -128,6 +130,7 @@ local function make_room(cfg, plan, it, oldest)
         end
       end
       plan.actions[#plan.actions + 1] = {'compact', acts, plan.tokens}
+      plan.trigger, plan.freed = plan.trigger or plan.tokens, plan.freed + freed
       plan.compactions, plan.tokens = plan.compactions + 1, plan.tokens - freed
     end
   end
@@ -156,7 +159,8 @@ local function apply(cfg, plan)
 end
 
 local function reply(items, plan)
-  local out, rec = {'ok', #plan.added, plan.evicted, plan.compactions}, {#plan.added, plan.evicted, plan.compactions}
+  local head = {#plan.added, plan.evicted, plan.compactions, plan.trigger or 0, plan.freed}
+  local out, rec = {'ok', unpack(head)}, {unpack(head)}
   for i, it in ipairs(items) do
     local body_at = BASE + (i - 1) * 8 + 2
     if it.existing then
@@ -178,7 +182,7 @@ local items, joining = parse_items(cfg)
 if not items then return joining end  -- the error reply
 
 local plan = {count = cfg.items, tokens = cfg.tokens, seq = cfg.seq, removed = {}, added = {}, cleared = {},
-  actions = {}, evicted = 0, compactions = 0, joining = joining, blocked = {}, stored = not cfg.new,
+  actions = {}, evicted = 0, compactions = 0, freed = 0, joining = joining, blocked = {}, stored = not cfg.new,
   placeholder = placeholder, strategy = SERVER_SIDE[cfg.strategy] and cfg.strategy or 'remove_low_priority'}
 local oldest = evictable(cfg, plan)
 for _, it in ipairs(items) do

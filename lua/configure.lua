@@ -2,7 +2,8 @@
 -- needs: items
 -- KEYS: the eleven window keys. ARGV[1..N_CONFIG]: caller config (used if the window does not exist).
 -- ARGV[N_CONFIG + 1..]: field/value pairs among max_tokens (0 = none), max_items, threshold,
---   strategy, ttl (0 = none), keep_recent, clear_at_least, clear_exclude (tool names).
+--   strategy, ttl (0 = none), keep_recent, clear_at_least, clear_exclude (tool names),
+--   warn_percent, events_maxlen.
 -- Lowering max_items below the item count evicts the oldest whole units (a group, or an
 -- ungrouped item; reason eviction); if pinned items alone keep it above: {'!', 'FULL', 'items',
 -- count, max_items, 0}, nothing written. Lowering max_tokens compacts nothing now: the next add
@@ -11,7 +12,8 @@
 
 local CHANGEABLE = {[F.MAX_TOKENS] = 'max_tokens', [F.MAX_ITEMS] = 'max_items', [F.THRESHOLD] = 'threshold',
   [F.STRATEGY] = 'strategy', [F.TTL] = 'ttl', [F.KEEP_RECENT] = 'keep_recent',
-  [F.CLEAR_AT_LEAST] = 'clear_at_least', [F.CLEAR_EXCLUDE] = 'clear_exclude'}
+  [F.CLEAR_AT_LEAST] = 'clear_at_least', [F.CLEAR_EXCLUDE] = 'clear_exclude', [F.WARN_PERCENT] = 'warn_percent',
+  [F.EVENTS_MAXLEN] = 'events_maxlen'}
 local TEXT = {strategy = true, clear_exclude = true}
 
 -- The oldest whole units to evict so that `count` items fit `max_items`; nil if units with a
@@ -59,9 +61,11 @@ end
 persist_config(cfg)
 redis.call('HSET', K_META, F.MAX_TOKENS, fmt(c.max_tokens), F.MAX_ITEMS, fmt(c.max_items),
   F.THRESHOLD, tostring(c.threshold), F.STRATEGY, c.strategy, F.TTL, fmt(c.ttl),
-  F.KEEP_RECENT, fmt(c.keep_recent), F.CLEAR_AT_LEAST, fmt(c.clear_at_least), F.CLEAR_EXCLUDE, c.clear_exclude)
+  F.KEEP_RECENT, fmt(c.keep_recent), F.CLEAR_AT_LEAST, fmt(c.clear_at_least), F.CLEAR_EXCLUDE, c.clear_exclude,
+  F.WARN_PERCENT, tostring(c.warn_percent), F.EVENTS_MAXLEN, fmt(c.events_maxlen))
+CFG = c
 for _, id in ipairs(evict) do remove_many({id}, 'eviction') end
 if #fields > 0 then event('configured', unpack(fields)) end
 rearm_ttl(c, true)
 return {fmt(c.max_tokens), fmt(c.max_items), fmt(cfg.item_limit), tostring(c.threshold), c.strategy, fmt(c.ttl),
-  fmt(c.keep_recent), fmt(c.clear_at_least), c.clear_exclude}
+  fmt(c.keep_recent), fmt(c.clear_at_least), c.clear_exclude, tostring(c.warn_percent), fmt(c.events_maxlen)}

@@ -12,4 +12,4 @@ if cfg.new then
 end
 return {created, fmt(cfg.max_tokens), fmt(cfg.max_items), fmt(cfg.item_limit),
   tostring(cfg.threshold), cfg.strategy, fmt(cfg.ttl), fmt(cfg.keep_recent), fmt(cfg.clear_at_least),
-  cfg.clear_exclude}
+  cfg.clear_exclude, tostring(cfg.warn_percent), fmt(cfg.events_maxlen)}

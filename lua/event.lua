@@ -3,7 +3,9 @@
 -- KEYS: the eleven window keys. ARGV: event name, then field/value pairs.
 -- The stream takes the window's remaining TTL; reads never re-arm it. Reply: 1, or 0 if the
 -- window does not exist (then nothing is written).
-if redis.call('EXISTS', K_META) == 0 then return 0 end
+local maxlen = redis.call('HGET', K_META, F.EVENTS_MAXLEN)
+if not maxlen and redis.call('EXISTS', K_META) == 0 then return 0 end
+CFG = {events_maxlen = tonumber(maxlen) or STREAM_MAXLEN}
 event(unpack(ARGV))
 local pttl = redis.call('PTTL', K_META)
 if pttl > 0 then redis.call('PEXPIRE', K_EVENTS, pttl) end

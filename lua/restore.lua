@@ -2,14 +2,15 @@
 -- needs: items
 -- KEYS: the eleven window keys. ARGV[1..N_CONFIG]: caller config (item_limit is taken from it
 --   when the window does not exist yet).
--- ARGV[N_CONFIG + 1..N_CONFIG + 8]: snapshot config: max_tokens (0 = none), max_items,
---   threshold, strategy, ttl (0 = none), keep_recent, clear_at_least, clear_exclude.
--- ARGV[N_CONFIG + 9]: n; then n groups of 10: id, stored JSON, seq, token_count, priority, type,
+-- ARGV[N_CONFIG + 1..N_CONFIG + 10]: snapshot config: max_tokens (0 = none), max_items,
+--   threshold, strategy, ttl (0 = none), keep_recent, clear_at_least, clear_exclude,
+--   warn_percent, events_maxlen.
+-- ARGV[N_CONFIG + 11]: n; then n groups of 10: id, stored JSON, seq, token_count, priority, type,
 --   pinned, flags, group, tool link (as in add.lua).
 -- Limits are not re-applied. The seq counter ends ahead of every restored seq (and never goes
 -- back), so later ids cannot collide with restored ones. Items come in seq order.
 -- Reply: number of items restored.
-local A, ROW = N_CONFIG + 9, 10
+local A, ROW = N_CONFIG + 11, 10
 
 local function parse_rows(n)
   local items, seen, max_seq = {}, {}, 0
@@ -57,8 +58,9 @@ end
 
 local cfg = read_config()
 if not cfg then return fail('BADARG', 'config') end
-local c = config_of({ARGV[N_CONFIG + 1], ARGV[N_CONFIG + 2], fmt(cfg.item_limit), ARGV[N_CONFIG + 3],
-  ARGV[N_CONFIG + 4], ARGV[N_CONFIG + 5], ARGV[N_CONFIG + 6], ARGV[N_CONFIG + 7], ARGV[N_CONFIG + 8]})
+local s = N_CONFIG
+local c = config_of({ARGV[s + 1], ARGV[s + 2], fmt(cfg.item_limit), ARGV[s + 3], ARGV[s + 4], ARGV[s + 5],
+  ARGV[s + 6], ARGV[s + 7], ARGV[s + 8], ARGV[s + 9], ARGV[s + 10]})
 if not valid_config(c) then return fail('BADARG', 'snapshot config') end
 local n = tonumber(ARGV[A])
 if not is_int(n, 0, c.item_limit) or #ARGV ~= A + ROW * n then return fail('BADARG', 'items') end
@@ -76,7 +78,11 @@ end
 redis.call('HSET', K_META, F.MAX_TOKENS, fmt(c.max_tokens), F.MAX_ITEMS, fmt(c.max_items),
   F.THRESHOLD, tostring(c.threshold), F.STRATEGY, c.strategy, F.TTL, fmt(c.ttl),
   F.KEEP_RECENT, fmt(c.keep_recent), F.CLEAR_AT_LEAST, fmt(c.clear_at_least), F.CLEAR_EXCLUDE, c.clear_exclude,
+  F.WARN_PERCENT, tostring(c.warn_percent), F.EVENTS_MAXLEN, fmt(c.events_maxlen),
   F.TOKENS, fmt(tokens), F.ITEMS, fmt(n), F.SEQ, fmt(math.max(cfg.seq, max_seq)))
+CFG = c
+CFG.new = false
+META_KNOWN[F.TOKENS] = tokens
 event('restored', 'items', fmt(n), 'items_replaced', fmt(replaced), 'total_tokens_after', fmt(tokens))
 rearm_ttl(c, true)
 return n

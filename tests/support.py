@@ -130,6 +130,15 @@ def redis7_binary() -> str | None:
     return None
 
 
+async def _collect(agen: Any, loop: asyncio.AbstractEventLoop) -> list[Any]:
+    out = []
+    async for value in agen:
+        if isinstance(value, cs.EventBatch):  # its ack() is a coroutine: make it run here
+            value = cs.EventBatch(list(value), lambda ack=value.ack: loop.run_until_complete(ack()))
+        out.append(value)
+    return out
+
+
 class SyncProxy:
     """Runs an async object's coroutines to completion so one test body drives both APIs."""
 
@@ -146,6 +155,8 @@ class SyncProxy:
             result = attr(*args, **kwargs)
             if inspect.isawaitable(result):
                 result = self._loop.run_until_complete(result)
+            if inspect.isasyncgen(result):  # an async iterator (events, consume): run it to its end
+                return self._loop.run_until_complete(_collect(result, self._loop))
             if isinstance(result, (cs.AsyncContextWindow, cs.AsyncContextStore)):
                 return SyncProxy(result, self._loop)
             return result

@@ -97,14 +97,16 @@ def test_retries_log_at_debug_and_giving_up_once_at_warning(caplog):
     assert [lv for lv in levels if lv[0] >= logging.WARNING] == [(logging.WARNING, "gave")]
 
 
-def test_a_refusal_that_is_not_retried_logs_nothing(caplog, redis_url):
+def test_a_refusal_is_not_retried_and_logs_only_the_full_window(caplog, redis_url):
     with cs.ContextStore.from_url(redis_url) as store, caplog.at_level(logging.DEBUG, logger="contextstore"):
         w = store.window("errs-full", max_items=1)
         w.add("pinned", pinned=True)
         with pytest.raises(cs.ContextWindowFullError):
             w.add("no room")
         w.delete()
-    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    loud = [(r.levelname, r.getMessage()) for r in caplog.records if r.levelno >= logging.WARNING]
+    assert loud == [("ERROR", "Context window full for agent errs-full: current=1, max=1, requested=1")]
+    assert not [r for r in caplog.records if "retry" in r.getMessage() or "gave up" in r.getMessage()]
 
 
 def test_the_library_prints_nothing_without_logging_configured(tmp_path):

@@ -30,7 +30,7 @@ def test_the_scripts_see_the_generated_constants(r):
         "nil",
         "true",
         layout.MAX_PRIORITY,
-        str(layout.STREAM_MAXLEN),
+        layout.STREAM_MAXLEN,
         layout.REQUEST_LOG_MAX,
         str(layout.MAX_TOKENS),
     ]

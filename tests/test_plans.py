@@ -77,18 +77,18 @@ def meta(**fields: object) -> list[str]:
 def test_add_sends_one_script_call_and_decodes_the_stored_items():
     st = state(max_tokens=100)
     plan = item_plans.add(settings(), st, [("hello big world", {"type": "user_message", "role": "user"})])
-    sent, reply = drive(plan, [["ok", 1, 0, 0, stored(1, "hello big world", type="user_message", role="user")]])
+    sent, reply = drive(plan, [["ok", 1, 0, 0, 0, 0, stored(1, "hello big world", type="user_message", role="user")]])
     (call,) = sent
     assert isinstance(call, ScriptCall) and call.name == "add" and call.keys == st.keys
     assert call.request.startswith("add:")
-    config = ["100", "1000", "1000", "85.0", "remove_low_priority", "0", "0", "0", ""]
+    config = ["100", "1000", "1000", "85.0", "remove_low_priority", "0", "0", "0", "", "75.0", "10000"]
     assert list(call.args[: wire.CONFIG_ARGS]) == config
     rest = call.args[wire.CONFIG_ARGS :]
     assert rest[:3] == [str(words(CLEARED_PLACEHOLDER)), "1", ""]  # placeholder tokens, one item, no caller id
     assert rest[3].startswith(b'{"type":"user_message"')
     assert rest[4:] == ["user_message", "3", "50", "0", "", ""]  # type, tokens, priority, pinned, group, link
     assert call.argv()[0].startswith(call.request + "|")  # the request and its argument fingerprint
-    assert (reply.added, reply.evicted, reply.compactions) == (1, 0, 0)
+    assert (reply.added, reply.evicted, reply.compactions, reply.trigger, reply.freed) == (1, 0, 0, 0, 0)
     assert reply.items[0].id == "ctx-1" and reply.items[0].role == "user"
 
 

@@ -149,7 +149,7 @@ def _demo_report(
         f"{len(built.omitted_item_ids)} left out by the options (max_history_items=6)\n"
     )
     print(format_stats(stats))
-    kinds = Counter(fields.get(b"event", b"?").decode() for _, fields in store._client.xrange(win._state.keys.events))
+    kinds = Counter(e.kind for e in win.events(since="0"))
     print("events: " + ", ".join(f"{k}={v}" for k, v in sorted(kinds.items())))
     print(
         f"verify(): {'OK' if report.ok else 'BROKEN: ' + '; '.join(report.problems)}; "

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from typing import Literal
 
-from .. import wire
+from .. import logs, wire
 from ..errors import BudgetTooSmallError, InvalidOptionsError
 from ..layout import Meta
 from ..render import markdown, messages, prompt
@@ -76,9 +76,7 @@ def build(settings: Settings, state: WindowState, options: object = None) -> Pla
     freed, window_items = yield from _compact_first(settings, state, found, decoded, budget, opts)
     built = prompt.build(window_items, opts, budget, settings.counter, settings.joint_count)
     ms = (time.perf_counter() - started) * 1000
-    log.debug(
-        "built context for window %s: %d items, %d tokens", state.window_id, len(built.included), built.total_tokens
-    )
+    logs.built(state.window_id, len(built.included), built.total_tokens)
     yield ScriptCall(
         "event",
         state.keys,
@@ -149,6 +147,7 @@ def build_messages(
     choice = choose(usable, opts, budget, cost, base=messages.REPLY_PRIMING)
     ordered = messages.arrange(members(choice.pinned + choice.chosen), opts.order)
     payload = messages.openai(ordered) if fmt == "openai" else messages.anthropic(ordered, opts)
+    logs.built(state.window_id, len(ordered), choice.used)
     omitted = sorted(choice.omitted + incomplete, key=_seq_of(window_items))
     yield ScriptCall("event", state.keys, wire.event_args("built", {
         "format": fmt, "items_included": str(len(ordered)), "items_excluded": str(len(choice.excluded)),

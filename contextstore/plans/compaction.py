@@ -9,7 +9,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from .. import validate, wire
+from .. import logs, validate, wire
 from ..errors import CommitConflict, InvalidOptionsError, StrategyUnavailableError, raise_for_reply
 from ..layout import Meta
 from ..types import HISTORY_TYPES, CompactionPlan, CompactionStrategy, ContextItem, ItemType, PlannedItem
@@ -87,7 +87,7 @@ def compact(
     else:
         freed = yield from _compact_outside(settings, state, chosen, target, query, request)
     if freed:
-        log.info("compacted window %s: strategy=%s, freed=%d tokens", state.window_id, chosen.value, freed)
+        logs.compacted(state.window_id, chosen.value, freed)
     return freed
 
 

@@ -7,8 +7,8 @@ import logging
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from .. import toolcalls, validate, wire
-from ..errors import InvalidItemError, InvalidOptionsError, raise_for_reply
+from .. import logs, toolcalls, validate, wire
+from ..errors import ContextWindowFullError, InvalidItemError, InvalidOptionsError, raise_for_reply
 from ..types import ContextItem
 from .base import Plan, ScriptCall, Settings, WindowState, new_request, read
 
@@ -83,32 +83,20 @@ def add(
     or raise ``ContextWindowFullError`` with the window unchanged."""
     request = new_request("add", request_id)
     items = _checked(settings, batch)
-    reply = wire.decode_add(
-        raise_for_reply(
-            (
-                yield ScriptCall(
-                    "add", state.keys, wire.add_args(state.config, items, settings.placeholder_tokens), request
-                )
-            )
-        )
-    )
+    args = wire.add_args(state.config, items, settings.placeholder_tokens)
+    try:
+        reply = wire.decode_add(raise_for_reply((yield ScriptCall("add", state.keys, args, request))))
+    except ContextWindowFullError as full:
+        logs.window_full(state.window_id, full.current, full.max, full.requested)
+        raise
     if log.isEnabledFor(logging.DEBUG):
         for got in reply.items:
-            log.debug(
-                "added context item %s type=%s tokens=%d to window %s",
-                got.id,
-                got.type.value,
-                got.token_count,
-                state.window_id,
-            )
-    if reply.evicted or reply.compactions:
-        log.info(
-            "window %s: adding %d item(s) evicted %d and ran %d compaction(s)",
-            state.window_id,
-            reply.added,
-            reply.evicted,
-            reply.compactions,
-        )
+            logs.item_added(state.window_id, got)
+    if reply.compactions:
+        limit = state.config.max_tokens or 0
+        logs.compaction_triggered(state.window_id, reply.trigger * 100.0 / limit if limit else 0.0)
+        strategy = state.config.default_strategy
+        logs.compacted(state.window_id, strategy.value if strategy.server_side else "remove_low_priority", reply.freed)
     return reply
 
 
@@ -141,7 +129,10 @@ def remove(state: WindowState, item_id: object, request_id: object = None) -> Pl
     """Remove one item; False if it is absent."""
     request = new_request("remove", request_id)
     args = wire.one_item_args(state.config, validate.item_id(item_id))
-    return bool(raise_for_reply((yield ScriptCall("remove", state.keys, args, request))))
+    removed = bool(raise_for_reply((yield ScriptCall("remove", state.keys, args, request))))
+    if removed:
+        logs.item_removed(state.window_id, str(item_id), "manual")
+    return removed
 
 
 def set_pinned(state: WindowState, item_id: object, pinned: bool, request_id: object = None) -> Plan[bool]:

@@ -32,6 +32,8 @@ def snapshot(state: WindowState) -> Plan[ContextSnapshot]:
         keep_recent=cfg.keep_recent,
         clear_at_least=cfg.clear_at_least,
         clear_exclude_tools=list(cfg.clear_exclude_tools),
+        warn_percent=cfg.warn_percent,
+        events_maxlen=cfg.events_maxlen,
     )
 
 
@@ -45,6 +47,8 @@ def _snapshot_config(snap: ContextSnapshot, item_limit: int) -> WindowConfig:
         "keep_recent": snap.keep_recent,
         "clear_at_least": snap.clear_at_least,
         "clear_exclude_tools": list(snap.clear_exclude_tools),
+        "warn_percent": snap.warn_percent,
+        "events_maxlen": snap.events_maxlen,
     }
     values = config_values(given, item_limit)
     if values.max_items is None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import wire
+from .. import logs, wire
 from ..config import config_values, creation_config
 from ..errors import ConfigConflictError, InvalidOptionsError, WindowNotFoundError, raise_for_reply
 from ..keys import validate_window_id, window_keys
@@ -30,6 +30,8 @@ def open_window(
             (yield ScriptCall("ensure", state.keys, wire.config_args(state.config))), InvalidOptionsError
         )
         stored = wire.config_from(reply[1:])
+        if int(reply[0]):
+            logs.initialized(wid, stored.max_tokens)
     else:
         found = yield from read(state, "meta")
         if not found.exists:

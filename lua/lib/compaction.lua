@@ -169,8 +169,12 @@ end
 -- Record a compaction that removed or cleared something: counters and the `compacted` event.
 -- continued: a later chunk of one compact() call (not counted as another compaction).
 local function record_compaction(strategy, removed_count, freed, before, max_tokens, continued, cleared_count)
-  if not continued then bump(F.COMPACTIONS, 1) end
+  if not continued then
+    bump(F.COMPACTIONS, 1)
+    RUN.compactions = RUN.compactions + 1
+  end
   bump(F.FREED, freed)
+  RUN.freed = RUN.freed + freed
   local after = meta_get(F.TOKENS)
   event('compacted', 'strategy', strategy, 'items_removed', fmt(removed_count),
     'items_cleared', fmt(cleared_count or 0), 'tokens_freed', fmt(freed),

@@ -21,7 +21,11 @@
 --   It is removed from ARGV before the script runs, so a script's own arguments start at ARGV[1].
 -- ARGV[1..N_CONFIG] of every mutating script (after that removal): the caller's config, used only
 --   when the window does not exist yet: max_tokens (0 = none), max_items, item_limit, threshold,
---   strategy, ttl (0 = none), keep_recent, clear_at_least, clear_exclude (tool names)
+--   strategy, ttl (0 = none), keep_recent, clear_at_least, clear_exclude (tool names),
+--   warn_percent, events_maxlen
+-- The reply of a mutating script (one with a request) is {reply, tokens, items, max_tokens,
+-- compactions, tokens freed}: the window's counters after it, and what this call compacted
+-- (lib/requests.lua); contextstore records them as metrics and hands the reply to its plan.
 -- Error replies are tables {'!', CODE, detail...}; contextstore/errors.py maps each CODE to a
 -- typed exception. Every script checks everything before its first write: Redis does not roll
 -- scripts back.
@@ -34,6 +38,8 @@ local ALL_KEYS = {K_META, K_ITEMS, K_ORDER, K_FIFO, K_PINNED, K_ATTRS, K_EVENTS,
 local REQUEST = table.remove(ARGV, 1) or ''
 local WROTE = false  -- set by every write helper; a request is recorded only if it wrote
 local REPLAYS = {}   -- record kind -> function(record) rebuilding a reply (lib/requests.lua)
+local CFG = nil      -- the window's config once read_config ran (lib/meta.lua)
+local RUN = {compactions = 0, freed = 0}  -- what this call compacted (lib/compaction.lua)
 
 local function fail(code, ...)
   return {'!', code, ...}

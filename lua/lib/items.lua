@@ -238,8 +238,8 @@ end
 -- before the call (a safe retry of a caller id) keeps its stored head and is returned as it is
 -- stored now, if it still exists.
 REPLAYS.add = function(rec)
-  local out = {'ok', rec[1], rec[2], rec[3]}
-  for i = 4, #rec do
+  local out = {'ok', rec[1], rec[2], rec[3], rec[4], rec[5]}
+  for i = 6, #rec do
     local r = rec[i]
     if r[1] == '=' then
       out[#out + 1] = redis.call('HGET', K_ITEMS, r[4]) or (r[2] .. string.sub(ARGV[r[3]], 2))

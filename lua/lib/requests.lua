@@ -46,8 +46,16 @@ local function replay(rid, fp)
   return true, rec.r
 end
 
+-- A mutation's reply with the window's counters after it and what this call compacted.
+local function with_counters(reply)
+  local m = redis.call('HMGET', K_META, F.TOKENS, F.ITEMS, F.MAX_TOKENS)
+  return {reply, m[1] or '0', m[2] or '0', m[3] or '0', fmt(RUN.compactions), fmt(RUN.freed)}
+end
+
 -- Run a script's main() under the request protocol. main returns its reply and, optionally, a
 -- smaller record to keep instead of the reply ({add = ...} for add, rebuilt by REPLAYS.add).
+-- A mutation (a script with a request) answers with_counters(reply), and sends usage_warning
+-- events (lib/meta.lua).
 local function run_request(main)
   if REQUEST == '' then
     local reply = main()
@@ -55,11 +63,12 @@ local function run_request(main)
     return reply
   end
   local rid, fp = string.match(REQUEST, '^(.+)|(%x*)$')
-  if not rid then return fail('BADARG', 'request') end
+  if not rid then return with_counters(fail('BADARG', 'request')) end
   local seen, prior = replay(rid, fp)
-  if seen then return prior end
+  if seen then return with_counters(prior) end
   local reply, record = main()
+  if WROTE then check_usage() end
   flush_meta()
   if WROTE then record_request(rid, fp, record or {r = reply}) end
-  return reply
+  return with_counters(reply)
 end

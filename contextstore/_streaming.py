@@ -1,0 +1,99 @@
+"""Driving the stream plans of ``streams.py`` (following a window, consumer groups) over a
+store's client: the blocking loop for ``ContextStore``, the awaited one for
+``AsyncContextStore``. Retries and error mapping are the store's."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import TYPE_CHECKING, Any
+
+from .errors import REDIS_EXCEPTIONS
+from .streams import Deliver, Sleep, StreamCall, StreamPlan
+
+if TYPE_CHECKING:
+    from .aio import AsyncContextStore
+    from .sync import ContextStore
+
+
+def _ignored(exc: Exception, call: StreamCall) -> bool:
+    return any(str(exc).startswith(prefix) for prefix in call.ignore)
+
+
+def _call(store: ContextStore, call: StreamCall) -> Any:
+    attempt = 0
+    while True:
+        try:
+            return getattr(store._client, call.method)(*call.args, **call.kwargs)
+        except REDIS_EXCEPTIONS as exc:
+            if _ignored(exc, call):
+                return None
+            attempt += 1
+            delay = store._retry_delay(exc, attempt, call)
+        time.sleep(delay)
+
+
+def values(store: ContextStore, plan: StreamPlan) -> Iterator[Any]:
+    """What ``plan`` delivers, running its calls on the sync store."""
+    store._ensure_server()
+    request = next(plan, None)
+    while request is not None:
+        reply = None
+        if isinstance(request, Deliver):
+            yield request.value
+        elif isinstance(request, Sleep):
+            time.sleep(request.seconds)
+        else:
+            reply = _call(store, request)
+        request = _next(plan, reply)
+
+
+async def _acall(store: AsyncContextStore, call: StreamCall) -> Any:
+    client = (await store._loops.current()).client
+    attempt = 0
+    while True:
+        try:
+            return await getattr(client, call.method)(*call.args, **call.kwargs)
+        except REDIS_EXCEPTIONS as exc:
+            if _ignored(exc, call):
+                return None
+            attempt += 1
+            delay = store._retry_delay(exc, attempt, call)
+        except RuntimeError as exc:
+            raise store._loop_error(exc) from exc
+        await asyncio.sleep(delay)
+
+
+async def avalues(store: AsyncContextStore, plan: StreamPlan) -> AsyncIterator[Any]:
+    """What ``plan`` delivers, running its calls on the asyncio store."""
+    store._ensure_server()
+    request = next(plan, None)
+    while request is not None:
+        reply = None
+        if isinstance(request, Deliver):
+            yield request.value
+        elif isinstance(request, Sleep):
+            await asyncio.sleep(request.seconds)
+        else:
+            reply = await _acall(store, request)
+        request = _next(plan, reply)
+
+
+def _next(plan: StreamPlan, reply: Any) -> StreamCall | Sleep | Deliver | None:
+    try:
+        return plan.send(reply)
+    except StopIteration:
+        return None
+
+
+def run(store: ContextStore, calls: list[StreamCall]) -> None:
+    """Run calls (acknowledgements) on the sync store."""
+    for call in calls:
+        _call(store, call)
+
+
+async def arun(store: AsyncContextStore, calls: list[StreamCall]) -> None:
+    """Run calls (acknowledgements) on the asyncio store."""
+    for call in calls:
+        await _acall(store, call)

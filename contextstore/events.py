@@ -1,0 +1,180 @@
+"""Typed events: one msgspec Struct per kind of change a window's stream records.
+
+Every event has ``kind`` (the tag), ``id`` (the stream entry id), ``window_id`` and ``at`` (the
+entry's time, from its id). The other fields are those the scripts write (see
+``docs/observability.md``). ``decode()`` turns one stream entry into its event with one
+reusable conversion; a kind this version does not know becomes an ``OtherEvent``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any, Union
+
+import msgspec
+
+from .types import CompactionStrategy, ItemType
+
+
+class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind"):
+    """What every event carries."""
+
+    id: str
+    window_id: str
+    at: datetime
+
+    @property
+    def kind(self) -> str:
+        """The event's kind (its tag): ``item_added``, ``compacted``, ..."""
+        return str(type(self).__struct_config__.tag)
+
+
+class ItemEvent(Event, frozen=True, kw_only=True):
+    """What the events about one item carry: which item, its type and tokens, and the
+    window's tokens after the change."""
+
+    item_id: str
+    type: ItemType
+    token_count: int
+    total_tokens_after: int
+
+
+class ItemAdded(ItemEvent, frozen=True, kw_only=True, tag="item_added"):
+    """An item was added."""
+
+
+class ItemRemoved(ItemEvent, frozen=True, kw_only=True, tag="item_removed"):
+    """An item left the window; ``reason``: manual, eviction, compaction or clear."""
+
+    reason: str
+
+
+class ItemCleared(ItemEvent, frozen=True, kw_only=True, tag="item_cleared"):
+    """A tool result's content was replaced by the placeholder (CLEAR_TOOL_RESULTS); its
+    ``token_count`` is the placeholder's."""
+
+    tokens_freed: int
+
+
+class Compacted(Event, frozen=True, kw_only=True, tag="compacted"):
+    """A compaction removed or cleared items."""
+
+    strategy: CompactionStrategy
+    items_removed: int
+    items_cleared: int = 0
+    tokens_freed: int
+    usage_before_percent: float
+    usage_after_percent: float
+    total_tokens_after: int
+
+
+class Cleared(Event, frozen=True, kw_only=True, tag="cleared"):
+    """``clear()`` ran."""
+
+    items_cleared: int
+    tokens_cleared: int
+    included_pinned: bool
+    total_tokens_after: int
+
+
+class PriorityChanged(Event, frozen=True, kw_only=True, tag="priority_changed"):
+    """An item's priority changed."""
+
+    item_id: str
+    priority: int
+    previous_priority: int
+
+
+class Pinned(Event, frozen=True, kw_only=True, tag="pinned"):
+    """An item was pinned."""
+
+    item_id: str
+    pinned: bool = True
+
+
+class Unpinned(Event, frozen=True, kw_only=True, tag="unpinned"):
+    """An item was unpinned."""
+
+    item_id: str
+    pinned: bool = False
+
+
+class Restored(Event, frozen=True, kw_only=True, tag="restored"):
+    """A snapshot was restored into the window."""
+
+    items: int
+    items_replaced: int
+    total_tokens_after: int
+
+
+class Configured(Event, frozen=True, kw_only=True, tag="configured"):
+    """The window's config changed; only the changed options are set."""
+
+    max_tokens: int | None = None
+    max_items: int | None = None
+    threshold: float | None = None
+    strategy: CompactionStrategy | None = None
+    ttl: int | None = None
+    keep_recent: int | None = None
+    clear_at_least: int | None = None
+    clear_exclude: str | None = None
+    warn_percent: float | None = None
+    events_maxlen: int | None = None
+
+
+class Built(Event, frozen=True, kw_only=True, tag="built"):
+    """A prompt (``build_time_ms``) or chat messages (``format``) were built."""
+
+    items_included: int
+    items_excluded: int
+    items_omitted: int = 0
+    total_tokens: int
+    was_compacted: bool
+    build_time_ms: float | None = None
+    format: str | None = None
+
+
+class UsageWarning(Event, frozen=True, kw_only=True, tag="usage_warning"):
+    """Usage crossed the window's ``warn_percent`` upwards (once per crossing)."""
+
+    usage_percent: float
+    warn_percent: float
+    total_tokens: int
+
+
+class OtherEvent(msgspec.Struct, frozen=True, kw_only=True):
+    """An entry whose kind this version does not know (written by a newer one), as it is."""
+
+    kind: str
+    id: str
+    window_id: str
+    at: datetime
+    fields: dict[str, str]
+
+
+AnyEvent = Union[  # noqa: UP007 - a Union msgspec decodes by tag
+    ItemAdded, ItemRemoved, ItemCleared, Compacted, Cleared, PriorityChanged, Pinned, Unpinned, Restored,
+    Configured, Built, UsageWarning,
+]  # fmt: skip
+KINDS = frozenset(c.__struct_config__.tag for c in AnyEvent.__args__)  # type: ignore[attr-defined]
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def decode(window_id: str, entry_id: bytes | str, fields: dict[Any, Any]) -> Event | OtherEvent:
+    """One stream entry (its id and field/value map) as its typed event."""
+    eid = _text(entry_id)
+    data = {_text(k): _text(v) for k, v in fields.items()}
+    kind = data.pop("event", "")
+    at = datetime.fromtimestamp(int(eid.split("-", 1)[0]) / 1000, tz=timezone.utc)
+    if kind in KINDS:
+        try:
+            event: Event = msgspec.convert(
+                {"kind": kind, "id": eid, "window_id": window_id, "at": at, **data}, AnyEvent, strict=False
+            )
+            return event
+        except msgspec.ValidationError:
+            pass  # a field this version cannot read: keep it as it is
+    return OtherEvent(kind=kind, id=eid, window_id=window_id, at=at, fields=data)

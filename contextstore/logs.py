@@ -1,0 +1,50 @@
+"""The library's log messages, on ``logging.getLogger("contextstore")``, as the original
+specification words them (the agent id is the window id). Item contents and credentials never
+appear in them."""
+
+from __future__ import annotations
+
+import logging
+
+from .types import ContextItem
+
+log = logging.getLogger("contextstore")
+
+
+def item_added(window_id: str, item: ContextItem) -> None:
+    """DEBUG, per added item."""
+    log.debug(
+        "Added context item %s type=%s tokens=%d for agent %s", item.id, item.type.value, item.token_count, window_id
+    )
+
+
+def item_removed(window_id: str, item_id: str, reason: str) -> None:
+    """DEBUG, per item removed by ``remove()`` (evictions, compactions and clears are events)."""
+    log.debug("Removed context item %s reason=%s for agent %s", item_id, reason, window_id)
+
+
+def built(window_id: str, items: int, tokens: int) -> None:
+    """DEBUG, per build."""
+    log.debug("Built context: %d items, %d tokens for agent %s", items, tokens, window_id)
+
+
+def initialized(window_id: str, max_tokens: int | None) -> None:
+    """INFO, when ``window()`` creates a window."""
+    log.info("Context window initialized for agent %s, max=%s tokens", window_id, max_tokens)
+
+
+def compacted(window_id: str, strategy: str, freed: int) -> None:
+    """INFO, per compaction that freed something."""
+    log.info("Compacted context for agent %s: strategy=%s, freed=%dtokens", window_id, strategy, freed)
+
+
+def compaction_triggered(window_id: str, percent: float) -> None:
+    """WARNING, when an add has to compact the window to make room."""
+    log.warning("Context usage at %.1f%% for agent %s, triggering compaction", percent, window_id)
+
+
+def window_full(window_id: str, current: int, maximum: int, requested: int) -> None:
+    """ERROR, when an add cannot fit."""
+    log.error(
+        "Context window full for agent %s: current=%d, max=%d, requested=%d", window_id, current, maximum, requested
+    )
