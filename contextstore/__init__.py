@@ -16,18 +16,24 @@ from .errors import (
     ContextWindowFullError,
     CorruptWindowError,
     DuplicateItemError,
+    HelperError,
     InvalidItemError,
     InvalidOptionsError,
     InvalidWindowIdError,
     PermissionDeniedError,
+    RelevanceScorerError,
     StoreOutOfMemoryError,
     StoreUnavailableError,
     StrategyUnavailableError,
+    SummarizerError,
+    SummaryNotFoundError,
     WindowNotFoundError,
 )
 from .events import Event, OtherEvent
+from .relevance import BM25Scorer, EmbeddingScorer, RelevanceScorer
 from .retry import RetryPolicy
 from .streams import EventBatch
+from .summarize import ExtractiveSummarizer, OpenAISummarizer, Summarizer
 from .sync import ContextStore, ContextWindow
 from .tokens import TiktokenCounter, TokenCounter
 from .types import (
@@ -51,6 +57,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AsyncContextStore",
     "AsyncContextWindow",
+    "BM25Scorer",
     "BudgetTooSmallError",
     "BuildOptions",
     "BuiltContext",
@@ -68,20 +75,29 @@ __all__ = [
     "CorruptWindowError",
     "DuplicateItemError",
     "EmbeddedServer",
+    "EmbeddingScorer",
     "Event",
     "EventBatch",
+    "ExtractiveSummarizer",
+    "HelperError",
     "InvalidItemError",
     "InvalidOptionsError",
     "InvalidWindowIdError",
     "ItemFields",
     "ItemType",
+    "OpenAISummarizer",
     "OtherEvent",
     "PermissionDeniedError",
     "PlannedItem",
+    "RelevanceScorer",
+    "RelevanceScorerError",
     "RetryPolicy",
     "StoreOutOfMemoryError",
     "StoreUnavailableError",
     "StrategyUnavailableError",
+    "Summarizer",
+    "SummarizerError",
+    "SummaryNotFoundError",
     "TiktokenCounter",
     "TokenCounter",
     "VerifyReport",

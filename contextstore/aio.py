@@ -14,7 +14,7 @@ import redis.asyncio
 import redis.asyncio.retry
 from typing_extensions import Unpack
 
-from . import _streaming, streams
+from . import _compacting, _streaming, compactor, streams
 from ._loops import LoopClients
 from .config import StoreOptions
 from .errors import REDIS_EXCEPTIONS, ContextStoreError, from_helper, from_redis
@@ -24,6 +24,7 @@ from .plans import build as build_plans
 from .plans import compaction as compaction_plans
 from .plans import items as item_plans
 from .plans import snapshot as snapshot_plans
+from .plans import summaries as summary_plans
 from .plans import window as window_plans
 from .plans.base import External, Plan, ScriptCall, WindowState
 from .scripts import ScriptRegistry
@@ -91,11 +92,11 @@ class AsyncContextStore(StoreBase):
     @staticmethod
     async def _call_helper(request: External) -> Any:
         try:
-            result = request.fn(*request.args)
+            result = (request.async_fn or request.fn)(*request.args)
             if inspect.isawaitable(result):
                 result = await result
         except Exception as exc:
-            raise from_helper(exc) from exc
+            raise from_helper(exc, request.kind) from exc
         return result
 
     def _loop_error(self, exc: RuntimeError) -> ContextStoreError:
@@ -145,6 +146,23 @@ class AsyncContextStore(StoreBase):
             self._settings.prefix, self._client, window_ids, group, consumer, block_ms, count, claim_after_ms
         )
         return self._batches(group, plan)
+
+    async def run_compactor(
+        self,
+        windows: str | Sequence[str] | None = None,
+        *,
+        stop: asyncio.Event | None = None,
+        group: str = compactor.COMPACTOR_GROUP,
+        consumer: str | None = None,
+        lease_ms: int = 120_000,
+        claim_after_ms: int = 30_000,
+        block_ms: int = 1000,
+    ) -> None:
+        """Compact windows in the background until ``stop`` is set (see
+        ``ContextStore.run_compactor``); summaries are awaited, so give the store an async
+        summarizer (``OpenAISummarizer`` has one)."""
+        job = compactor.new_job(windows, group, consumer, lease_ms, claim_after_ms, block_ms)
+        await _compacting.arun(self, job, stop)
 
     async def _batches(self, group: str, plan: streams.StreamPlan) -> AsyncIterator[EventBatch]:
         async for delivery in _streaming.avalues(self, plan):
@@ -247,6 +265,14 @@ class AsyncContextWindow:
         """Remove (or summarize) unpinned items until usage <= target_percent; tokens freed."""
         plan = compaction_plans.compact(self._settings, self._state, strategy, target_percent, query, request_id)
         return await self._store._run(plan)
+
+    async def archived(self, summary_id: str) -> list[ContextItem]:
+        """The items summary ``summary_id`` replaced (see ``ContextWindow.archived``)."""
+        return await self._store._run(summary_plans.archived(self._state, summary_id))
+
+    async def undo_summary(self, summary_id: str, *, request_id: str | None = None) -> int:
+        """Put back what summary ``summary_id`` replaced (see ``ContextWindow.undo_summary``)."""
+        return await self._store._run(summary_plans.undo_summary(self._state, summary_id, request_id))
 
     async def build(self, options: BuildOptions | None = None) -> str:
         """The prompt within the token budget (see ``build_structured``)."""

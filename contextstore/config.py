@@ -16,6 +16,7 @@ from msgspec import UNSET, Meta, UnsetType
 
 from .errors import InvalidOptionsError
 from .layout import (
+    DEFAULT_ARCHIVE_TTL_SECONDS,
     DEFAULT_WARN_PERCENT,
     MAX_CONTENT_BYTES,
     MAX_EVENTS,
@@ -58,6 +59,7 @@ class ConfigValues(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     clear_exclude_tools: tuple[ToolName, ...] | UnsetType | None = UNSET
     warn_percent: Threshold | UnsetType = UNSET
     events_maxlen: EventsMaxlen | UnsetType = UNSET
+    archive_ttl_seconds: TtlSeconds | UnsetType = UNSET
 
     def passed(self) -> dict[str, Any]:
         """The options that were passed, by name."""
@@ -126,6 +128,9 @@ def creation_config(values: ConfigValues, item_limit: int) -> WindowConfig:
         clear_exclude_tools=tools if isinstance(tools, tuple) else (),
         warn_percent=DEFAULT_WARN_PERCENT if isinstance(values.warn_percent, UnsetType) else values.warn_percent,
         events_maxlen=STREAM_MAXLEN if isinstance(values.events_maxlen, UnsetType) else values.events_maxlen,
+        archive_ttl_seconds=DEFAULT_ARCHIVE_TTL_SECONDS
+        if isinstance(values.archive_ttl_seconds, UnsetType)
+        else values.archive_ttl_seconds,
     )
 
 

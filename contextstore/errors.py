@@ -93,6 +93,29 @@ class StrategyUnavailableError(ContextStoreError):
     """SUMMARIZE or SELECTIVE was asked for but the store has no summarizer / relevance scorer."""
 
 
+class SummaryNotFoundError(ContextStoreError, LookupError):
+    """``undo_summary()`` of a summary whose archive entry expired (or never existed), or that
+    is no longer in the window."""
+
+    def __init__(self, summary_id: str, reason: str) -> None:
+        self.summary_id = summary_id
+        self.reason = reason
+        super().__init__(f"cannot undo summary {summary_id!r}: {reason}")
+
+
+class HelperError(ContextStoreError):
+    """A summarizer or relevance scorer failed; the window is unchanged. The helper's own
+    exception is the ``__cause__``."""
+
+
+class SummarizerError(HelperError):
+    """The summarizer failed (a model endpoint's error status, a timeout, an empty answer)."""
+
+
+class RelevanceScorerError(HelperError):
+    """The relevance scorer (or the embedding function behind it) failed or answered badly."""
+
+
 class StoreUnavailableError(ContextStoreError):
     """Redis could not be reached. The message names the URL without its password."""
 
@@ -142,6 +165,10 @@ SCRIPT_ERRORS: dict[str, ErrorFactory] = {
     "BADARG": lambda d, badarg: badarg(f"rejected by the server: {' '.join(d)}"),
     "CORRUPT": lambda d, _: CorruptWindowError(f"item {d[0]!r} is stored in a shape the scripts never write"),
     "TOOLCALL": lambda d, _: InvalidItemError(_TOOLCALL_PROBLEMS.get(d[0], "{}").format(d[1] if len(d) > 1 else "")),
+    "NOSUMMARY": lambda d, _: SummaryNotFoundError(
+        d[0], "its archive entry expired or never existed" if d[1] == "archive" else "it is no longer in the window"
+    ),
+    "INUSE": lambda d, _: DuplicateItemError(f"cannot undo the summary: {d[0]} {d[1]!r} is in the window again"),
 }
 
 
@@ -233,6 +260,10 @@ def from_redis(exc: BaseException, where: str) -> ContextStoreError:
     return _entry(exc)[1](exc, where)
 
 
-def from_helper(exc: BaseException) -> ContextStoreError:
-    """The error for a summarizer or relevance scorer that raised (the caller chains it)."""
-    return ContextStoreError(f"the summarizer / relevance scorer raised {type(exc).__name__}: {exc}")
+def from_helper(exc: BaseException, kind: str) -> ContextStoreError:
+    """The error for a ``kind`` helper ("summarizer" or "relevance scorer") that raised (the
+    caller chains it); a contextstore error it raised itself passes as it is."""
+    if isinstance(exc, ContextStoreError):
+        return exc
+    cls = SummarizerError if kind == "summarizer" else RelevanceScorerError
+    return cls(f"the {kind} raised {type(exc).__name__}: {exc}")

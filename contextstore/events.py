@@ -66,6 +66,8 @@ class Compacted(Event, frozen=True, kw_only=True, tag="compacted"):
     usage_before_percent: float
     usage_after_percent: float
     total_tokens_after: int
+    #: the summary that replaced the removed items (SUMMARIZE)
+    summary_id: str | None = None
 
 
 class Cleared(Event, frozen=True, kw_only=True, tag="cleared"):
@@ -120,6 +122,7 @@ class Configured(Event, frozen=True, kw_only=True, tag="configured"):
     clear_exclude: str | None = None
     warn_percent: float | None = None
     events_maxlen: int | None = None
+    archive_ttl: int | None = None
 
 
 class Built(Event, frozen=True, kw_only=True, tag="built"):
@@ -142,6 +145,14 @@ class UsageWarning(Event, frozen=True, kw_only=True, tag="usage_warning"):
     total_tokens: int
 
 
+class SummaryUndone(Event, frozen=True, kw_only=True, tag="summary_undone"):
+    """``undo_summary()`` put back the items a summary replaced (and removed the summary)."""
+
+    summary_id: str
+    items_restored: int
+    total_tokens_after: int
+
+
 class OtherEvent(msgspec.Struct, frozen=True, kw_only=True):
     """An entry whose kind this version does not know (written by a newer one), as it is."""
 
@@ -154,7 +165,7 @@ class OtherEvent(msgspec.Struct, frozen=True, kw_only=True):
 
 AnyEvent = Union[  # noqa: UP007 - a Union msgspec decodes by tag
     ItemAdded, ItemRemoved, ItemCleared, Compacted, Cleared, PriorityChanged, Pinned, Unpinned, Restored,
-    Configured, Built, UsageWarning,
+    Configured, Built, UsageWarning, SummaryUndone,
 ]  # fmt: skip
 KINDS = frozenset(c.__struct_config__.tag for c in AnyEvent.__args__)  # type: ignore[attr-defined]
 

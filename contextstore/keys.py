@@ -16,7 +16,10 @@ _ID_RE = re.compile(r"[A-Za-z0-9._\-:@/+=]{1,200}")
 MAX_WINDOW_ID = 200
 
 #: Names of the per-window keys, in the order they are passed to every script as KEYS.
-KEY_NAMES = ("meta", "items", "order", "fifo", "pinned", "attrs", "events", "requests", "replies", "groups", "calls")
+KEY_NAMES = (
+    "meta", "items", "order", "fifo", "pinned", "attrs", "events", "requests", "replies", "groups", "calls",
+    "archive", "vectors", "lease",
+)  # fmt: skip
 
 
 class WindowKeys(NamedTuple):
@@ -33,6 +36,9 @@ class WindowKeys(NamedTuple):
     replies: str
     groups: str
     calls: str
+    archive: str
+    vectors: str
+    lease: str
 
 
 def validate_window_id(window_id: object, what: str = "window id") -> str:

@@ -9,6 +9,7 @@ scripts are loaded (``scripts.py``), so the Lua side never spells one of them it
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import ClassVar
 
 from .types import TYPE_RANKS, CompactionStrategy
 
@@ -27,6 +28,10 @@ STREAM_MAXLEN = 10_000
 MAX_EVENTS = 10**7
 #: a usage_warning event when a window crosses this share of max_tokens (window ``warn_percent``)
 DEFAULT_WARN_PERCENT = 75.0
+#: how long the items a summary replaced stay in the window's archive (``archive_ttl_seconds``)
+DEFAULT_ARCHIVE_TTL_SECONDS = 86_400
+#: the ``:archive`` field listing when each entry expires: "<summary id>=<server ms> ..."
+ARCHIVE_INDEX = "~expires"
 #: the request log keeps the newest REQUEST_LOG_MAX requests, none older than REQUEST_LOG_TTL_MS
 REQUEST_LOG_MAX = 2000
 REQUEST_LOG_TTL_MS = 15 * 60 * 1000
@@ -66,12 +71,22 @@ class Meta:
     WARN_PERCENT = "warn_percent"
     EVENTS_MAXLEN = "events_maxlen"
     WARNED = "warned"  # 1 while usage is at or above warn_percent (a usage_warning was sent)
+    ARCHIVE_TTL = "archive_ttl"  # seconds the items a summary replaced stay in :archive
+    SUMMARIES = "summaries"  # summaries made (the n of their ids, ctx-<seq>.<n>)
 
     #: the config fields, in the order the scripts take and answer them
     CONFIG = (
         MAX_TOKENS, MAX_ITEMS, ITEM_LIMIT, THRESHOLD, STRATEGY, TTL, KEEP_RECENT, CLEAR_AT_LEAST, CLEAR_EXCLUDE,
-        WARN_PERCENT, EVENTS_MAXLEN,
+        WARN_PERCENT, EVENTS_MAXLEN, ARCHIVE_TTL,
     )  # fmt: skip
+    #: config fields stored as text / as floats (the others are integers)
+    TEXT = (STRATEGY, CLEAR_EXCLUDE)
+    FLOAT = (THRESHOLD, WARN_PERCENT)
+    #: what a config field a window created by an older version lacks stands for
+    DEFAULTS: ClassVar[dict[str, str]] = {
+        KEEP_RECENT: "0", CLEAR_AT_LEAST: "0", CLEAR_EXCLUDE: "", WARN_PERCENT: repr(DEFAULT_WARN_PERCENT),
+        EVENTS_MAXLEN: str(STREAM_MAXLEN), ARCHIVE_TTL: str(DEFAULT_ARCHIVE_TTL_SECONDS),
+    }  # fmt: skip
 
 
 def _lua_table(pairs: Mapping[str, object]) -> str:
@@ -89,6 +104,7 @@ def _lua_value(v: object) -> str:
 def lua_constants() -> str:
     """Lua source defining every shared fact as a local of the script."""
     meta = {k: v for k, v in vars(Meta).items() if k.isupper() and isinstance(v, str)}
+    config = ", ".join(f"'{f}'" for f in Meta.CONFIG)
     server_side = {s.value: True for s in CompactionStrategy if s.server_side}
     return "\n".join(
         [
@@ -104,6 +120,11 @@ def lua_constants() -> str:
             f"local DEFAULT_WARN_PERCENT = {DEFAULT_WARN_PERCENT}",
             f"local REQUEST_LOG_MAX, REQUEST_LOG_TTL_MS = {REQUEST_LOG_MAX}, {REQUEST_LOG_TTL_MS}",
             f"local N_CONFIG = {len(Meta.CONFIG)}",
+            f"local CONFIG_FIELDS = {{{config}}}",
+            f"local CONFIG_TEXT = {_lua_table({f: True for f in Meta.TEXT})}",
+            f"local CONFIG_FLOAT = {_lua_table({f: True for f in Meta.FLOAT})}",
+            f"local CONFIG_DEFAULTS = {_lua_table(Meta.DEFAULTS)}",
+            f"local ARCHIVE_INDEX = '{ARCHIVE_INDEX}'",
             f"local CLEARED_PLACEHOLDER, CLEARED_KEY = '{CLEARED_PLACEHOLDER}', '{CLEARED_KEY}'",
             "",
         ]

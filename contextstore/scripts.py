@@ -20,11 +20,11 @@ from .layout import lua_constants
 
 SCRIPT_NAMES = (
     "add", "remove", "pin", "priority", "clear", "compact", "commit", "restore",
-    "configure", "ensure", "delete", "event", "read",
+    "configure", "ensure", "delete", "event", "read", "undo", "lease", "vectors",
 )  # fmt: skip
 
 #: every helper file, each after the ones it needs; ``requests`` (run_request) is in every script
-LIB_NAMES = ("core", "events", "meta", "items", "compaction", "requests")
+LIB_NAMES = ("core", "events", "meta", "items", "compaction", "archive", "requests")
 _NEEDS = re.compile(r"^-- needs: (.*)$", re.M)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar, overload
 
 from typing_extensions import Unpack
 
@@ -24,6 +24,7 @@ from .urls import describe_client, redact_url, scrub
 from .wire import unwrap_mutation
 
 S = TypeVar("S", bound="StoreBase")
+T = TypeVar("T")
 log = logging.getLogger("contextstore")
 _DEFAULT_RETRY = RetryPolicy()
 
@@ -157,3 +158,17 @@ class StoreBase:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._where}, prefix={self._settings.prefix!r})"
+
+
+class StatField(Generic[T]):
+    """A read-only attribute of a sync window that reads one field of its ``stats()``."""
+
+    def __init__(self, field: str, doc: str) -> None:
+        self.field, self.__doc__ = field, doc
+
+    @overload
+    def __get__(self, window: None, owner: type) -> StatField[T]: ...
+    @overload
+    def __get__(self, window: Any, owner: type) -> T: ...
+    def __get__(self, window: Any, owner: type) -> StatField[T] | T:
+        return self if window is None else getattr(window.stats(), self.field)

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import inspect
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
-from typing import Any, Generic, Literal, TypeVar, overload
+from typing import Any, Literal, TypeVar
 
 import redis
 import redis.retry
 from typing_extensions import Unpack
 
-from . import _streaming, streams
+from . import _compacting, _streaming, compactor, streams
 from ._direct import DirectEvalsha
 from .errors import REDIS_EXCEPTIONS, InvalidOptionsError, from_helper, from_redis
 from .events import Event, OtherEvent
@@ -21,9 +22,10 @@ from .plans import build as build_plans
 from .plans import compaction as compaction_plans
 from .plans import items as item_plans
 from .plans import snapshot as snapshot_plans
+from .plans import summaries as summary_plans
 from .plans import window as window_plans
 from .plans.base import External, Plan, ScriptCall, WindowState
-from .store import StoreBase
+from .store import StatField, StoreBase
 from .streams import EventBatch
 from .types import (
     BuildOptions,
@@ -91,10 +93,10 @@ class ContextStore(StoreBase):
         try:
             result = request.fn(*request.args)
         except Exception as exc:
-            raise from_helper(exc) from exc
+            raise from_helper(exc, request.kind) from exc
         if inspect.isawaitable(result):
             getattr(result, "close", lambda: None)()
-            raise InvalidOptionsError("an async summarizer/scorer needs AsyncContextStore")
+            raise InvalidOptionsError(f"an async {request.kind} needs AsyncContextStore")
         return result
 
     def window(self, window_id: str, *, create: bool = True, **config: Unpack[WindowOptions]) -> ContextWindow:
@@ -139,6 +141,24 @@ class ContextStore(StoreBase):
         )
         return self._batches(group, plan)
 
+    def run_compactor(
+        self,
+        windows: str | Sequence[str] | None = None,
+        *,
+        stop: threading.Event | None = None,
+        group: str = compactor.COMPACTOR_GROUP,
+        consumer: str | None = None,
+        lease_ms: int = 120_000,
+        claim_after_ms: int = 30_000,
+        block_ms: int = 1000,
+    ) -> None:
+        """Compact windows (None: every window under the prefix) in the background until
+        ``stop`` is set: at ``warn_percent`` with their default strategy, down to 15 points
+        below it, one compactor per window at a time (a lease of ``lease_ms``, longer than your
+        slowest summary). See ``contextstore.compactor``."""
+        job = compactor.new_job(windows, group, consumer, lease_ms, claim_after_ms, block_ms)
+        _compacting.run(self, job, stop)
+
     def _batches(self, group: str, plan: streams.StreamPlan) -> Iterator[EventBatch]:
         for delivery in _streaming.values(self, plan):
             calls = streams.acknowledge(group, delivery.pending)
@@ -154,20 +174,6 @@ class ContextStore(StoreBase):
 
     def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
         self.close()
-
-
-class _Stat(Generic[T]):
-    """A read-only attribute of the window that reads one field of its ``stats()``."""
-
-    def __init__(self, field: str, doc: str) -> None:
-        self.field, self.__doc__ = field, doc
-
-    @overload
-    def __get__(self, window: None, owner: type) -> _Stat[T]: ...
-    @overload
-    def __get__(self, window: ContextWindow, owner: type) -> T: ...
-    def __get__(self, window: ContextWindow | None, owner: type) -> _Stat[T] | T:
-        return self if window is None else getattr(window.stats(), self.field)
 
 
 class ContextWindow:
@@ -255,6 +261,17 @@ class ContextWindow:
         plan = compaction_plans.compact(self._settings, self._state, strategy, target_percent, query, request_id)
         return self._run(plan)
 
+    def archived(self, summary_id: str) -> list[ContextItem]:
+        """The items summary ``summary_id`` replaced, as they were, in arrival order ([] once
+        ``archive_ttl_seconds`` passed, or for an id that is no summary)."""
+        return self._run(summary_plans.archived(self._state, summary_id))
+
+    def undo_summary(self, summary_id: str, *, request_id: str | None = None) -> int:
+        """Put back what summary ``summary_id`` replaced and remove it, atomically; how many
+        items came back. Refused (``ContextWindowFullError``, ``SummaryNotFoundError``,
+        ``DuplicateItemError``) with nothing changed if they no longer fit or cannot come back."""
+        return self._run(summary_plans.undo_summary(self._state, summary_id, request_id))
+
     def build(self, options: BuildOptions | None = None) -> str:
         """The prompt within the token budget (see ``build_structured``)."""
         return self.build_structured(options).content
@@ -329,14 +346,14 @@ class ContextWindow:
         return self._state.window_id
 
     # the window's numbers: each access reads Redis (the asyncio window has them in stats())
-    max_tokens = _Stat[int | None]("max_tokens", "The token limit (None: none).")
-    max_items = _Stat[int]("max_items", "The item cap.")
-    current_tokens = _Stat[int]("current_tokens", "Tokens in the window now.")
-    available_tokens = _Stat[int | None]("available_tokens", "Tokens left below the limit (None without one).")
-    usage_percent = _Stat[float]("usage_percent", "Tokens in use as a share of the limit (0 without one).")
-    item_count = _Stat[int]("total_items", "Items in the window now.")
-    compaction_threshold = _Stat[float]("compaction_threshold", "Usage percent above which an add compacts first.")
-    default_strategy = _Stat[CompactionStrategy]("default_strategy", "The strategy compaction uses when none is given.")
+    max_tokens = StatField[int | None]("max_tokens", "The token limit (None: none).")
+    max_items = StatField[int]("max_items", "The item cap.")
+    current_tokens = StatField[int]("current_tokens", "Tokens in the window now.")
+    available_tokens = StatField[int | None]("available_tokens", "Tokens left below the limit (None without one).")
+    usage_percent = StatField[float]("usage_percent", "Tokens in use as a share of the limit (0 without one).")
+    item_count = StatField[int]("total_items", "Items in the window now.")
+    compaction_threshold = StatField[float]("compaction_threshold", "Usage percent above which an add compacts first.")
+    default_strategy = StatField[CompactionStrategy]("default_strategy", "The strategy compact() uses by default.")
 
     def __repr__(self) -> str:
         return f"ContextWindow({self._state.window_id!r})"

@@ -180,6 +180,7 @@ class ContextSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     clear_exclude_tools: list[str] = []
     warn_percent: float = 75.0
     events_maxlen: int = 10_000
+    archive_ttl_seconds: int = 86_400
 
 
 class ContextWindowStats(msgspec.Struct, frozen=True, kw_only=True):
@@ -220,6 +221,8 @@ class WindowConfig(msgspec.Struct, frozen=True, kw_only=True):
     warn_percent: float = 75.0
     #: the event stream is trimmed to about this many entries
     events_maxlen: int = 10_000
+    #: the items a summary replaced stay in the window's archive this long
+    archive_ttl_seconds: int = 86_400
 
 
 class WindowOptions(TypedDict, total=False):
@@ -229,8 +232,8 @@ class WindowOptions(TypedDict, total=False):
     config; a new window gets ``max_tokens=None`` (no token limit), ``max_items`` 50 (or the
     store's ``item_limit`` when ``max_tokens`` is set), ``compaction_threshold=85.0``,
     ``default_strategy=REMOVE_LOW_PRIORITY``, ``ttl_seconds=None`` (no expiry),
-    ``keep_recent=0``, ``clear_at_least=0``, ``clear_exclude_tools=()``, ``warn_percent=75.0``
-    and ``events_maxlen=10000``. To
+    ``keep_recent=0``, ``clear_at_least=0``, ``clear_exclude_tools=()``, ``warn_percent=75.0``,
+    ``events_maxlen=10000`` and ``archive_ttl_seconds=86400``. To
     ``configure()``, only the options passed change; ``max_tokens=None`` removes the token limit
     and ``ttl_seconds=None`` the expiry.
     """
@@ -245,6 +248,7 @@ class WindowOptions(TypedDict, total=False):
     clear_exclude_tools: list[str] | tuple[str, ...] | None
     warn_percent: float | None
     events_maxlen: int | None
+    archive_ttl_seconds: int | None
 
 
 class ItemFields(TypedDict, total=False):

@@ -192,7 +192,7 @@ def _check_groups(items: dict[str, dict[str, Any]], groups: dict[str, str], call
 
 def inspect_window(window_id: str, reply: Sequence[Any]) -> VerifyReport:
     """Check read.lua's ``all`` reply: {meta, npinned, items, fifo, order, pinned, attrs, scores,
-    groups, calls}."""
+    groups, calls, vectors}."""
     meta, raw_items = _pairs(reply[0]), _pairs(reply[2])
     fifo = [_text(x) for x in reply[3]]
     order = {_text(reply[4][i]): float(reply[4][i + 1]) for i in range(0, len(reply[4]), 2)}
@@ -210,5 +210,8 @@ def inspect_window(window_id: str, reply: Sequence[Any]) -> VerifyReport:
     _check_structures(set(raw_items), fifo, order, pinned, attrs, items, say)
     _check_order(meta, fifo, order, attrs, scores, items, say)
     _check_groups(items, _pairs(reply[8]), _pairs(reply[9]), say)
+    stale = {_text(x) for x in reply[10]} - set(raw_items)
+    if stale:
+        say(f":vectors has vectors of ids that are not in :items: {sorted(stale)[:5]}")
     tokens = _check_counters(meta, len(raw_items), items, say)
     return VerifyReport(window_id=window_id, exists=True, items=len(raw_items), tokens=tokens, problems=problems)

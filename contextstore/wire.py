@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from .layout import CLEARED_KEY, DEFAULT_WARN_PERCENT, STREAM_MAXLEN, Meta
+from .layout import CLEARED_KEY, Meta
 from .stored import body_json, decode_item
 from .types import CompactionStrategy, ContextItem, ItemType, PlannedItem, WindowConfig
 from .validate import NewItem
@@ -22,14 +22,25 @@ Args = list[str | bytes]
 
 #: how many arguments ``config_args`` gives (every mutating script's first ARGV)
 CONFIG_ARGS = len(Meta.CONFIG)
-#: what :meta holds for a config field a window created by an older version lacks
-_CONFIG_DEFAULTS = {
-    Meta.KEEP_RECENT: "0",
-    Meta.CLEAR_AT_LEAST: "0",
-    Meta.CLEAR_EXCLUDE: "",
-    Meta.WARN_PERCENT: repr(DEFAULT_WARN_PERCENT),
-    Meta.EVENTS_MAXLEN: str(STREAM_MAXLEN),
+#: the ``WindowConfig`` attribute (the window option) each config field of :meta holds, in
+#: ``Meta.CONFIG`` order
+CONFIG_ATTRS = {
+    Meta.MAX_TOKENS: "max_tokens",
+    Meta.MAX_ITEMS: "max_items",
+    Meta.ITEM_LIMIT: "item_limit",
+    Meta.THRESHOLD: "compaction_threshold",
+    Meta.STRATEGY: "default_strategy",
+    Meta.TTL: "ttl_seconds",
+    Meta.KEEP_RECENT: "keep_recent",
+    Meta.CLEAR_AT_LEAST: "clear_at_least",
+    Meta.CLEAR_EXCLUDE: "clear_exclude_tools",
+    Meta.WARN_PERCENT: "warn_percent",
+    Meta.EVENTS_MAXLEN: "events_maxlen",
+    Meta.ARCHIVE_TTL: "archive_ttl_seconds",
 }
+assert tuple(CONFIG_ATTRS) == Meta.CONFIG
+#: the config fields of the window options configure() may change (all but item_limit)
+CONFIG_FIELDS = {attr: f for f, attr in CONFIG_ATTRS.items() if f != Meta.ITEM_LIMIT}
 
 
 def text(value: Any) -> str:
@@ -37,40 +48,42 @@ def text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def option_value(name: str, value: Any) -> str:
+    """A window option as the scripts store it (None and 0 mean no limit / no expiry)."""
+    if name == "default_strategy":
+        return str(CompactionStrategy(value).value)
+    if name in ("compaction_threshold", "warn_percent"):
+        return repr(float(value))
+    if name == "clear_exclude_tools":
+        return " ".join(value or ())
+    return str(value or 0)
+
+
+def _option_from(name: str, raw: str) -> Any:
+    if name == "default_strategy":
+        return CompactionStrategy(raw)
+    if name in ("compaction_threshold", "warn_percent"):
+        return float(raw)
+    if name == "clear_exclude_tools":
+        return tuple(raw.split())
+    if name in ("max_tokens", "ttl_seconds"):
+        return int(raw) or None
+    return int(raw)
+
+
 def config_args(cfg: WindowConfig) -> Args:
     """The first ARGV of every mutating script, in ``Meta.CONFIG`` order."""
-    return [
-        str(cfg.max_tokens or 0),
-        str(cfg.max_items),
-        str(cfg.item_limit),
-        repr(float(cfg.compaction_threshold)),
-        cfg.default_strategy.value,
-        str(cfg.ttl_seconds or 0),
-        str(cfg.keep_recent),
-        str(cfg.clear_at_least),
-        " ".join(cfg.clear_exclude_tools),
-        repr(float(cfg.warn_percent)),
-        str(cfg.events_maxlen),
-    ]
+    return [option_value(name, getattr(cfg, name)) for name in CONFIG_ATTRS.values()]
 
 
 def config_from(values: Sequence[Any]) -> WindowConfig:
-    """A config from its values in ``Meta.CONFIG`` order (ensure's and configure's reply)."""
-    max_tokens, max_items, item_limit, threshold, strategy, ttl, keep, at_least, tools, warn, maxlen = (
-        text(v) for v in values
-    )
+    """A config from its values in ``Meta.CONFIG`` order (ensure's and configure's reply); a
+    field a window made by an older version lacks (None) takes its default."""
     return WindowConfig(
-        max_tokens=int(max_tokens) or None,
-        max_items=int(max_items),
-        item_limit=int(item_limit),
-        compaction_threshold=float(threshold),
-        default_strategy=CompactionStrategy(strategy),
-        ttl_seconds=int(ttl) or None,
-        keep_recent=int(keep),
-        clear_at_least=int(at_least),
-        clear_exclude_tools=tuple(tools.split()),
-        warn_percent=float(warn),
-        events_maxlen=int(maxlen),
+        **{
+            name: _option_from(name, Meta.DEFAULTS[f] if v is None else text(v))
+            for (f, name), v in zip(CONFIG_ATTRS.items(), values, strict=True)
+        }
     )
 
 
@@ -93,7 +106,7 @@ class ReadReply(msgspec.Struct):
         """The stored config, or ``fallback`` for a missing window."""
         if not self.exists:
             return fallback
-        return config_from([self.meta.get(f, _CONFIG_DEFAULTS.get(f)) for f in Meta.CONFIG])
+        return config_from([self.meta.get(f) for f in Meta.CONFIG])
 
     def items(self) -> list[ContextItem]:
         """The items read, decoded."""
@@ -112,6 +125,11 @@ def read_args(mode: str, types: str = "", limit: int = -1) -> Args:
 def get_args(item_id: str) -> Args:
     """read.lua's ARGV for one item."""
     return ["get", item_id]
+
+
+def archived_args(summary_id: str) -> Args:
+    """read.lua's ARGV for the items a summary replaced."""
+    return ["archived", summary_id]
 
 
 def decode_read(reply: Sequence[Any]) -> ReadReply:
@@ -203,6 +221,21 @@ def commit_args(
     return args + (item_args(summary) if summary is not None else [])
 
 
+def decode_commit(reply: Sequence[Any]) -> tuple[int, str]:
+    """commit.lua's reply: tokens freed (net of the summary), the summary's id ("" without one)."""
+    return int(reply[0]), text(reply[1])
+
+
+def undo_args(cfg: WindowConfig, summary_id: str) -> Args:
+    """undo.lua's ARGV."""
+    return [*config_args(cfg), summary_id]
+
+
+def lease_args(op: str, token: str, ms: int = 0) -> Args:
+    """lease.lua's ARGV: acquire (for ``ms``) or release, by the compactor's token."""
+    return [op, token, str(ms)]
+
+
 # -- the other mutations ---------------------------------------------------------------------------
 
 
@@ -252,32 +285,6 @@ def decode_dry_run(reply: Sequence[Any]) -> tuple[int, list[PlannedItem]]:
     return int(reply[0]), planned
 
 
-#: configure.lua's field name of each window option
-CONFIG_FIELDS = {
-    "max_tokens": Meta.MAX_TOKENS,
-    "max_items": Meta.MAX_ITEMS,
-    "compaction_threshold": Meta.THRESHOLD,
-    "default_strategy": Meta.STRATEGY,
-    "ttl_seconds": Meta.TTL,
-    "keep_recent": Meta.KEEP_RECENT,
-    "clear_at_least": Meta.CLEAR_AT_LEAST,
-    "clear_exclude_tools": Meta.CLEAR_EXCLUDE,
-    "warn_percent": Meta.WARN_PERCENT,
-    "events_maxlen": Meta.EVENTS_MAXLEN,
-}
-
-
-def option_value(name: str, value: Any) -> str:
-    """A window option as the scripts store it (None and 0 mean no limit / no expiry)."""
-    if name == "default_strategy":
-        return str(CompactionStrategy(value).value)
-    if name in ("compaction_threshold", "warn_percent"):
-        return repr(float(value))
-    if name == "clear_exclude_tools":
-        return " ".join(value or ())
-    return str(value or 0)
-
-
 def configure_args(cfg: WindowConfig, changes: dict[str, Any]) -> Args:
     """configure.lua's ARGV: field/value pairs of the changed options."""
     args = config_args(cfg)
@@ -291,9 +298,7 @@ def restore_args(
 ) -> Args:
     """restore.lua's ARGV: the snapshot's config, then (id, stored JSON, seq, tokens, priority,
     type, pinned, flags, group, tool link) per item."""
-    args = [*config_args(cfg)]
-    args += [option_value(n, getattr(snap_config, n)) for n in CONFIG_FIELDS]
-    args.append(str(len(items)))
+    args = [*config_args(cfg), *config_args(snap_config), str(len(items))]
     for item, raw, checked in items:
         args += [
             item.id or "",

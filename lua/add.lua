@@ -1,6 +1,6 @@
 -- add.lua: add one or more items in one atomic step (add and add_many).
 -- needs: items compaction
--- KEYS: the eleven window keys (see lib/core.lua).
+-- KEYS: the window keys (see lib/core.lua).
 -- ARGV[1..N_CONFIG]: the caller's config (used only if the window does not exist).
 -- ARGV[N_CONFIG + 1]: tokens of the cleared-tool-result placeholder; ARGV[N_CONFIG + 2]: n;
 --   then n groups of 8: id ('' = ctx-<seq>), body JSON ({"type":...}), type, token_count,

@@ -1,6 +1,6 @@
 -- clear.lua: remove every unpinned item, or every item with include_pinned.
 -- needs: items
--- KEYS: the eleven window keys. ARGV[1..N_CONFIG]: caller config (unused).
+-- KEYS: the window keys (lib/core.lua). ARGV[1..N_CONFIG]: caller config (unused).
 -- ARGV[N_CONFIG + 1]: '1' to include pinned items. Reply: number of items removed.
 local cfg = read_config()
 if cfg == nil or cfg.new then return 0 end

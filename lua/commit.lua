@@ -1,10 +1,15 @@
 -- commit.lua: commit a compaction computed outside Redis (summarize / selective).
--- needs: compaction
--- KEYS: the eleven window keys. ARGV[1..N_CONFIG]: caller config (unused).
+-- needs: compaction archive
+-- KEYS: the window keys (lib/core.lua). ARGV[1..N_CONFIG]: caller config (unused).
 -- ARGV[N_CONFIG + 1]: strategy; + 2: n; then n pairs (id, sha1 of the item JSON the caller
---   read); then, for summarize, one item group of 8 as in add.lua (the summary).
--- Reply: tokens freed (net of the summary), or {'!', 'CONFLICT', id} when an item changed,
---   vanished or was pinned since it was read (nothing is written then).
+--   read); then, for summarize, one item group of 8 as in add.lua (the summary, without id).
+-- Checks first: every item is unchanged, unpinned, not among the keep_recent newest
+--   conversation units, and takes its whole group with it; else {'!', 'CONFLICT', id} and
+--   nothing is written.
+-- A summary takes the seq of the oldest item it replaces and that item's place in arrival
+--   order; its id is ctx-<seq>.<n> (n counts the window's summaries). The replaced items go to
+--   the archive for archive_ttl seconds (lib/archive.lua).
+-- Reply: {tokens freed (net of the summary), summary id or ''}.
 local A = N_CONFIG
 local cfg = read_config()
 local strategy, n = ARGV[A + 1], tonumber(ARGV[A + 2])
@@ -13,33 +18,79 @@ local base = A + 2 + 2 * n
 local summary = nil
 if #ARGV == base + 8 then
   summary = parse_item(base)
-  if not summary then return fail('BADARG', 'summary') end
+  if not summary or summary.pinned or summary.group ~= '' then return fail('BADARG', 'summary') end
 elseif #ARGV ~= base then
   return fail('BADARG', 'arity')
 end
 if cfg == nil or cfg.new then return fail('CONFLICT', ARGV[A + 3]) end
 
-local ids, freed = {}, 0
-for i = 1, n do
-  local id, sha = ARGV[A + 1 + 2 * i], ARGV[A + 2 + 2 * i]
-  local json = redis.call('HGET', K_ITEMS, id)
-  if not json or redis.sha1hex(json) ~= sha or redis.call('SISMEMBER', K_PINNED, id) == 1 then
-    return fail('CONFLICT', id)
+-- the items as read: unchanged, unpinned; returns ids, their attrs, the set of them
+local function checked_items()
+  local ids, attrs, chosen = {}, {}, {}
+  for i = 1, n do
+    local id, sha = ARGV[A + 1 + 2 * i], ARGV[A + 2 + 2 * i]
+    local json = redis.call('HGET', K_ITEMS, id)
+    if not json or redis.sha1hex(json) ~= sha or redis.call('SISMEMBER', K_PINNED, id) == 1 then
+      return nil, id
+    end
+    ids[i], attrs[i], chosen[id] = id, unpack_attrs(redis.call('HGET', K_ATTRS, id)), true
   end
-  ids[#ids + 1] = id
-  freed = freed + unpack_attrs(redis.call('HGET', K_ATTRS, id)).tokens
+  return ids, attrs, chosen
 end
+
+-- the first id that breaks a group apart or is among the keep_recent newest units, or nil
+local function breaks_units(attrs, chosen)
+  for _, a in ipairs(attrs) do
+    for _, m in ipairs(a.group ~= '' and group_members(a.group) or {}) do
+      if not chosen[m] then return m end
+    end
+  end
+  if cfg.keep_recent == 0 then return nil end
+  for _, u in ipairs(units_of(window_items({stored = true, removed = {}}), cfg.keep_recent)) do
+    for _, id in ipairs(u.kept and u.ids or {}) do
+      if chosen[id] then return id end
+    end
+  end
+  return nil
+end
+
+-- the oldest item, and the first item after it in arrival order that stays (nil: none)
+local function place_of(ids, attrs, chosen)
+  local oldest = 1
+  for i, a in ipairs(attrs) do
+    if a.seq < attrs[oldest].seq then oldest = i end
+  end
+  local at = redis.call('LPOS', K_FIFO, ids[oldest])
+  for _, id in ipairs(redis.call('LRANGE', K_FIFO, at + 1, at + n)) do
+    if not chosen[id] then return attrs[oldest].seq, id end
+  end
+  return attrs[oldest].seq, nil
+end
+
+local ids, attrs, chosen = checked_items()
+if not ids then return fail('CONFLICT', attrs) end
+local broken = breaks_units(attrs, chosen)
+if broken then return fail('CONFLICT', broken) end
+local freed = 0
+for _, a in ipairs(attrs) do freed = freed + a.tokens end
 if summary and summary.tokens >= freed then return fail('BADARG', 'summary not smaller') end
 
 local before = cfg.tokens
-remove_many(ids, 'compaction')
+local summary_id = ''
 if summary then
-  local seq = cfg.seq + 1
-  summary.seq, summary.id, summary.ts = seq, 'ctx-' .. fmt(seq), now_us()
-  insert_item(summary)
-  meta_set(F.SEQ, seq)
+  local seq, successor = place_of(ids, attrs, chosen)
+  local k = meta_get(F.SUMMARIES) + 1
+  while redis.call('HEXISTS', K_ITEMS, 'ctx-' .. fmt(seq) .. '.' .. fmt(k)) == 1 do k = k + 1 end
+  summary_id = 'ctx-' .. fmt(seq) .. '.' .. fmt(k)
+  meta_set(F.SUMMARIES, k)
+  archive_put(summary_id, ids, cfg.archive_ttl)
+  remove_many(ids, 'compaction')
+  summary.seq, summary.id, summary.ts = seq, summary_id, now_us()
+  insert_item(summary, successor)
   freed = freed - summary.tokens
+else
+  remove_many(ids, 'compaction')
 end
-record_compaction(strategy, #ids, freed, before, cfg.max_tokens)
+record_compaction(strategy, #ids, freed, before, cfg.max_tokens, false, 0, summary_id)
 rearm_ttl(cfg)
-return freed
+return {freed, summary_id}

@@ -2,7 +2,7 @@
 -- down to a target, at most ARGV[N_CONFIG + 3] items per call, so one call stays short however
 -- large the window is; or a dry run that only says what it would do.
 -- needs: compaction
--- KEYS: the eleven window keys. ARGV[1..N_CONFIG]: caller config (unused).
+-- KEYS: the window keys (lib/core.lua). ARGV[1..N_CONFIG]: caller config (unused).
 -- ARGV[N_CONFIG + 1]: strategy; + 2: target percent of max_tokens; + 3: most items to act on;
 -- + 4: '1' when this call continues a compaction an earlier call began (not counted again in
 --   the compaction counter); + 5: tokens of the cleared-tool-result placeholder; + 6: '1' for a

@@ -1,4 +1,4 @@
--- delete.lua: delete every key of a window but its request log. KEYS: the eleven window keys.
+-- delete.lua: delete every key of a window but its request log. KEYS: the window keys (lib/core.lua).
 -- needs: core
 -- Reply: 1 if the window existed, else 0.
 local existed = redis.call('EXISTS', K_META)

@@ -1,6 +1,6 @@
 -- event.lua: append an event that is not a mutation (``built``) to a live window's stream.
 -- needs: events
--- KEYS: the eleven window keys. ARGV: event name, then field/value pairs.
+-- KEYS: the window keys (lib/core.lua). ARGV: event name, then field/value pairs.
 -- The stream takes the window's remaining TTL; reads never re-arm it. Reply: 1, or 0 if the
 -- window does not exist (then nothing is written).
 local maxlen = redis.call('HGET', K_META, F.EVENTS_MAXLEN)

@@ -1,6 +1,6 @@
 -- priority.lua: change one item's priority (its build-order score follows).
 -- needs: items
--- KEYS: the eleven window keys. ARGV[1..N_CONFIG]: caller config (unused).
+-- KEYS: the window keys (lib/core.lua). ARGV[1..N_CONFIG]: caller config (unused).
 -- ARGV[N_CONFIG + 1]: item id; ARGV[N_CONFIG + 2]: new priority 0-100.
 -- Reply: 1 if the item exists (event only when the value changed), 0 if absent.
 local cfg = read_config()

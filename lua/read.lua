@@ -1,8 +1,10 @@
 -- read.lua: one consistent read of a window (no writes, no TTL re-arm).
--- needs: items
--- KEYS: the eleven window keys.
+-- needs: archive
+-- KEYS: the window keys (lib/core.lua).
 -- ARGV[1]: 'fifo' (arrival order), 'order' (build order), 'pinned' (pinned, build order),
---          'meta' (no items), 'get' (ARGV[2] = one id) or 'all' (every key, raw: see below)
+--          'meta' (no items), 'get' (ARGV[2] = one id), 'archived' (ARGV[2] = a summary id: the
+--          items it replaced, none when the archive has no unexpired entry for it) or 'all'
+--          (every key, raw: see below)
 -- ARGV[2]: comma-separated types to keep ('' = all); ARGV[3]: keep the last N (-1 = all)
 -- Reply: {meta as a flat field/value array (empty if the window does not exist),
 --         pinned count, {item JSON...}}
@@ -13,7 +15,7 @@ local npinned = redis.call('SCARD', K_PINNED)
 if mode == 'meta' then return {meta, npinned, {}} end
 if mode == 'all' then
   -- every key as it is, for verify(): {meta, npinned, items, fifo, order, pinned, attrs,
-  -- scores, groups, calls}; scores: id -> the build-order score its :attrs give (score() owns
+  -- scores, groups, calls, ids with a cached vector}; scores: id -> the build-order score its :attrs give (score() owns
   -- the formula)
   local attrs, scores = redis.call('HGETALL', K_ATTRS), {}
   for i = 1, #attrs, 2 do
@@ -25,7 +27,13 @@ if mode == 'all' then
   end
   return {meta, npinned, redis.call('HGETALL', K_ITEMS), redis.call('LRANGE', K_FIFO, 0, -1),
     redis.call('ZRANGE', K_ORDER, 0, -1, 'WITHSCORES'), redis.call('SMEMBERS', K_PINNED),
-    attrs, scores, redis.call('HGETALL', K_GROUPS), redis.call('HGETALL', K_CALLS)}
+    attrs, scores, redis.call('HGETALL', K_GROUPS), redis.call('HGETALL', K_CALLS),
+    redis.call('HKEYS', K_VECTORS)}
+end
+if mode == 'archived' then
+  local out = {}
+  for i, row in ipairs(archive_get(ARGV[2]) or {}) do out[i] = row[1] end
+  return {meta, npinned, out}
 end
 if mode == 'get' then
   local j = redis.call('HGET', K_ITEMS, ARGV[2])

@@ -1,6 +1,6 @@
 -- remove.lua: remove one item (reason "manual").
 -- needs: items
--- KEYS: the eleven window keys. ARGV[1..N_CONFIG]: caller config (unused: a missing window is not made).
+-- KEYS: the window keys (lib/core.lua). ARGV[1..N_CONFIG]: caller config (unused: a missing window is not made).
 -- ARGV[N_CONFIG + 1]: item id. Reply: 1 if it was removed, 0 if absent.
 local cfg = read_config()
 if cfg == nil or cfg.new then return 0 end

@@ -1,16 +1,15 @@
 -- restore.lua: replace a window's items and config with a snapshot's, atomically.
 -- needs: items
--- KEYS: the eleven window keys. ARGV[1..N_CONFIG]: caller config (item_limit is taken from it
+-- KEYS: the window keys (lib/core.lua). ARGV[1..N_CONFIG]: caller config (item_limit is taken from it
 --   when the window does not exist yet).
--- ARGV[N_CONFIG + 1..N_CONFIG + 10]: snapshot config: max_tokens (0 = none), max_items,
---   threshold, strategy, ttl (0 = none), keep_recent, clear_at_least, clear_exclude,
---   warn_percent, events_maxlen.
--- ARGV[N_CONFIG + 11]: n; then n groups of 10: id, stored JSON, seq, token_count, priority, type,
+-- ARGV[N_CONFIG + 1..2 * N_CONFIG]: the snapshot's config, in layout.Meta.CONFIG order (its
+--   item_limit is ignored: a window keeps its own).
+-- ARGV[2 * N_CONFIG + 1]: n; then n groups of 10: id, stored JSON, seq, token_count, priority, type,
 --   pinned, flags, group, tool link (as in add.lua).
 -- Limits are not re-applied. The seq counter ends ahead of every restored seq (and never goes
 -- back), so later ids cannot collide with restored ones. Items come in seq order.
 -- Reply: number of items restored.
-local A, ROW = N_CONFIG + 11, 10
+local A, ROW = 2 * N_CONFIG + 1, 10
 
 local function parse_rows(n)
   local items, seen, max_seq = {}, {}, 0
@@ -38,9 +37,10 @@ local function parse_rows(n)
   return items, max_seq
 end
 
--- Empty the item keys and the per-type counters (the window's other counters stay).
+-- Empty the item keys, the archive (undo of an earlier summary is refused after a restore)
+-- and the per-type counters (the window's other counters stay).
 local function wipe()
-  redis.call('DEL', unpack(ITEM_KEYS))
+  redis.call('DEL', K_ARCHIVE, unpack(ITEM_KEYS))
   local meta = redis.call('HGETALL', K_META)
   for i = 1, #meta, 2 do
     local f = meta[i]
@@ -58,9 +58,8 @@ end
 
 local cfg = read_config()
 if not cfg then return fail('BADARG', 'config') end
-local s = N_CONFIG
-local c = config_of({ARGV[s + 1], ARGV[s + 2], fmt(cfg.item_limit), ARGV[s + 3], ARGV[s + 4], ARGV[s + 5],
-  ARGV[s + 6], ARGV[s + 7], ARGV[s + 8], ARGV[s + 9], ARGV[s + 10]})
+local c = config_of({unpack(ARGV, N_CONFIG + 1, 2 * N_CONFIG)})
+c.item_limit = cfg.item_limit
 if not valid_config(c) then return fail('BADARG', 'snapshot config') end
 local n = tonumber(ARGV[A])
 if not is_int(n, 0, c.item_limit) or #ARGV ~= A + ROW * n then return fail('BADARG', 'items') end
@@ -75,11 +74,8 @@ for _, it in ipairs(items) do
   store(it)
   tokens = tokens + it.tokens
 end
-redis.call('HSET', K_META, F.MAX_TOKENS, fmt(c.max_tokens), F.MAX_ITEMS, fmt(c.max_items),
-  F.THRESHOLD, tostring(c.threshold), F.STRATEGY, c.strategy, F.TTL, fmt(c.ttl),
-  F.KEEP_RECENT, fmt(c.keep_recent), F.CLEAR_AT_LEAST, fmt(c.clear_at_least), F.CLEAR_EXCLUDE, c.clear_exclude,
-  F.WARN_PERCENT, tostring(c.warn_percent), F.EVENTS_MAXLEN, fmt(c.events_maxlen),
-  F.TOKENS, fmt(tokens), F.ITEMS, fmt(n), F.SEQ, fmt(math.max(cfg.seq, max_seq)))
+redis.call('HSET', K_META, F.TOKENS, fmt(tokens), F.ITEMS, fmt(n), F.SEQ, fmt(math.max(cfg.seq, max_seq)),
+  unpack(config_pairs(c)))
 CFG = c
 CFG.new = false
 META_KNOWN[F.TOKENS] = tokens

@@ -36,6 +36,10 @@ class CuttingProxy:
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
+        # shutdown() wakes the thread blocked in accept(); close() alone may not, and that thread
+        # would then accept on whatever socket reuses the descriptor number next
+        with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)
         self._listener.close()
         with self._lock:
             for s in self._socks:
@@ -48,6 +52,9 @@ class CuttingProxy:
             try:
                 client, _ = self._listener.accept()
             except OSError:
+                return
+            if self._stop.is_set():
+                _close(client)
                 return
             upstream = socket.create_connection(("127.0.0.1", self.upstream_port))
             with self._lock:

@@ -99,3 +99,47 @@ def tool_turns(url: str, prefix: str, window_id: str, worker: int, turns: int) -
             w.add(f"{tag} answers", type="assistant_message", role="assistant", id=f"{tag}-a")
             added += [f"{tag}-q", f"{tag}-call", *(f"{c['id']}-r" for c in calls), f"{tag}-a"]
     return added
+
+
+def add_and_remove(
+    url: str, prefix: str, window_id: str, worker: int, n: int, use_async: bool, pace: float
+) -> dict[str, list[str]]:
+    """Add ``n`` conversation items with caller ids (``pace`` seconds apart) and remove about one
+    in ten, one of its own ten latest (an agent retracting what it just said); returns the ids
+    acknowledged as added and as removed."""
+    rng = random.Random(100 + worker)
+    specs = [
+        {
+            "id": f"w{worker}-{i}",
+            "content": f"worker {worker} note {i}: the value of key-{worker}-{i} is {rng.randint(0, 10**6)}. "
+            + "detail " * rng.randint(1, 12),
+            "type": rng.choice(["user_message", "assistant_message"]),
+        }
+        for i in range(n)
+    ]
+    out: dict[str, list[str]] = {"added": [], "removed": []}
+
+    async def go() -> None:
+        async with cs.AsyncContextStore.from_url(url, prefix=prefix) as store:
+            w = await store.window(window_id)
+            for i, spec in enumerate(specs):
+                out["added"].append((await w.add(spec.pop("content"), **spec)).id)
+                victim = f"w{worker}-{i - rng.randrange(1, 10)}" if i > 10 and rng.random() < 0.1 else None
+                if victim and await w.remove(victim):
+                    out["removed"].append(victim)
+                await asyncio.sleep(pace)
+
+    if use_async:
+        asyncio.run(go())
+        return out
+    import time
+
+    with cs.ContextStore.from_url(url, prefix=prefix) as store:
+        w = store.window(window_id)
+        for i, spec in enumerate(specs):
+            out["added"].append(w.add(spec.pop("content"), **spec).id)
+            victim = f"w{worker}-{i - rng.randrange(1, 10)}" if i > 10 and rng.random() < 0.1 else None
+            if victim and w.remove(victim):
+                out["removed"].append(victim)
+            time.sleep(pace)
+    return out

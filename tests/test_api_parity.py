@@ -48,7 +48,10 @@ def test_same_public_names_and_signatures(sync, aio):
         assert list(s_sig.parameters) == list(a_sig.parameters), name
         for p in s_sig.parameters:
             sp, ap = s_sig.parameters[p], a_sig.parameters[p]
-            assert (sp.kind, sp.default, sp.annotation) == (ap.kind, ap.default, ap.annotation), f"{name}({p})"
+            a_annotation = ap.annotation  # run_compactor(stop) takes the Event of its world
+            if isinstance(a_annotation, str):
+                a_annotation = a_annotation.replace("asyncio.Event", "threading.Event")
+            assert (sp.kind, sp.default, sp.annotation) == (ap.kind, ap.default, a_annotation), f"{name}({p})"
         is_classmethod = isinstance(inspect.getattr_static(sync, name), classmethod)
         if not is_classmethod:
             returns_async = str(a_sig.return_annotation).startswith("AsyncIterator[")

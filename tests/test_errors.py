@@ -34,6 +34,8 @@ def _sample(cls: type[cs.ContextStoreError]) -> cs.ContextStoreError:
         return cls("agent-7", {"max_tokens": (4096, 8192), "max_items": (10, 50)})
     if cls is cs.WindowNotFoundError:
         return cls("no-such-window")
+    if cls is cs.SummaryNotFoundError:
+        return cls("ctx-7.0", "its archive entry expired")
     return cls(f"{cls.__name__} happened: details 42")
 
 

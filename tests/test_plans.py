@@ -81,7 +81,7 @@ def test_add_sends_one_script_call_and_decodes_the_stored_items():
     (call,) = sent
     assert isinstance(call, ScriptCall) and call.name == "add" and call.keys == st.keys
     assert call.request.startswith("add:")
-    config = ["100", "1000", "1000", "85.0", "remove_low_priority", "0", "0", "0", "", "75.0", "10000"]
+    config = ["100", "1000", "1000", "85.0", "remove_low_priority", "0", "0", "0", "", "75.0", "10000", "86400"]
     assert list(call.args[: wire.CONFIG_ARGS]) == config
     rest = call.args[wire.CONFIG_ARGS :]
     assert rest[:3] == [str(words(CLEARED_PLACEHOLDER)), "1", ""]  # placeholder tokens, one item, no caller id
@@ -194,7 +194,7 @@ def test_summarize_calls_the_helper_outside_redis_and_commits_what_it_read():
     assert commit.args[wire.CONFIG_ARGS : wire.CONFIG_ARGS + 4] == ["summarize", "1", "ctx-1", sha]
     assert commit.args[-wire.ITEM_ARGS :][2:] == ["working_memory", "1", "10", "0", "", ""]  # the summary item
     with pytest.raises(StopIteration) as done:
-        plan.send(29)
+        plan.send([29, "ctx-1.0"])
     assert done.value.value == 29
 
 

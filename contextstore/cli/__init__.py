@@ -28,6 +28,7 @@ from .commands import (
     cmd_verify,
     cmd_windows,
 )
+from .compactor import add_compactor
 from .demo import cmd_demo
 
 
@@ -142,6 +143,7 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND", parser_class=_Parser)
     _add_demo(sub)
     _add_readers(sub)
+    add_compactor(sub, _positive, _non_negative)
     sv = sub.add_parser("server", help="manage the embedded redis-server")
     sv.add_argument("action", choices=["start", "stop", "status"], help="start, stop, or show its status")
     sv.set_defaults(fn=cmd_server)

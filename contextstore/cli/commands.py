@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 import msgspec
 
@@ -19,14 +20,14 @@ class UsageError(Exception):
     """A usage error found after parsing (exit 2)."""
 
 
-def open_store(args: argparse.Namespace) -> ContextStore:
+def open_store(args: argparse.Namespace, **helpers: Any) -> ContextStore:
     """The store the global options name: --url, else --path, else $CONTEXTSTORE_URL or the
-    embedded server."""
+    embedded server (``helpers``: its summarizer / relevance scorer, if any)."""
     if args.url:
-        return ContextStore.from_url(args.url, prefix=args.prefix)
+        return ContextStore.from_url(args.url, prefix=args.prefix, **helpers)
     if args.path:
-        return ContextStore.embedded(args.path, prefix=args.prefix)
-    return ContextStore.from_env(prefix=args.prefix)
+        return ContextStore.embedded(args.path, prefix=args.prefix, **helpers)
+    return ContextStore.from_env(prefix=args.prefix, **helpers)
 
 
 def _existing(store: ContextStore, window_id: str) -> ContextWindow:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from .. import wire
-from ..errors import raise_for_reply
+from ..errors import InvalidOptionsError, raise_for_reply
 from ..keys import WindowKeys
 from ..layout import CLEARED_PLACEHOLDER
 from ..render.prompt import cached_count
@@ -55,13 +55,29 @@ class ScriptCall:
 
 @dataclass(frozen=True, slots=True)
 class External:
-    """Call a user helper (summarizer, scorer); the runner awaits it if it returns an awaitable."""
+    """Call a helper (``kind``: "summarizer" or "relevance scorer"). The sync store calls ``fn``;
+    the async store calls ``async_fn`` when there is one, else ``fn``, and awaits what it returns
+    if that is awaitable. What it raises becomes ``errors.from_helper(exc, kind)``."""
 
     fn: Callable[..., Any]
     args: tuple[Any, ...]
+    kind: str = "summarizer"
+    async_fn: Callable[..., Any] | None = None
 
 
 Plan = Generator["ScriptCall | External", Any, T]
+
+
+def helper_call(helper: Any, method: str, args: tuple[Any, ...], kind: str) -> External:
+    """The ``External`` that calls ``helper.<method>`` (or ``helper`` itself when it is a plain
+    function), with ``helper.a<method>`` as the async variant when it has one."""
+    fn = getattr(helper, method, None)
+    if not callable(fn):
+        if not callable(helper):
+            raise InvalidOptionsError(f"{helper!r} has no {method}() and is not callable")
+        fn = helper
+    async_fn = getattr(helper, f"a{method}", None)
+    return External(fn, args, kind, async_fn if callable(async_fn) else None)
 
 
 def new_request(operation: str, request_id: object = None) -> str:

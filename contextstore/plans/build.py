@@ -11,11 +11,12 @@ from .. import logs, wire
 from ..errors import BudgetTooSmallError, InvalidOptionsError
 from ..layout import Meta
 from ..render import markdown, messages, prompt
-from ..render.select import Unit, choose, members, units_of
+from ..render.select import RELEVANT_TYPES, Unit, choose, members, ranked_key, units_of
 from ..types import BuildOptions, BuiltContext, BuiltMessages, CompactionStrategy, ContextItem, WindowConfig
 from .base import Plan, ScriptCall, Settings, WindowState, read
 from .compaction import compact, has_helper
 from .items import items
+from .relevance import scores
 
 log = logging.getLogger("contextstore")
 
@@ -63,6 +64,18 @@ def _compact_first(
     return freed, again.items()
 
 
+def _relevance(
+    settings: Settings, state: WindowState, options: BuildOptions, window_items: list[ContextItem]
+) -> Plan[dict[str, float] | None]:
+    """With a query and a relevance scorer: the scores of the retrieved documents and working
+    memory (item id -> score); else None (build order by priority alone)."""
+    if not options.query or settings.relevance_scorer is None or not options.include_relevant_memory:
+        return None
+    relevant = [i for i in window_items if i.type in RELEVANT_TYPES]
+    got = yield from scores(settings, state, options.query, relevant)
+    return {i.id or "": s for i, s in zip(relevant, got, strict=True)}
+
+
 def build(settings: Settings, state: WindowState, options: object = None) -> Plan[BuiltContext]:
     """The prompt within the budget: pinned items first, then candidates in build order while
     they fit. Deletes nothing unless ``compact=True``; appends a ``built`` event."""
@@ -74,7 +87,8 @@ def build(settings: Settings, state: WindowState, options: object = None) -> Pla
     decoded = found.items()
     prompt.check_pinned(decoded, opts, budget, settings.joint_count)
     freed, window_items = yield from _compact_first(settings, state, found, decoded, budget, opts)
-    built = prompt.build(window_items, opts, budget, settings.counter, settings.joint_count)
+    relevance = yield from _relevance(settings, state, opts, window_items)
+    built = prompt.build(window_items, opts, budget, settings.counter, settings.joint_count, relevance)
     ms = (time.perf_counter() - started) * 1000
     logs.built(state.window_id, len(built.included), built.total_tokens)
     yield ScriptCall(
@@ -144,8 +158,9 @@ def build_messages(
         raise BudgetTooSmallError(pinned_need, budget)
     freed, window_items = yield from _compact_first(settings, state, found, decoded, budget, opts)
     usable, incomplete = _message_units(window_items)
-    choice = choose(usable, opts, budget, cost, base=messages.REPLY_PRIMING)
-    ordered = messages.arrange(members(choice.pinned + choice.chosen), opts.order)
+    relevance = yield from _relevance(settings, state, opts, usable)
+    choice = choose(usable, opts, budget, cost, base=messages.REPLY_PRIMING, key=ranked_key(relevance))
+    ordered = messages.arrange(members(choice.pinned + choice.chosen), opts.order, relevance)
     payload = messages.openai(ordered) if fmt == "openai" else messages.anthropic(ordered, opts)
     logs.built(state.window_id, len(ordered), choice.used)
     omitted = sorted(choice.omitted + incomplete, key=_seq_of(window_items))

@@ -6,14 +6,13 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
-from collections.abc import Callable
-from typing import Any
 
 from .. import logs, validate, wire
-from ..errors import CommitConflict, InvalidOptionsError, StrategyUnavailableError, raise_for_reply
+from ..errors import CommitConflict, InvalidOptionsError, StrategyUnavailableError, SummarizerError, raise_for_reply
 from ..layout import Meta
 from ..types import HISTORY_TYPES, CompactionPlan, CompactionStrategy, ContextItem, ItemType, PlannedItem
-from .base import External, Plan, ScriptCall, Settings, WindowState, new_request, read
+from .base import Plan, ScriptCall, Settings, WindowState, helper_call, new_request, read
+from .relevance import scores
 
 log = logging.getLogger("contextstore")
 
@@ -51,15 +50,6 @@ def require_helper(settings: Settings, strategy: CompactionStrategy) -> None:
         raise StrategyUnavailableError(
             f"{strategy.name} needs a {helper.replace('_', ' ')}: ContextStore(..., {helper}=...)"
         )
-
-
-def _helper(obj: Any, method: str) -> Callable[..., Any]:
-    fn = getattr(obj, method, None)
-    if callable(fn):
-        return fn  # type: ignore[no-any-return]
-    if callable(obj):
-        return obj  # type: ignore[no-any-return]
-    raise InvalidOptionsError(f"{obj!r} has no {method}() and is not callable")
 
 
 def compact(
@@ -127,7 +117,7 @@ def _units(pairs: list[Candidate], every: list[ContextItem], keep_recent: int) -
 
 
 def _by_relevance(
-    settings: Settings, units: list[list[Candidate]], every: list[ContextItem], query: str | None
+    settings: Settings, state: WindowState, units: list[list[Candidate]], every: list[ContextItem], query: str | None
 ) -> Plan[list[list[Candidate]]]:
     """SELECTIVE's order: lowest score first (a unit scores as its best member), ties oldest
     first. The query defaults to the most recent user message."""
@@ -135,24 +125,31 @@ def _by_relevance(
         users = [it for it in every if it.type is ItemType.USER_MESSAGE]
         query = users[-1].content if users else None
     flat = [c[0] for u in units for c in u]
-    scores = list((yield External(_helper(settings.relevance_scorer, "score"), (query, flat))))
-    if len(scores) != len(flat) or not all(
-        isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in scores
-    ):
-        raise InvalidOptionsError("relevance scorer must return one finite number per item")
-    by_id = {it.id: score for it, score in zip(flat, scores, strict=True)}
+    got = yield from scores(settings, state, query, flat)
+    by_id = dict(zip((it.id for it in flat), got, strict=True))
     return sorted(units, key=lambda u: (max(by_id[c[0].id] for c in u), min(c[0].seq for c in u)))
 
 
+def _is_conversation(item: ContextItem) -> bool:
+    return item.group is not None or item.type in HISTORY_TYPES
+
+
 def _summary(settings: Settings, chosen: list[Candidate]) -> Plan[validate.NewItem]:
-    """The summary of ``chosen``: a working_memory item with their highest priority."""
-    text = yield External(_helper(settings.summarizer, "summarize"), ([c[0] for c in chosen],))
+    """The summary of ``chosen`` (given to the summarizer in arrival order): a working_memory
+    item with their highest priority and ``metadata["summary_of"]``; when they are all
+    conversation (messages and tool calls), it speaks as the user, so that chat messages show
+    it where the turns it replaces were."""
+    items = sorted((c[0] for c in chosen), key=lambda i: i.seq)
+    text = yield helper_call(settings.summarizer, "summarize", (items,), "summarizer")
+    if not isinstance(text, str) or not text.strip():
+        raise SummarizerError(f"the summarizer must return a non-empty str, not {text!r:.60}")
     summary = validate.new_item(
-        text,
+        text.strip(),
         max_content_bytes=settings.max_content_bytes,
         type=ItemType.WORKING_MEMORY,
-        priority=max(c[0].priority for c in chosen),
-        metadata={"summary_of": [c[0].id for c in chosen]},
+        role="user" if all(_is_conversation(i) for i in items) else None,
+        priority=max(i.priority for i in items),
+        metadata={"summary_of": [i.id for i in items]},
     )
     summary.token_count = max(1, settings.counter.count(summary.content))
     return summary
@@ -174,15 +171,27 @@ def _choose(
     if strategy is CompactionStrategy.SUMMARIZE:
         units.sort(key=lambda u: (max(c[0].priority for c in u), min(c[0].seq for c in u)))
     else:
-        units = yield from _by_relevance(settings, units, every, query)
+        units = yield from _by_relevance(settings, state, units, every, query)
     chosen: list[Candidate] = []
     freed = 0
     for unit in units:
-        if tokens - freed <= target:
+        if chosen and tokens - freed + _summary_room(settings, strategy, chosen) <= target:
             break
         chosen += sorted(unit, key=lambda c: c[0].seq)
         freed += sum(c[0].token_count for c in unit)
     return (chosen, freed) if chosen else None
+
+
+def _summary_room(settings: Settings, strategy: CompactionStrategy, chosen: list[Candidate]) -> int:
+    """The tokens the summary of ``chosen`` may take (SUMMARIZE with a summarizer that says, by
+    a ``budget(items)`` method), so that usage reaches the target with the summary in."""
+    budget = getattr(settings.summarizer, "budget", None)
+    if strategy is not CompactionStrategy.SUMMARIZE or not callable(budget):
+        return 0
+    try:
+        return max(0, int(budget([c[0] for c in chosen])))
+    except Exception as exc:
+        raise SummarizerError(f"the summarizer's budget() failed: {exc!r:.200}") from exc
 
 
 def _compact_outside(
@@ -216,9 +225,13 @@ def _compact_outside(
         read_as = [(c[0].id or "", _sha1(c[1])) for c in chosen]
         args = wire.commit_args(state.config, strategy, read_as, summary)
         try:
-            return int(raise_for_reply((yield ScriptCall("commit", state.keys, args, request, same_args=False))))
+            reply = raise_for_reply((yield ScriptCall("commit", state.keys, args, request, same_args=False)))
         except CommitConflict:
             continue  # another worker changed the window meanwhile: decide again
+        freed, summary_id = wire.decode_commit(reply)
+        if summary_id:
+            log.debug("summary %s replaces %d items of window %s", summary_id, len(chosen), state.window_id)
+        return freed
     log.warning("compaction of window %s gave up after %d conflicting attempts", state.window_id, COMMIT_ATTEMPTS)
     return 0
 

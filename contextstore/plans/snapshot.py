@@ -34,6 +34,7 @@ def snapshot(state: WindowState) -> Plan[ContextSnapshot]:
         clear_exclude_tools=list(cfg.clear_exclude_tools),
         warn_percent=cfg.warn_percent,
         events_maxlen=cfg.events_maxlen,
+        archive_ttl_seconds=cfg.archive_ttl_seconds,
     )
 
 
@@ -49,6 +50,7 @@ def _snapshot_config(snap: ContextSnapshot, item_limit: int) -> WindowConfig:
         "clear_exclude_tools": list(snap.clear_exclude_tools),
         "warn_percent": snap.warn_percent,
         "events_maxlen": snap.events_maxlen,
+        "archive_ttl_seconds": snap.archive_ttl_seconds,
     }
     values = config_values(given, item_limit)
     if values.max_items is None:

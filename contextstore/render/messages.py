@@ -11,11 +11,11 @@ called it; a tool-call group missing a result (or a result missing its call) is 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..types import BuildOptions, ContextItem, ItemType
-from .select import Unit, build_key
+from .select import Unit, ranked_key
 
 #: tokens a message costs beyond its content (role and separators; OpenAI's guide counts 3-4)
 MESSAGE_OVERHEAD = 4
@@ -80,15 +80,18 @@ def unit_cost(unit: Unit, count: Callable[[str], int]) -> int:
     return sum(item_cost(i, count) for i in unit.items)
 
 
-def arrange(items: Sequence[ContextItem], order: str) -> list[ContextItem]:
-    """System items first, then (``sections``/``priority``) context items then the
-    conversation, or (``arrival``) everything else in arrival order; each tool result right
-    after the message that called it."""
-    system_key = build_key if order != "arrival" else (lambda i: (i.type.rank, 0, i.seq))
+def arrange(
+    items: Sequence[ContextItem], order: str, relevance: Mapping[str, float] | None = None
+) -> list[ContextItem]:
+    """System items first, then (``sections``/``priority``) context items (the scored ones best
+    first) then the conversation, or (``arrival``) everything else in arrival order; each tool
+    result right after the message that called it."""
+    key = ranked_key(relevance)
+    system_key = key if order != "arrival" else (lambda i: (i.type.rank, 0, i.seq))
     system = sorted((i for i in items if role_of(i) == "system"), key=system_key)
     rest = sorted((i for i in items if role_of(i) != "system"), key=lambda i: i.seq)
     if order != "arrival":
-        context = sorted((i for i in rest if role_of(i) == "context"), key=build_key)
+        context = sorted((i for i in rest if role_of(i) == "context"), key=key)
         rest = context + [i for i in rest if role_of(i) != "context"]
     results = {_meta(i)["tool_call_id"]: i for i in rest if role_of(i) == "tool"}
     out: list[ContextItem] = []

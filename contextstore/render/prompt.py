@@ -6,7 +6,7 @@ Stored token counts are reused, never re-tokenized: only the short joints betwee
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 from itertools import pairwise
 
@@ -16,7 +16,7 @@ from ..config import checked
 from ..errors import BudgetTooSmallError, InvalidOptionsError
 from ..tokens import TokenCounter
 from ..types import HISTORY_TYPES, BuildOptions, ContextItem, ItemType
-from .select import CONVERSATION_RANK, build_key, choose, members, units_of
+from .select import CONVERSATION_RANK, Key, build_key, choose, members, ranked_key, units_of
 
 DEFAULT_MESSAGE_FORMAT = "[{role}]: {content}"
 #: characters of content on each side of a joint that the joint is counted with
@@ -36,14 +36,14 @@ def validate_options(options: object) -> BuildOptions:
     return options
 
 
-def section_key(item: ContextItem) -> tuple[int, int, int]:
-    """Sections: rank groups; the conversation is one chronological group."""
+def section_key(item: ContextItem, key: Key = build_key) -> tuple[float, ...]:
+    """Sections: rank groups (in ``key`` order); the conversation is one chronological group."""
     if item.type in HISTORY_TYPES:
         return (CONVERSATION_RANK, 0, item.seq)
-    return build_key(item)
+    return key(item)
 
 
-def arrival_key(item: ContextItem) -> tuple[int, int, int]:
+def arrival_key(item: ContextItem) -> tuple[float, ...]:
     """Arrival: system and instruction items first, then everything in arrival order (a window
     that only grew renders the previous prompt first)."""
     if item.type in (ItemType.SYSTEM_PROMPT, ItemType.INSTRUCTION):
@@ -51,7 +51,13 @@ def arrival_key(item: ContextItem) -> tuple[int, int, int]:
     return (1, 0, item.seq)
 
 
-RENDER_ORDER = {"sections": section_key, "priority": build_key, "arrival": arrival_key}
+def render_key(order: str, relevance: Mapping[str, float] | None = None) -> Key:
+    """The order a prompt renders in: ``sections``, ``priority`` or ``arrival``; with relevance
+    scores, the scored items of a section (or of a priority) go best first."""
+    ranked = ranked_key(relevance)
+    if order == "sections":
+        return lambda item: section_key(item, ranked)
+    return ranked if order == "priority" else arrival_key
 
 
 class JointCosts:
@@ -146,14 +152,16 @@ def build(
     budget: int | None,
     counter: TokenCounter,
     count: Callable[[str], int],
+    relevance: Mapping[str, float] | None = None,
 ) -> Built:
     """Select whole units (pinned ones always, then candidates while they fit the budget) and
-    render. ``count`` is the store's memoised ``counter.count``; ``counter`` counts exact totals."""
+    render. ``count`` is the store's memoised ``counter.count``; ``counter`` counts exact totals;
+    ``relevance`` (item id -> score, for a query) ranks the scored items."""
     costs = JointCosts(count, options, tight=options.exact_tokens)
-    choice = choose(items, options, budget, lambda u: sum(map(costs.cost, u.items)))
+    choice = choose(items, options, budget, lambda u: sum(map(costs.cost, u.items)), key=ranked_key(relevance))
     pinned = members(choice.pinned)
     chosen, excluded = list(choice.chosen), list(choice.excluded)
-    key = RENDER_ORDER[options.order]
+    key = render_key(options.order, relevance)
     while True:
         ordered = sorted(pinned + members(chosen), key=key)
         content = options.section_separator.join(costs.render(i) for i in ordered)

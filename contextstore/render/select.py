@@ -8,7 +8,7 @@ unit that does not fit is skipped whole.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import msgspec
 
@@ -56,9 +56,27 @@ def units_of(items: Sequence[ContextItem]) -> list[Unit]:
     return [Unit(m) for m in order]
 
 
-def build_key(item: ContextItem) -> tuple[int, int, int]:
+#: the types a build with a query ranks by relevance (what ``include_relevant_memory`` governs)
+RELEVANT_TYPES = frozenset({ItemType.RETRIEVED_DOCUMENT, ItemType.WORKING_MEMORY})
+Key = Callable[[ContextItem], tuple[float, ...]]
+
+
+def build_key(item: ContextItem) -> tuple[float, ...]:
     """Build order: type rank, priority desc, arrival."""
     return (item.type.rank, -item.priority, item.seq)
+
+
+def ranked_key(relevance: Mapping[str, float] | None) -> Key:
+    """Build order with relevance: type rank, priority desc, then (for the items scored) the
+    score desc, then arrival; plain ``build_key`` without scores."""
+    if not relevance:
+        return build_key
+
+    def key(item: ContextItem) -> tuple[float, ...]:
+        score = relevance.get(item.id or "")
+        return (item.type.rank, -item.priority, -score if score is not None else float("inf"), item.seq)
+
+    return key
 
 
 def _allowed(item_type: ItemType, options: BuildOptions) -> bool:
@@ -71,14 +89,14 @@ def _allowed(item_type: ItemType, options: BuildOptions) -> bool:
     return True
 
 
-def _offer_key(unit: Unit) -> tuple[int, int, int]:
+def _offer_key(unit: Unit, key: Key) -> tuple[float, ...]:
     """The order candidates are offered the budget: build order, the conversation newest first."""
     if unit.messages:
-        return (CONVERSATION_RANK, 0, -unit.newest)
-    return min(build_key(i) for i in unit.items)
+        return (CONVERSATION_RANK, 0, -unit.newest, 0)
+    return min(key(i) for i in unit.items)
 
 
-def candidates(units: Sequence[Unit], options: BuildOptions) -> tuple[list[Unit], list[str]]:
+def candidates(units: Sequence[Unit], options: BuildOptions, key: Key = build_key) -> tuple[list[Unit], list[str]]:
     """The unpinned units the options let compete for the budget (in the order they are offered
     it), and the ids the options leave out, in arrival order."""
     offered: list[Unit] = []
@@ -91,7 +109,8 @@ def candidates(units: Sequence[Unit], options: BuildOptions) -> tuple[list[Unit]
     offered += [u for u in units if not u.messages and all(_allowed(i.type, options) for i in u.items)]
     kept = {id(u) for u in offered}
     omitted = [i for u in units if id(u) not in kept for i in u.items]
-    return sorted(offered, key=_offer_key), [i.id or "" for i in sorted(omitted, key=lambda i: i.seq)]
+    ordered = sorted(offered, key=lambda u: _offer_key(u, key))
+    return ordered, [i.id or "" for i in sorted(omitted, key=lambda i: i.seq)]
 
 
 class Choice(msgspec.Struct):
@@ -105,13 +124,18 @@ class Choice(msgspec.Struct):
 
 
 def choose(
-    items: Sequence[ContextItem], options: BuildOptions, budget: int | None, cost: Callable[[Unit], int], base: int = 0
+    items: Sequence[ContextItem],
+    options: BuildOptions,
+    budget: int | None,
+    cost: Callable[[Unit], int],
+    base: int = 0,
+    key: Key = build_key,
 ) -> Choice:
-    """Pinned units first (their cost counted in ``used``), then candidates while ``cost`` fits
-    the budget; ``base`` is what the build costs before any unit."""
+    """Pinned units first (their cost counted in ``used``), then candidates (in ``key`` order)
+    while ``cost`` fits the budget; ``base`` is what the build costs before any unit."""
     units = units_of(items)
     pinned = [u for u in units if u.pinned]
-    offered, omitted = candidates([u for u in units if not u.pinned], options)
+    offered, omitted = candidates([u for u in units if not u.pinned], options, key)
     used = base + sum(cost(u) for u in pinned)
     chosen: list[Unit] = []
     excluded: list[str] = []

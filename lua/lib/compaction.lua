@@ -167,8 +167,10 @@ local function apply_compaction(actions, placeholder, reason)
 end
 
 -- Record a compaction that removed or cleared something: counters and the `compacted` event.
--- continued: a later chunk of one compact() call (not counted as another compaction).
-local function record_compaction(strategy, removed_count, freed, before, max_tokens, continued, cleared_count)
+-- continued: a later chunk of one compact() call (not counted as another compaction);
+-- summary_id: the summary that replaced the removed items, if any.
+local function record_compaction(strategy, removed_count, freed, before, max_tokens, continued, cleared_count,
+                                 summary_id)
   if not continued then
     bump(F.COMPACTIONS, 1)
     RUN.compactions = RUN.compactions + 1
@@ -179,5 +181,5 @@ local function record_compaction(strategy, removed_count, freed, before, max_tok
   event('compacted', 'strategy', strategy, 'items_removed', fmt(removed_count),
     'items_cleared', fmt(cleared_count or 0), 'tokens_freed', fmt(freed),
     'usage_before_percent', pct(before, max_tokens), 'usage_after_percent', pct(after, max_tokens),
-    'total_tokens_after', fmt(after))
+    'total_tokens_after', fmt(after), unpack((summary_id or '') ~= '' and {'summary_id', summary_id} or {}))
 end

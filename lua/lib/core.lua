@@ -5,7 +5,7 @@
 -- contextstore/layout.py, then the lib files the script names in its `needs:` line (and theirs),
 -- then the script's body as `local function main() ... end`, then `return run_request(main)`.
 --
--- KEYS (the same eleven for every script, all under the hash tag {<window_id>}):
+-- KEYS (the same fourteen for every script, all under the hash tag {<window_id>}):
 --   KEYS[1] meta     hash: config + counters (field names: F, generated)
 --   KEYS[2] items    hash: id -> item JSON
 --   KEYS[3] order    zset: id scored in build order (type rank, priority desc, seq asc)
@@ -17,6 +17,11 @@
 --   KEYS[9] replies  hash: request id -> "<fingerprint>\n<reply record JSON>"
 --   KEYS[10] groups  hash: group -> its member ids in arrival order, space-separated
 --   KEYS[11] calls   hash: tool call id -> "<group> <tool name>" (the call's assistant message)
+--   KEYS[12] archive hash: summary id -> JSON of the items it replaced; ARCHIVE_INDEX -> when
+--                    each entry expires (lib/archive.lua)
+--   KEYS[13] vectors hash: item id -> "<scorer tag>|<content sha1>|<base64 float32>" (embeddings
+--                    cached for EmbeddingScorer; removed with the item)
+--   KEYS[14] lease   string: the token of the compactor working on the window (PX expiry)
 -- ARGV[1] of every script: the request, "<request id>|<fingerprint>", or "" (no request id).
 --   It is removed from ARGV before the script runs, so a script's own arguments start at ARGV[1].
 -- ARGV[1..N_CONFIG] of every mutating script (after that removal): the caller's config, used only
@@ -32,9 +37,10 @@
 
 local K_META, K_ITEMS, K_ORDER, K_FIFO, K_PINNED, K_ATTRS, K_EVENTS, K_REQUESTS, K_REPLIES =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
-local K_GROUPS, K_CALLS = KEYS[10], KEYS[11]
-local ITEM_KEYS = {K_ITEMS, K_ORDER, K_FIFO, K_PINNED, K_ATTRS, K_GROUPS, K_CALLS}
-local ALL_KEYS = {K_META, K_ITEMS, K_ORDER, K_FIFO, K_PINNED, K_ATTRS, K_EVENTS, K_GROUPS, K_CALLS}
+local K_GROUPS, K_CALLS, K_ARCHIVE, K_VECTORS, K_LEASE = KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14]
+local ITEM_KEYS = {K_ITEMS, K_ORDER, K_FIFO, K_PINNED, K_ATTRS, K_GROUPS, K_CALLS, K_VECTORS}
+local ALL_KEYS = {K_META, K_ITEMS, K_ORDER, K_FIFO, K_PINNED, K_ATTRS, K_EVENTS, K_GROUPS, K_CALLS, K_ARCHIVE,
+  K_VECTORS}
 local REQUEST = table.remove(ARGV, 1) or ''
 local WROTE = false  -- set by every write helper; a request is recorded only if it wrote
 local REPLAYS = {}   -- record kind -> function(record) rebuilding a reply (lib/requests.lua)
@@ -64,6 +70,15 @@ local function words(s)
   local out = {}
   for w in string.gmatch(s or '', '%S+') do out[#out + 1] = w end
   return out
+end
+
+-- Store `list` space-separated under a hash field, or delete the field when it is empty.
+local function hset_words(key, field, list)
+  if #list == 0 then
+    redis.call('HDEL', key, field)
+  else
+    redis.call('HSET', key, field, table.concat(list, ' '))
+  end
 end
 
 local NOW_US = nil

@@ -69,12 +69,16 @@ end
 
 -- Write an item into every structure (not the counters): its JSON, attrs, build order, arrival
 -- order, pin, group and tool calls. it = {id, seq, type, tokens, priority, pinned, flags, group,
--- calls}; it comes last in arrival order.
-local function store_item(it, json)
+-- calls}; it comes last in arrival order, or just before the id `before`.
+local function store_item(it, json, before)
   redis.call('HSET', K_ITEMS, it.id, json)
   redis.call('HSET', K_ATTRS, it.id, pack_attrs(it))
   redis.call('ZADD', K_ORDER, score(it.type, it.priority, it.seq), it.id)
-  redis.call('RPUSH', K_FIFO, it.id)
+  if before then
+    redis.call('LINSERT', K_FIFO, 'BEFORE', before, it.id)
+  else
+    redis.call('RPUSH', K_FIFO, it.id)
+  end
   if it.pinned then redis.call('SADD', K_PINNED, it.id) end
   if it.group ~= '' then
     local v = redis.call('HGET', K_GROUPS, it.group)
@@ -85,17 +89,22 @@ local function store_item(it, json)
   end
 end
 
--- Store one new item: it = {id, seq, ts, tail, type, tokens, priority, pinned, group, calls}.
--- Returns the stored JSON.
-local function insert_item(it)
-  local json = item_head(it) .. it.tail
-  store_item(it, json)
+-- Count a newly stored item in the window's counters, and announce it (item_added).
+local function count_added(it)
   bump(F.TOKENS, it.tokens)
   bump(F.ITEMS, 1)
   bump(F.TOKENS_OF .. it.type, it.tokens)
   bump(F.ITEMS_OF .. it.type, 1)
   event('item_added', 'item_id', it.id, 'type', it.type, 'token_count', fmt(it.tokens),
     'total_tokens_after', fmt(meta_get(F.TOKENS)))
+end
+
+-- Store one new item: it = {id, seq, ts, tail, type, tokens, priority, pinned, group, calls},
+-- last in arrival order or just before the id `before`. Returns the stored JSON.
+local function insert_item(it, before)
+  local json = item_head(it) .. it.tail
+  store_item(it, json, before)
+  count_added(it)
   return json
 end
 
@@ -124,11 +133,7 @@ local function drop_from_groups(grouped, gone, calls_of)
     for _, id in ipairs(group_members(group)) do
       if not gone[id] then keep[#keep + 1] = id end
     end
-    if #keep == 0 then
-      redis.call('HDEL', K_GROUPS, group)
-    else
-      redis.call('HSET', K_GROUPS, group, table.concat(keep, ' '))
-    end
+    hset_words(K_GROUPS, group, keep)
   end
   for _, json in ipairs(calls_of) do
     local meta = cjson.decode(json).metadata
@@ -159,6 +164,7 @@ local function remove_many(ids, reason)
     end
     redis.call('HDEL', K_ITEMS, unpack(chunk))
     redis.call('HDEL', K_ATTRS, unpack(chunk))
+    redis.call('HDEL', K_VECTORS, unpack(chunk))
     redis.call('ZREM', K_ORDER, unpack(chunk))
     redis.call('SREM', K_PINNED, unpack(chunk))
     for j, id in ipairs(chunk) do
@@ -223,6 +229,7 @@ local function clear_content(id, json, tokens)
   local a = unpack_attrs(redis.call('HGET', K_ATTRS, id))
   local freed = a.tokens - tokens
   redis.call('HSET', K_ITEMS, id, json)
+  redis.call('HDEL', K_VECTORS, id)
   a.tokens, a.flags = tokens, 'c'
   redis.call('HSET', K_ATTRS, id, pack_attrs(a))
   bump(F.TOKENS, -freed)

@@ -57,31 +57,51 @@ local function valid_config(c)
     and is_int(c.keep_recent, 0, MAX_ITEM_LIMIT) and is_int(c.clear_at_least, 0, MAX_TOKENS)
     and type(c.clear_exclude) == 'string' and c.warn_percent ~= nil and c.warn_percent > 0
     and c.warn_percent <= 100 and is_int(c.events_maxlen, 1, MAX_EVENTS)
+    and is_int(c.archive_ttl, 1, MAX_TTL_SECONDS)
 end
 
--- A config from its values in layout.Meta.CONFIG order (v[1..11]), the options added later
--- defaulting for a window made before they existed.
+-- A config from its values in layout.Meta.CONFIG order (v[1..N_CONFIG]); a field a window
+-- made by an older version lacks takes its default. The table's keys are the :meta field names.
 local function config_of(v)
-  local c = {
-    max_tokens = tonumber(v[1]), max_items = tonumber(v[2]), item_limit = tonumber(v[3]),
-    threshold = tonumber(v[4]), strategy = v[5], ttl = tonumber(v[6]),
-    keep_recent = tonumber(v[7]) or 0, clear_at_least = tonumber(v[8]) or 0, clear_exclude = v[9] or '',
-    warn_percent = tonumber(v[10]) or DEFAULT_WARN_PERCENT, events_maxlen = tonumber(v[11]) or STREAM_MAXLEN,
-  }
+  local c = {}
+  for i, f in ipairs(CONFIG_FIELDS) do
+    local raw = v[i] or CONFIG_DEFAULTS[f]
+    if CONFIG_TEXT[f] then c[f] = raw else c[f] = tonumber(raw) end
+  end
   c.excluded = {}
   for _, name in ipairs(words(c.clear_exclude)) do c.excluded[name] = true end
   return c
 end
 
+-- A config's values as the scripts answer and store them, in layout.Meta.CONFIG order.
+local function config_list(c)
+  local out = {}
+  for i, f in ipairs(CONFIG_FIELDS) do
+    local v = c[f]
+    if CONFIG_TEXT[f] then out[i] = v elseif CONFIG_FLOAT[f] then out[i] = tostring(v) else out[i] = fmt(v) end
+  end
+  return out
+end
+
+-- A config as field/value pairs for HSET (item_limit, which never changes, only for a new window).
+local function config_pairs(c, with_item_limit)
+  local out = {}
+  for i, v in ipairs(config_list(c)) do
+    local f = CONFIG_FIELDS[i]
+    if f ~= F.ITEM_LIMIT or with_item_limit then
+      out[#out + 1], out[#out + 2] = f, v
+    end
+  end
+  return out
+end
+
 -- The window's config and counters; for a missing window, the caller's config (new = true).
 -- Returns nil when the window is missing and ARGV[1..N_CONFIG] is not a valid config.
 local function read_config()
-  local m = redis.call('HMGET', K_META, F.MAX_TOKENS, F.MAX_ITEMS, F.ITEM_LIMIT, F.THRESHOLD,
-    F.STRATEGY, F.TTL, F.KEEP_RECENT, F.CLEAR_AT_LEAST, F.CLEAR_EXCLUDE, F.WARN_PERCENT, F.EVENTS_MAXLEN,
-    F.TOKENS, F.ITEMS, F.SEQ)
-  if m[2] then
-    local c = config_of(m)
-    c.tokens, c.items, c.seq, c.new = tonumber(m[12]) or 0, tonumber(m[13]) or 0, tonumber(m[14]) or 0, false
+  local m = redis.call('HMGET', K_META, F.TOKENS, F.ITEMS, F.SEQ, unpack(CONFIG_FIELDS))
+  if m[5] then
+    local c = config_of({unpack(m, 4)})
+    c.tokens, c.items, c.seq, c.new = tonumber(m[1]) or 0, tonumber(m[2]) or 0, tonumber(m[3]) or 0, false
     META_KNOWN[F.TOKENS], META_KNOWN[F.ITEMS], META_KNOWN[F.SEQ] = c.tokens, c.items, c.seq
     CFG = c
     return c
@@ -97,13 +117,13 @@ end
 local function persist_config(c)
   if not c.new then return end
   WROTE = true
-  redis.call('DEL', unpack(ITEM_KEYS))
-  redis.call('HSET', K_META, F.MAX_TOKENS, fmt(c.max_tokens), F.MAX_ITEMS, fmt(c.max_items),
-    F.ITEM_LIMIT, fmt(c.item_limit), F.THRESHOLD, tostring(c.threshold), F.STRATEGY, c.strategy,
-    F.TTL, fmt(c.ttl), F.SEQ, '0', F.TOKENS, '0', F.ITEMS, '0', F.COMPACTIONS, '0',
-    F.FREED, '0', F.CREATED_MS, fmt(math.floor(now_us() / 1000)), F.KEEP_RECENT, fmt(c.keep_recent),
-    F.CLEAR_AT_LEAST, fmt(c.clear_at_least), F.CLEAR_EXCLUDE, c.clear_exclude,
-    F.WARN_PERCENT, tostring(c.warn_percent), F.EVENTS_MAXLEN, fmt(c.events_maxlen), F.WARNED, '0')
+  redis.call('DEL', K_ARCHIVE, unpack(ITEM_KEYS))
+  local fields = config_pairs(c, true)
+  for _, f in ipairs({F.SEQ, F.TOKENS, F.ITEMS, F.COMPACTIONS, F.FREED, F.WARNED}) do
+    fields[#fields + 1], fields[#fields + 2] = f, '0'
+  end
+  fields[#fields + 1], fields[#fields + 2] = F.CREATED_MS, fmt(math.floor(now_us() / 1000))
+  redis.call('HSET', K_META, unpack(fields))
   META_KNOWN = {[F.SEQ] = 0, [F.TOKENS] = 0, [F.ITEMS] = 0, [F.COMPACTIONS] = 0, [F.FREED] = 0, [F.WARNED] = 0}
   c.new = false
 end

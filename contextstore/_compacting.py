@@ -1,0 +1,90 @@
+"""Driving the background compactor of ``compactor.py`` on a store: the blocking loop of
+``ContextStore.run_compactor`` and the awaited one of ``AsyncContextStore.run_compactor``."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from . import _streaming, compactor, streams
+from .errors import ContextStoreError
+
+if TYPE_CHECKING:
+    from .aio import AsyncContextStore
+    from .sync import ContextStore
+
+#: with ``windows=None``, how often the compactor looks for new windows while busy
+REDISCOVER_S = 5.0
+
+
+def run(store: ContextStore, job: compactor.CompactorJob, stop: threading.Event | None) -> None:
+    """Compact the job's windows as their events come, until ``stop`` is set."""
+    while stop is None or not stop.is_set():
+        ids = job.windows or store.windows()
+        if not ids:
+            stop.wait(job.block_ms / 1000) if stop else time.sleep(job.block_ms / 1000)
+            continue
+        began = time.monotonic()
+        for delivery in _streaming.values(store, job.consumer_plan(store._settings.prefix, store._client, ids)):
+            for window_id, pending in compactor.by_window(delivery).items():
+                if _tend(store, job, window_id):
+                    _streaming.run(store, streams.acknowledge(job.group, pending))
+            if (stop is not None and stop.is_set()) or _rediscover(job, began):
+                break
+
+
+def _tend(store: ContextStore, job: compactor.CompactorJob, window_id: str) -> bool:
+    if not job.due(window_id, time.monotonic()):
+        return False
+    try:
+        outcome: str | BaseException = store._run(compactor.tend(store._settings, job, window_id))
+    except ContextStoreError as exc:
+        outcome = exc
+        with contextlib.suppress(ContextStoreError):  # else the lease expires by itself
+            store._run(compactor.release(store._settings, window_id, job.token))
+    return job.handled(window_id, outcome, time.monotonic())
+
+
+async def arun(store: AsyncContextStore, job: compactor.CompactorJob, stop: asyncio.Event | None) -> None:
+    """The awaited twin of ``run``."""
+    while stop is None or not stop.is_set():
+        ids = job.windows or await store.windows()
+        if not ids:
+            await _await_stop(stop, job.block_ms / 1000)
+            continue
+        began = time.monotonic()
+        plan = job.consumer_plan(store._settings.prefix, store._client, ids)
+        async for delivery in _streaming.avalues(store, plan):
+            for window_id, pending in compactor.by_window(delivery).items():
+                if await _atend(store, job, window_id):
+                    await _streaming.arun(store, streams.acknowledge(job.group, pending))
+            if (stop is not None and stop.is_set()) or _rediscover(job, began):
+                break
+
+
+async def _atend(store: AsyncContextStore, job: compactor.CompactorJob, window_id: str) -> bool:
+    if not job.due(window_id, time.monotonic()):
+        return False
+    try:
+        outcome: str | BaseException = await store._run(compactor.tend(store._settings, job, window_id))
+    except ContextStoreError as exc:
+        outcome = exc
+        with contextlib.suppress(ContextStoreError):  # else the lease expires by itself
+            await store._run(compactor.release(store._settings, window_id, job.token))
+    return job.handled(window_id, outcome, time.monotonic())
+
+
+async def _await_stop(stop: asyncio.Event | None, seconds: float) -> None:
+    if stop is None:
+        await asyncio.sleep(seconds)
+        return
+    with contextlib.suppress(asyncio.TimeoutError):
+        await asyncio.wait_for(stop.wait(), seconds)
+
+
+def _rediscover(job: compactor.CompactorJob, began: float) -> bool:
+    """True when a compactor of every window should look for new windows now."""
+    return job.windows is None and time.monotonic() - began > REDISCOVER_S

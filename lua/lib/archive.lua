@@ -1,0 +1,60 @@
+-- lib/archive.lua: the items a summary replaced, kept in :archive until archive_ttl passes.
+-- needs: items
+--
+-- :archive holds, per summary id, {"items": [[stored JSON, attrs], ...]} (the replaced items in
+-- arrival order), and under ARCHIVE_INDEX when each entry expires: "<summary id>=<server ms> ...".
+-- Expired entries are never answered, and are dropped whenever the archive is written.
+
+local function archive_expiries()
+  local out = {}
+  for _, pair in ipairs(words(redis.call('HGET', K_ARCHIVE, ARCHIVE_INDEX) or '')) do
+    local id, ms = string.match(pair, '^(.+)=(%d+)$')
+    if id then out[id] = tonumber(ms) end
+  end
+  return out
+end
+
+local function write_archive_index(expiries)
+  local parts = {}
+  for id, ms in pairs(expiries) do parts[#parts + 1] = id .. '=' .. fmt(ms) end
+  table.sort(parts)
+  hset_words(K_ARCHIVE, ARCHIVE_INDEX, parts)
+end
+
+local function now_ms()
+  return math.floor(now_us() / 1000)
+end
+
+-- Keep the stored JSON and attrs of `ids` (existing items) under `summary_id` for `ttl`
+-- seconds; drop the entries that expired.
+local function archive_put(summary_id, ids, ttl)
+  local now, expiries = now_ms(), archive_expiries()
+  for id, ms in pairs(expiries) do
+    if ms <= now then
+      redis.call('HDEL', K_ARCHIVE, id)
+      expiries[id] = nil
+    end
+  end
+  local rows = {}
+  for i, id in ipairs(ids) do
+    rows[i] = {redis.call('HGET', K_ITEMS, id), redis.call('HGET', K_ATTRS, id)}
+  end
+  redis.call('HSET', K_ARCHIVE, summary_id, cjson.encode({items = rows}))
+  expiries[summary_id] = now + ttl * 1000
+  write_archive_index(expiries)
+end
+
+-- The archived rows of `summary_id` ({{json, attrs}, ...}), or nil when absent or expired.
+local function archive_get(summary_id)
+  local ms = archive_expiries()[summary_id]
+  if not ms or ms <= now_ms() then return nil end
+  local raw = redis.call('HGET', K_ARCHIVE, summary_id)
+  return raw and cjson.decode(raw).items or nil
+end
+
+local function archive_drop(summary_id)
+  local expiries = archive_expiries()
+  expiries[summary_id] = nil
+  redis.call('HDEL', K_ARCHIVE, summary_id)
+  write_archive_index(expiries)
+end

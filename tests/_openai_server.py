@@ -1,0 +1,94 @@
+"""A local OpenAI-compatible chat completions endpoint for the summarizer tests: real HTTP on
+127.0.0.1, spoken to by the real ``openai`` client; no network, no model.
+
+``mode`` decides the answers: ``"ok"`` summarizes by counting (``"summary of N lines: <first
+words of each line>"``), ``"500"`` fails with an internal server error, ``"slow"`` answers after
+``delay`` seconds, ``"empty"`` answers with no content. Every request body is kept in
+``requests``.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+class FakeChatServer:
+    """Start with ``start()``; ``base_url`` is what ``OpenAISummarizer(base_url=...)`` takes."""
+
+    def __init__(self) -> None:
+        self.mode = "ok"
+        self.delay = 2.0
+        self.requests: list[dict[str, Any]] = []
+        self.in_flight = 0  # requests received and not yet answered
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+
+    def start(self) -> FakeChatServer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def answer(self, body: dict[str, Any]) -> str:
+        """The summary the ``ok`` mode gives: how many transcript lines, and their first words."""
+        text = body["messages"][-1]["content"].split("\n\n", 1)[1]
+        lines = text.splitlines()
+        return f"summary of {len(lines)} lines: " + "; ".join(" ".join(x.split()[:3]) for x in lines)
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:  # quiet
+                pass
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                owner.requests.append(body)
+                if self.path != "/v1/chat/completions":
+                    return self._send(404, {"error": {"message": "not found"}})
+                if owner.mode == "500":
+                    return self._send(500, {"error": {"message": "the model fell over", "type": "server_error"}})
+                owner.in_flight += 1
+                try:
+                    if owner.mode == "slow":
+                        time.sleep(owner.delay)
+                    content = None if owner.mode == "empty" else owner.answer(body)
+                    self._send(200, _completion(body["model"], content))
+                finally:
+                    owner.in_flight -= 1
+
+            def _send(self, status: int, payload: dict[str, Any]) -> None:
+                data = json.dumps(payload).encode()
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):  # the client timed out and left
+                    pass
+
+        return Handler
+
+
+def _completion(model: str, content: str | None) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-local",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+    }
