@@ -4,7 +4,6 @@ sync API; only the I/O is awaited."""
 from __future__ import annotations
 
 import asyncio
-import inspect
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from types import TracebackType
@@ -17,7 +16,7 @@ from typing_extensions import Unpack
 from . import _compacting, _streaming, compactor, streams
 from ._loops import LoopClients
 from .config import StoreOptions
-from .errors import REDIS_EXCEPTIONS, ContextStoreError, from_helper, from_redis
+from .errors import REDIS_EXCEPTIONS, ContextStoreError, from_redis
 from .events import Event, OtherEvent
 from .keys import meta_pattern
 from .plans import build as build_plans
@@ -76,7 +75,7 @@ class AsyncContextStore(StoreBase):
 
     async def _execute(self, request: ScriptCall | External) -> Any:
         if isinstance(request, External):
-            return await self._call_helper(request)
+            return await request.acall()
         keys, argv, attempt = list(request.keys), request.argv(), 0
         scripts = (await self._loops.current()).scripts
         while True:
@@ -88,16 +87,6 @@ class AsyncContextStore(StoreBase):
             except RuntimeError as exc:  # a caller's client bound to another (or a closed) loop
                 raise self._loop_error(exc) from exc
             await asyncio.sleep(delay)
-
-    @staticmethod
-    async def _call_helper(request: External) -> Any:
-        try:
-            result = (request.async_fn or request.fn)(*request.args)
-            if inspect.isawaitable(result):
-                result = await result
-        except Exception as exc:
-            raise from_helper(exc, request.kind) from exc
-        return result
 
     def _loop_error(self, exc: RuntimeError) -> ContextStoreError:
         return ContextStoreError(
@@ -113,6 +102,11 @@ class AsyncContextStore(StoreBase):
         ``create=False`` raises ``WindowNotFoundError`` for a missing window instead."""
         state = await self._run(window_plans.open_window(self._settings, window_id, dict(config), create))
         return AsyncContextWindow(self, state)
+
+    def handle(self, window_id: str, **config: Unpack[WindowOptions]) -> AsyncContextWindow:
+        """A handle on ``window_id`` that does no I/O, so it is not awaited (see
+        ``ContextStore.handle``)."""
+        return AsyncContextWindow(self, window_plans.handle_state(self._settings, window_id, dict(config)))
 
     async def windows(self) -> list[str]:
         """Sorted ids of every window under this store's prefix (every primary of a cluster)."""
@@ -225,6 +219,11 @@ class AsyncContextWindow:
     async def remove(self, item_id: str, *, request_id: str | None = None) -> bool:
         """Remove an item; False if it is absent."""
         return await self._store._run(item_plans.remove(self._state, item_id, request_id))
+
+    async def pop(self, count: int = 1, *, request_id: str | None = None) -> list[ContextItem]:
+        """Remove and return the ``count`` newest items (arrival order, pinned or not), newest
+        first, atomically; [] on an empty window."""
+        return await self._store._run(item_plans.pop(self._state, count, request_id))
 
     async def pin(self, item_id: str, *, request_id: str | None = None) -> bool:
         """Pin an item (never evicted or compacted); False if it is absent."""

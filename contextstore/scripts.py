@@ -20,7 +20,7 @@ from .layout import lua_constants
 
 SCRIPT_NAMES = (
     "add", "remove", "pin", "priority", "clear", "compact", "commit", "restore",
-    "configure", "ensure", "delete", "event", "read", "undo", "lease", "vectors",
+    "configure", "ensure", "delete", "event", "read", "undo", "lease", "vectors", "pop",
 )  # fmt: skip
 
 #: every helper file, each after the ones it needs; ``requests`` (run_request) is in every script

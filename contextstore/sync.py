@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -15,7 +14,7 @@ from typing_extensions import Unpack
 
 from . import _compacting, _streaming, compactor, streams
 from ._direct import DirectEvalsha
-from .errors import REDIS_EXCEPTIONS, InvalidOptionsError, from_helper, from_redis
+from .errors import REDIS_EXCEPTIONS, from_redis
 from .events import Event, OtherEvent
 from .keys import meta_pattern
 from .plans import build as build_plans
@@ -75,7 +74,7 @@ class ContextStore(StoreBase):
 
     def _execute(self, request: ScriptCall | External) -> Any:
         if isinstance(request, External):
-            return self._call_helper(request)
+            return request.call()
         keys, argv, attempt = list(request.keys), request.argv(), 0
         direct = self._direct
         while True:
@@ -88,17 +87,6 @@ class ContextStore(StoreBase):
                 delay = self._retry_delay(exc, attempt, request)
             time.sleep(delay)
 
-    @staticmethod
-    def _call_helper(request: External) -> Any:
-        try:
-            result = request.fn(*request.args)
-        except Exception as exc:
-            raise from_helper(exc, request.kind) from exc
-        if inspect.isawaitable(result):
-            getattr(result, "close", lambda: None)()
-            raise InvalidOptionsError(f"an async {request.kind} needs AsyncContextStore")
-        return result
-
     def window(self, window_id: str, *, create: bool = True, **config: Unpack[WindowOptions]) -> ContextWindow:
         """Attach to ``window_id``, creating it with the given config if it does not exist;
         ``create=False`` raises ``WindowNotFoundError`` for a missing window instead.
@@ -108,6 +96,12 @@ class ContextStore(StoreBase):
         its threshold defaults to 85.0 and its strategy to REMOVE_LOW_PRIORITY.
         """
         return ContextWindow(self, self._run(window_plans.open_window(self._settings, window_id, dict(config), create)))
+
+    def handle(self, window_id: str, **config: Unpack[WindowOptions]) -> ContextWindow:
+        """A handle on ``window_id`` that does no I/O (safe in a constructor on an event loop):
+        its first mutation creates the window with ``config`` if it is missing; unlike
+        ``window()``, nothing is compared with a stored config."""
+        return ContextWindow(self, window_plans.handle_state(self._settings, window_id, dict(config)))
 
     def windows(self) -> list[str]:
         """Sorted ids of every window under this store's prefix (every primary of a cluster)."""
@@ -220,6 +214,11 @@ class ContextWindow:
     def remove(self, item_id: str, *, request_id: str | None = None) -> bool:
         """Remove an item; False if it is absent."""
         return self._run(item_plans.remove(self._state, item_id, request_id))
+
+    def pop(self, count: int = 1, *, request_id: str | None = None) -> list[ContextItem]:
+        """Remove and return the ``count`` newest items (arrival order, pinned or not), newest
+        first, atomically; [] on an empty window."""
+        return self._run(item_plans.pop(self._state, count, request_id))
 
     def pin(self, item_id: str, *, request_id: str | None = None) -> bool:
         """Pin an item (never evicted or compacted); False if it is absent."""

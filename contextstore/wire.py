@@ -240,7 +240,8 @@ def lease_args(op: str, token: str, ms: int = 0) -> Args:
 
 
 def one_item_args(cfg: WindowConfig, item_id: str, *extra: str) -> Args:
-    """ARGV of remove.lua, pin.lua (extra: '1'/'0') and priority.lua (extra: the priority)."""
+    """ARGV of remove.lua, pin.lua (extra: '1'/'0'), priority.lua (extra: the priority) and
+    pop.lua (the count in place of an id)."""
     return [*config_args(cfg), item_id, *extra]
 
 

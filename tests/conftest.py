@@ -106,3 +106,16 @@ def make_store(api: str, redis_url: str, prefix: str) -> Iterator[StoreFactory]:
 @pytest.fixture
 def store(make_store: StoreFactory) -> Any:
     return make_store()
+
+
+@pytest.fixture(params=["sync store", "async store"])
+def any_store(request: pytest.FixtureRequest, redis_url: str, prefix: str) -> Iterator[Any]:
+    """A real ``ContextStore`` or ``AsyncContextStore`` (not proxied): for code that takes
+    either, such as the framework integrations."""
+    if request.param == "sync store":
+        with cs.ContextStore.from_url(redis_url, prefix=prefix) as store:
+            yield store
+        return
+    astore = cs.AsyncContextStore.from_url(redis_url, prefix=prefix)
+    yield astore
+    asyncio.run(astore.close())

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import multiprocessing
 import os
 import re
 import shutil
@@ -237,3 +238,14 @@ def check_invariants(client: redis.Redis, prefix: str, window_id: str) -> None:
     else:
         for name in ("items", "order", "fifo", "pinned", "attrs"):
             assert not client.exists(key(prefix, window_id, name)), f"{name} left without meta"
+
+
+def run_processes(target: Any, args_each: list[tuple[Any, ...]], timeout: float = 60.0) -> None:
+    """Run ``target(*args)`` in one spawned process per ``args`` at once; assert each exits 0."""
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=target, args=args) for args in args_each]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout)
+        assert p.exitcode == 0, f"a worker process exited with {p.exitcode}"

@@ -12,7 +12,7 @@ import pytest
 import contextstore as cs
 
 from chat_rules import check_anthropic, check_openai, groups_whole
-from support import dump_window, events
+from support import dump_window, events, key
 
 
 def call(call_id: str, name: str = "lookup", **arguments: object) -> dict[str, object]:
@@ -354,3 +354,52 @@ def test_snapshot_and_restore_keep_groups_calls_and_clearing(store):
     with pytest.raises(cs.InvalidItemError, match="already in the window"):
         copy.add_many([{"content": "", "type": "assistant_message", "metadata": {"tool_calls": [call("call_0_0")]}}])
     assert copy.add("late", type="tool_result", role="tool", metadata={"tool_call_id": "call_3_1"}).group == "call_3_0"
+
+
+# -- pop ------------------------------------------------------------------------------------------
+
+
+def test_pop_removes_and_returns_the_newest_items(store, r, prefix):
+    w = store.window("pop")
+    assert w.pop() == []
+    first = w.add("one", type="user_message")
+    w.add("two", type="assistant_message", pinned=True)
+    w.add("three", type="user_message")
+    popped = w.pop(2)
+    assert [i.content for i in popped] == ["three", "two"]  # newest first, pinned or not
+    assert [i.id for i in w.items()] == [first.id] and w.stats().current_tokens == first.token_count
+    removed = [e for e in events(r, prefix, "pop") if e["event"] == "item_removed"]
+    assert [e["reason"] for e in removed] == ["manual", "manual"]
+    assert w.pop(5) == [first] and w.pop() == []
+    with pytest.raises(cs.InvalidOptionsError):
+        w.pop(0)
+    assert w.verify().ok
+
+
+def test_pop_is_exactly_once(store):
+    w = store.window("pop-once")
+    for n in range(3):
+        w.add(f"m{n}", type="user_message")
+    assert [i.content for i in w.pop(request_id="r1")] == ["m2"]
+    assert [i.content for i in w.pop(request_id="r1")] == ["m2"]  # the same call again: same answer
+    assert len(w.items()) == 2
+
+
+def test_pop_keeps_the_group_index_true(store):
+    w = store.window("pop-group")
+    turn(w, 1, results=2)
+    w.pop(2)  # the answer and one result: the call keeps its other result
+    assert w.verify().ok
+    check_openai(w.build_messages(cs.BuildOptions(reserve_for_response=0, max_tokens=4000)))
+
+
+def test_a_handle_does_no_io_until_first_used(make_store, r, prefix):
+    store = make_store()
+    before = r.info("stats")["total_commands_processed"]
+    w = store.handle("lazy", max_tokens=500)
+    assert r.info("stats")["total_commands_processed"] == before + 1  # only this INFO
+    assert not r.exists(key(prefix, "lazy", "meta"))
+    w.add("hello", type="user_message")
+    assert w.stats().max_tokens == 500  # created with the handle's config by its first mutation
+    with pytest.raises(cs.InvalidWindowIdError):
+        store.handle("bad id")

@@ -140,6 +140,8 @@ def _consume_and_die(url: str, prefix: str, out: mp.Queue) -> None:
     with cs.ContextStore.from_url(url, prefix=prefix) as store:
         batch = next(iter(store.consume("ev-group", "workers", "doomed", count=5)))
         out.put([e.id for e in batch])
+    out.close()
+    out.join_thread()  # the queue's feeder thread has written it: os._exit would lose it otherwise
     os._exit(0)  # killed before acknowledging
 
 

@@ -3,6 +3,7 @@ works on, request ids, and the read of a window."""
 
 from __future__ import annotations
 
+import inspect
 import os
 import zlib
 from collections.abc import Callable, Generator, Sequence
@@ -10,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from .. import wire
-from ..errors import InvalidOptionsError, raise_for_reply
+from ..errors import InvalidOptionsError, from_helper, raise_for_reply
 from ..keys import WindowKeys
 from ..layout import CLEARED_PLACEHOLDER
 from ..render.prompt import cached_count
@@ -63,6 +64,27 @@ class External:
     args: tuple[Any, ...]
     kind: str = "summarizer"
     async_fn: Callable[..., Any] | None = None
+
+    def call(self) -> Any:
+        """Call the helper (the sync store); a coroutine is refused: it needs the async store."""
+        try:
+            result = self.fn(*self.args)
+        except Exception as exc:
+            raise from_helper(exc, self.kind) from exc
+        if inspect.isawaitable(result):
+            getattr(result, "close", lambda: None)()
+            raise InvalidOptionsError(f"an async {self.kind} needs AsyncContextStore")
+        return result
+
+    async def acall(self) -> Any:
+        """Call the helper (the async store), preferring its async variant."""
+        try:
+            result = (self.async_fn or self.fn)(*self.args)
+            if inspect.isawaitable(result):
+                result = await result
+        except Exception as exc:
+            raise from_helper(exc, self.kind) from exc
+        return result
 
 
 Plan = Generator["ScriptCall | External", Any, T]

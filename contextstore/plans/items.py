@@ -9,6 +9,8 @@ from typing import Any
 
 from .. import logs, toolcalls, validate, wire
 from ..errors import ContextWindowFullError, InvalidItemError, InvalidOptionsError, raise_for_reply
+from ..layout import MAX_ITEM_LIMIT
+from ..stored import decode_item
 from ..types import ContextItem
 from .base import Plan, ScriptCall, Settings, WindowState, new_request, read
 
@@ -133,6 +135,17 @@ def remove(state: WindowState, item_id: object, request_id: object = None) -> Pl
     if removed:
         logs.item_removed(state.window_id, str(item_id), "manual")
     return removed
+
+
+def pop(state: WindowState, count: object = 1, request_id: object = None) -> Plan[list[ContextItem]]:
+    """Remove and return the ``count`` newest items (arrival order), newest first."""
+    n = validate.int_in("count", count, 1, MAX_ITEM_LIMIT)
+    request = new_request("pop", request_id)
+    raw = raise_for_reply((yield ScriptCall("pop", state.keys, wire.one_item_args(state.config, str(n)), request)))
+    popped = [decode_item(j) for j in raw]
+    for item in popped:
+        logs.item_removed(state.window_id, item.id or "", "manual")
+    return popped
 
 
 def set_pinned(state: WindowState, item_id: object, pinned: bool, request_id: object = None) -> Plan[bool]:

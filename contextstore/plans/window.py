@@ -21,10 +21,10 @@ def open_window(
     """Attach to a window: create it with ``passed`` if it is missing (``create=True``), else
     raise ``WindowNotFoundError``; a passed value that differs from the stored config raises
     ``ConfigConflictError``. ``None`` counts as not passed."""
-    wid = validate_window_id(window_id)
     create = flag("create", create)
+    state = handle_state(settings, window_id, passed)
+    wid = state.window_id
     values = config_values({k: v for k, v in passed.items() if v is not None}, settings.item_limit)
-    state = WindowState(wid, window_keys(settings.prefix, wid), creation_config(values, settings.item_limit))
     if create:
         reply = raise_for_reply(
             (yield ScriptCall("ensure", state.keys, wire.config_args(state.config))), InvalidOptionsError
@@ -42,6 +42,14 @@ def open_window(
         raise ConfigConflictError(wid, conflicts)
     state.config = stored
     return state
+
+
+def handle_state(settings: Settings, window_id: object, passed: dict[str, Any]) -> WindowState:
+    """A window's state from the caller's config alone, with no I/O (``store.handle()``): the
+    first mutation creates the window with it; nothing is compared with a stored config."""
+    wid = validate_window_id(window_id)
+    values = config_values({k: v for k, v in passed.items() if v is not None}, settings.item_limit)
+    return WindowState(wid, window_keys(settings.prefix, wid), creation_config(values, settings.item_limit))
 
 
 def configure(state: WindowState, changes: dict[str, Any], request_id: object = None) -> Plan[WindowConfig]:

@@ -1,0 +1,136 @@
+"""LangChain's ``BaseChatMessageHistory`` on a contextstore window (extra
+``contextstore[langchain]``).
+
+```python
+from langchain_core.runnables.history import RunnableWithMessageHistory
+from contextstore.integrations.langchain import ContextStoreChatMessageHistory
+
+chain = RunnableWithMessageHistory(
+    prompt | model,
+    lambda session_id: ContextStoreChatMessageHistory(session_id, store, max_tokens=32_000),
+)
+```
+
+Each message is one window item that gives the message back exactly (its ``message_to_dict``
+form in ``metadata["langchain"]``), with its text as the content. An ``AIMessage`` with tool
+calls is stored as an assistant tool call and each ``ToolMessage`` as the tool result that
+answers it, so a budget or a compaction removes a call with its results, never one of them. A
+call id already in the window, or a result whose call is not there, is kept as a plain message.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from ..aio import AsyncContextStore
+from ..layout import CLEARED_KEY
+from ..sync import ContextStore
+from ..types import ContextItem
+from ._session import SessionWindow
+
+try:
+    from langchain_core.chat_history import BaseChatMessageHistory
+    from langchain_core.messages import BaseMessage, message_to_dict, messages_from_dict
+except ImportError as exc:  # pragma: no cover - the extra is not installed
+    raise ImportError(
+        "contextstore.integrations.langchain needs langchain-core: pip install 'contextstore[langchain]'"
+    ) from exc
+
+#: where a stored item keeps the message as ``message_to_dict`` gives it
+RAW = "langchain"
+_TYPES = {"human": "user_message", "ai": "assistant_message", "system": "instruction", "tool": "tool_result"}
+_ROLES = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool"}
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    parts = [p if isinstance(p, str) else p.get("text", "") for p in content if isinstance(p, (str, dict))]
+    return "\n".join(p for p in parts if p) or (json.dumps(content, default=str) if content else "")
+
+
+def to_window_item(message: BaseMessage, linked: bool = True) -> dict[str, Any]:
+    """One message as ``add_many`` takes it (``linked=False``: tool calls not paired)."""
+    raw = message_to_dict(message)
+    kind = raw["type"]
+    meta: dict[str, Any] = {RAW: raw}
+    entry = {
+        "type": _TYPES.get(kind, "other"),
+        "role": _ROLES.get(kind, getattr(message, "role", None)),
+        "content": _text(message.content),
+    }
+    calls = getattr(message, "tool_calls", None) or []
+    if linked and calls and all(c.get("id") for c in calls):
+        meta["tool_calls"] = [
+            {
+                "id": c["id"],
+                "type": "function",
+                "function": {"name": c["name"], "arguments": json.dumps(c["args"], default=str)},
+            }
+            for c in calls
+        ]
+    elif linked and kind == "tool" and getattr(message, "tool_call_id", None):
+        meta["tool_call_id"] = message.tool_call_id  # type: ignore[attr-defined]
+    elif kind == "tool":
+        entry["role"] = None  # a result that answers no call in the window: not paired
+    if not entry["content"] and "tool_calls" not in meta:
+        entry["content"] = f"[{kind} message]"
+    return {**entry, "metadata": meta}
+
+
+def from_window_item(item: ContextItem) -> BaseMessage:
+    """The message back, exactly as added (a cleared tool result carries its placeholder)."""
+    raw = (item.metadata or {}).get(RAW)
+    if raw is None:  # an item some other writer added to the window
+        raw = {
+            "type": {"user": "human", "assistant": "ai"}.get(item.role or "", "human"),
+            "data": {"content": item.content},
+        }
+    if (item.metadata or {}).get(CLEARED_KEY):
+        raw = {**raw, "data": {**raw["data"], "content": item.content}}
+    return messages_from_dict([raw])[0]
+
+
+class ContextStoreChatMessageHistory(BaseChatMessageHistory):
+    """A LangChain chat history whose messages live in a contextstore window: shared safely by
+    every process with the same ``session_id``, kept within a token budget (``window_config``
+    over ``SESSION_DEFAULTS``), each call one atomic step. Sync and async methods work on a
+    ``ContextStore`` or an ``AsyncContextStore``. Constructing it does no I/O."""
+
+    def __init__(self, session_id: str, store: ContextStore | AsyncContextStore, **window_config: Any) -> None:
+        self.session_id = session_id
+        self._session = SessionWindow(session_id, store, **window_config)
+
+    @property
+    def window(self) -> Any:
+        """The session's window (``ContextWindow`` or ``AsyncContextWindow``)."""
+        return self._session.window
+
+    @property
+    def messages(self) -> list[BaseMessage]:  # type: ignore[override]
+        """Every message, oldest first."""
+        return [from_window_item(i) for i in self._session.items()]
+
+    async def aget_messages(self) -> list[BaseMessage]:
+        """Every message, oldest first."""
+        return [from_window_item(i) for i in await self._session.aitems()]
+
+    def add_messages(self, messages: Sequence[BaseMessage]) -> None:
+        """Append ``messages`` in one atomic step."""
+        if messages:
+            self._session.add(lambda linked: [to_window_item(m, linked) for m in messages])
+
+    async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
+        """Append ``messages`` in one atomic step."""
+        if messages:
+            await self._session.aadd(lambda linked: [to_window_item(m, linked) for m in messages])
+
+    def clear(self) -> None:
+        """Remove every message (the window's config stays)."""
+        self._session.call("clear", include_pinned=True)
+
+    async def aclear(self) -> None:
+        """Remove every message (the window's config stays)."""
+        await self._session.acall("clear", include_pinned=True)

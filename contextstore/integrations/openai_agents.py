@@ -1,0 +1,146 @@
+"""The openai-agents ``Session`` protocol on a contextstore window (extra
+``contextstore[openai-agents]``).
+
+```python
+from agents import Agent, Runner
+from contextstore.integrations.openai_agents import ContextStoreSession
+
+session = ContextStoreSession("user-42", store, max_tokens=64_000)
+await Runner.run(agent, "What did I ask before?", session=session)
+```
+
+Every Responses input item is stored as one window item that gives the item back exactly
+(``metadata["openai_agents"]``), with its text as the content, so that tokens are counted and
+builds read naturally. A ``function_call`` (and every other ``*_call`` with a ``call_id``) is
+stored as an assistant tool call, its ``*_output`` as the tool result that answers it: they
+share a group, so a budget or a compaction removes a call with its output, never one of them.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..aio import AsyncContextStore
+from ..layout import CLEARED_KEY
+from ..sync import ContextStore
+from ..types import ContextItem
+from ._session import SessionWindow
+
+try:
+    from agents.memory.session import SessionABC
+    from agents.memory.session_settings import SessionSettings, resolve_session_limit
+except ImportError as exc:  # pragma: no cover - the extra is not installed
+    raise ImportError(
+        "contextstore.integrations.openai_agents needs openai-agents: pip install 'contextstore[openai-agents]'"
+    ) from exc
+
+#: where a stored item keeps the framework's item as it was given
+RAW = "openai_agents"
+_ROLE_TYPES = {
+    "user": "user_message",
+    "assistant": "assistant_message",
+    "system": "instruction",
+    "developer": "instruction",
+}
+
+
+def _text(value: Any) -> str:
+    """The readable text of a content or output: a str, the text of its parts, else JSON."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        parts = [p.get("text") or p.get("refusal") or "" for p in value if isinstance(p, dict)]
+        if any(parts):
+            return "\n".join(p for p in parts if p)
+    return json.dumps(value, ensure_ascii=False, default=str) if value not in (None, "", []) else ""
+
+
+def to_window_item(item: dict[str, Any], linked: bool = True) -> dict[str, Any]:
+    """One Responses input item as ``add_many`` takes it (``linked=False``: a tool call or
+    output kept as a plain item, not paired)."""
+    kind = item.get("type") or ("message" if "role" in item else "item")
+    call_id = item.get("call_id")
+    meta: dict[str, Any] = {RAW: item}
+    if not linked and call_id:
+        entry = {"type": "other", "content": _text(item.get("output", item.get("arguments"))) or f"[{kind}]"}
+    elif kind == "message" or (kind != "item" and "role" in item and not call_id):
+        role = str(item.get("role", "user"))
+        entry = {"type": _ROLE_TYPES.get(role, "other"), "role": role, "content": _text(item.get("content"))}
+    elif call_id and kind.endswith("_output"):
+        meta["tool_call_id"] = call_id
+        entry = {"type": "tool_result", "role": "tool", "content": _text(item.get("output"))}
+    elif call_id:
+        arguments = item.get("arguments", item.get("input", item.get("action", "")))
+        call = {
+            "id": call_id,
+            "type": "function",
+            "function": {
+                "name": str(item.get("name", kind)),
+                "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments, default=str),
+            },
+        }
+        meta["tool_calls"] = [call]
+        entry = {"type": "assistant_message", "role": "assistant", "content": ""}
+    else:  # reasoning, web and file search calls, item references, compaction items, ...
+        summary = item.get("summary") if kind == "reasoning" else None
+        entry = {"type": "other", "content": _text(summary) if summary else json.dumps(item, default=str)}
+    if not entry["content"] and entry["type"] != "assistant_message":
+        entry["content"] = f"[{kind}]"
+    return {**entry, "metadata": meta}
+
+
+def from_window_item(item: ContextItem) -> Any:
+    """The framework's item back, exactly as given (a cleared tool output carries the
+    placeholder that replaced it)."""
+    meta = item.metadata or {}
+    raw = meta.get(RAW)
+    if raw is None:  # an item some other writer added to the window: as a plain message
+        return {"role": item.role or "user", "content": item.content}
+    if meta.get(CLEARED_KEY) and isinstance(raw, dict) and "output" in raw:
+        return {**raw, "output": item.content}
+    return raw
+
+
+class ContextStoreSession(SessionABC):
+    """An openai-agents session whose history is a contextstore window: shared safely by every
+    process that opens the same ``session_id``, kept within a token budget (``window_config``
+    over ``SESSION_DEFAULTS``), each call one atomic step. Works on a ``ContextStore`` (calls
+    run in a worker thread) or an ``AsyncContextStore``. Constructing it does no I/O."""
+
+    def __init__(
+        self,
+        session_id: str,
+        store: ContextStore | AsyncContextStore,
+        *,
+        session_settings: SessionSettings | None = None,
+        **window_config: Any,
+    ) -> None:
+        self.session_id = session_id
+        self.session_settings = session_settings or SessionSettings()
+        self._session = SessionWindow(session_id, store, **window_config)
+
+    @property
+    def window(self) -> Any:
+        """The session's window (``ContextWindow`` or ``AsyncContextWindow``)."""
+        return self._session.window
+
+    async def get_items(self, limit: int | None = None) -> list[Any]:
+        """The latest ``limit`` items (default: ``session_settings.limit``; None: all) in order."""
+        return [
+            from_window_item(i) for i in await self._session.aitems(resolve_session_limit(limit, self.session_settings))
+        ]
+
+    async def add_items(self, items: list[Any]) -> None:
+        """Append ``items`` in one atomic step."""
+        if items:
+            await self._session.aadd(lambda linked: [to_window_item(dict(i), linked) for i in items])
+
+    async def pop_item(self) -> Any | None:
+        """Remove and return the newest item (None when the session is empty), atomically."""
+        popped = await self._session.acall("pop", 1)
+        return from_window_item(popped[0]) if popped else None
+
+    async def clear_session(self) -> None:
+        """Remove every item of the session (its window's config stays)."""
+        await self._session.acall("clear", include_pinned=True)

@@ -1,0 +1,113 @@
+"""ContextStoreChatMessageHistory: LangChain's BaseChatMessageHistory on a window."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+pytest.importorskip("langchain_core")
+
+from langchain_core.chat_history import BaseChatMessageHistory
+from langchain_core.messages import AIMessage, ChatMessage, HumanMessage, SystemMessage, ToolMessage
+
+import contextstore as cs
+from contextstore.integrations.langchain import ContextStoreChatMessageHistory
+
+from support import key, run_processes
+
+MESSAGES = [
+    SystemMessage(content="Be brief."),
+    HumanMessage(content="Weather in Paris and Lyon?", id="h1", additional_kwargs={"source": "web"}),
+    AIMessage(
+        content="",
+        id="a1",
+        tool_calls=[
+            {"name": "weather", "args": {"city": "Paris"}, "id": "call_1", "type": "tool_call"},
+            {"name": "weather", "args": {"city": "Lyon"}, "id": "call_2", "type": "tool_call"},
+        ],
+        usage_metadata={"input_tokens": 10, "output_tokens": 5, "total_tokens": 15},
+        response_metadata={"model_name": "m"},
+    ),
+    ToolMessage(content="18C", tool_call_id="call_1", artifact={"raw": [18]}),
+    ToolMessage(content=[{"type": "text", "text": "16C"}], tool_call_id="call_2", status="success"),
+    AIMessage(content=[{"type": "text", "text": "Paris 18C, Lyon 16C."}]),
+    ChatMessage(role="critic", content="Good answer."),
+]
+
+
+def test_every_message_kind_round_trips_sync_and_async(any_store, r, prefix, redis_url):
+    history = ContextStoreChatMessageHistory("rt", any_store)
+    assert isinstance(history, BaseChatMessageHistory) and not r.exists(key(prefix, "rt", "meta"))
+    history.add_messages(MESSAGES[:3])
+    asyncio.run(history.aadd_messages(MESSAGES[3:]))
+    assert history.messages == MESSAGES
+    assert asyncio.run(history.aget_messages()) == MESSAGES
+    with cs.ContextStore.from_url(redis_url, prefix=prefix) as plain:
+        stored = plain.window("rt").items()
+    assert [i.group for i in stored[2:5]] == ["call_1"] * 3  # the call and both results: one group
+    assert stored[2].metadata["tool_calls"][1]["function"] == {"name": "weather", "arguments": '{"city": "Lyon"}'}
+    history.clear()
+    assert history.messages == []
+    history.add_user_message("again")
+    asyncio.run(history.aclear())
+    assert asyncio.run(history.aget_messages()) == []
+
+
+def test_unpaired_tool_messages_are_kept_as_plain_messages(any_store):
+    history = ContextStoreChatMessageHistory("plain", any_store)
+    lone = ToolMessage(content="orphan", tool_call_id="nowhere")
+    history.add_messages([lone])
+    call = AIMessage(content="", tool_calls=[{"name": "f", "args": {}, "id": "c1", "type": "tool_call"}])
+    history.add_messages([call])
+    history.add_messages([call])  # the same call id again
+    assert history.messages == [lone, call, call]
+
+
+def test_the_budget_never_splits_a_tool_call_from_its_results(redis_url, prefix):
+    with cs.ContextStore.from_url(redis_url, prefix=prefix) as store:
+        history = ContextStoreChatMessageHistory("budget", store, max_tokens=300, keep_recent=1)
+        for n in range(30):
+            calls = [{"name": "f", "args": {"n": n}, "id": f"c{n}", "type": "tool_call"}]
+            history.add_messages(
+                [
+                    HumanMessage(content=f"question {n} " + "words " * 10),
+                    AIMessage(content="", tool_calls=calls),
+                    ToolMessage(content="result " * 15, tool_call_id=f"c{n}"),
+                    AIMessage(content=f"answer {n}"),
+                ]
+            )
+        got = history.messages
+        assert store.window("budget").stats().current_tokens <= 300
+        calls = {c["id"] for m in got if isinstance(m, AIMessage) for c in m.tool_calls}
+        results = {m.tool_call_id for m in got if isinstance(m, ToolMessage)}
+        assert calls == results and got[-1].content == "answer 29"
+
+
+def _append(url: str, prefix: str, worker: int, n: int) -> None:
+    store = cs.ContextStore.from_url(url, prefix=prefix)
+    history = ContextStoreChatMessageHistory("shared", store)
+    for i in range(n):
+        if worker % 2:
+            asyncio.run(history.aadd_messages([HumanMessage(content=f"w{worker} {i}")]))
+        else:
+            history.add_messages([HumanMessage(content=f"w{worker} {i}")])
+    store.close()
+
+
+def test_four_processes_append_to_one_history(redis_url, prefix):
+    run_processes(_append, [(redis_url, prefix, w, 50) for w in range(4)])
+    with cs.ContextStore.from_url(redis_url, prefix=prefix) as store:
+        got = [m.content for m in ContextStoreChatMessageHistory("shared", store).messages]
+    assert sorted(got) == sorted(f"w{w} {i}" for w in range(4) for i in range(50))
+    for w in range(4):
+        assert [c for c in got if c.startswith(f"w{w} ")] == [f"w{w} {i}" for i in range(50)]
+
+
+def test_importing_contextstore_imports_no_framework():
+    import subprocess
+    import sys
+
+    code = "import sys, contextstore; print(sorted(m for m in ('agents', 'langchain_core') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

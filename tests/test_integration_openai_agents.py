@@ -1,0 +1,161 @@
+"""ContextStoreSession: the openai-agents Session protocol on a window, against a real server."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+pytest.importorskip("agents")
+
+from agents.memory.session import Session
+from agents.memory.session_settings import SessionSettings
+
+import contextstore as cs
+from contextstore.integrations.openai_agents import ContextStoreSession
+
+from support import key, run_processes
+
+ITEMS = [
+    {"role": "system", "content": "Be brief."},
+    {"role": "user", "content": "What is the weather in Paris?"},
+    {"role": "user", "content": [{"type": "input_text", "text": "And in Lyon?"}]},
+    {
+        "id": "rs_1",
+        "type": "reasoning",
+        "summary": [{"type": "summary_text", "text": "Two cities: call the tool twice."}],
+        "encrypted_content": "gAAAA-opaque",
+    },
+    {
+        "id": "fc_1", "type": "function_call", "call_id": "call_1", "name": "weather",
+        "arguments": '{"city": "Paris"}', "status": "completed",
+    },
+    {"id": "fc_2", "type": "function_call", "call_id": "call_2", "name": "weather", "arguments": '{"city": "Lyon"}'},
+    {"type": "function_call_output", "call_id": "call_1", "output": "18C, sunny"},
+    {"type": "function_call_output", "call_id": "call_2", "output": [{"type": "input_text", "text": "16C"}]},
+    {"id": "ws_1", "type": "web_search_call", "status": "completed", "action": {"type": "search", "query": "paris"}},
+    {"type": "custom_tool_call", "call_id": "call_3", "name": "grep", "input": "TODO"},
+    {"type": "custom_tool_call_output", "call_id": "call_3", "output": "3 matches"},
+    {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": "Paris 18C, Lyon 16C.", "annotations": []}],
+    },
+    {"type": "item_reference", "id": "msg_0"},
+]  # fmt: skip
+
+
+def _session(store, sid: str, **config) -> ContextStoreSession:
+    return ContextStoreSession(sid, store, **config)
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def test_it_is_a_session_and_every_item_kind_round_trips(any_store, r, prefix, redis_url):
+    session = _session(any_store, "rt")
+    assert isinstance(session, Session)
+    assert not r.exists(key(prefix, "rt", "meta"))  # constructing did no I/O
+
+    async def go():
+        await session.add_items(ITEMS[:4])
+        await session.add_items(ITEMS[4:])
+        return await session.get_items(), await session.get_items(limit=3)
+
+    everything, last3 = run(go())
+    assert everything == ITEMS and last3 == ITEMS[-3:]
+    # stored as the conversation API spells tool calls, so groups keep them together
+    with cs.ContextStore.from_url(redis_url, prefix=prefix) as plain:
+        stored = plain.window("rt").items()
+    call = next(i for i in stored if (i.metadata or {}).get("tool_calls"))
+    assert call.type is cs.ItemType.ASSISTANT_MESSAGE and call.group == "call_1"
+    result = next(i for i in stored if i.type is cs.ItemType.TOOL_RESULT)
+    assert result.group == "call_1" and result.content == "18C, sunny"
+    assert stored[0].type is cs.ItemType.INSTRUCTION and stored[1].content == "What is the weather in Paris?"
+
+
+def test_limits_pop_and_clear(any_store):
+    session = _session(any_store, "ops", session_settings=SessionSettings(limit=2))
+
+    async def go():
+        assert await session.pop_item() is None
+        await session.add_items(ITEMS[:3])
+        assert await session.get_items() == ITEMS[1:3]  # the settings' limit
+        assert await session.get_items(limit=0) == [] and await session.get_items(limit=-1) == []
+        assert await session.get_items(limit=10) == ITEMS[:3]
+        assert await session.pop_item() == ITEMS[2]
+        assert await session.get_items(limit=10) == ITEMS[:2]
+        await session.clear_session()
+        assert await session.get_items() == [] and await session.pop_item() is None
+
+    run(go())
+
+
+def test_the_budget_never_splits_a_tool_call_from_its_output(redis_url, prefix):
+    with cs.ContextStore.from_url(redis_url, prefix=prefix) as store:
+        session = _session(store, "budget", max_tokens=400, keep_recent=1)
+
+        async def go():
+            for n in range(40):
+                await session.add_items(
+                    [
+                        {"role": "user", "content": f"question {n}: " + "words " * 10},
+                        {"type": "function_call", "call_id": f"c{n}", "name": "lookup", "arguments": "{}"},
+                        {"type": "function_call_output", "call_id": f"c{n}", "output": "result " * 15},
+                        {"role": "assistant", "content": f"answer {n}"},
+                    ]
+                )
+            return await session.get_items()
+
+        items = run(go())
+        assert store.window("budget").stats().current_tokens <= 400
+        calls = {i["call_id"] for i in items if i.get("type") == "function_call"}
+        outputs = {i["call_id"] for i in items if i.get("type") == "function_call_output"}
+        assert calls == outputs and items[-1] == {"role": "assistant", "content": "answer 39"}
+        evicted = [e for e in store.window("budget").events(since="0") if isinstance(e, cs.events.ItemRemoved)]
+        assert evicted  # what was dropped is in the window's events
+
+
+def _append(url: str, prefix: str, worker: int, n: int) -> None:
+    async def go():
+        kind = cs.AsyncContextStore if worker % 2 else cs.ContextStore
+        store = kind.from_url(url, prefix=prefix)
+        session = ContextStoreSession("shared", store)
+        for i in range(n):
+            await session.add_items(
+                [
+                    {"type": "function_call", "call_id": f"w{worker}-{i}", "name": "f", "arguments": "{}"},
+                    {"type": "function_call_output", "call_id": f"w{worker}-{i}", "output": f"w{worker} {i}"},
+                ]
+            )
+
+    asyncio.run(go())
+
+
+def test_four_processes_append_to_one_session(redis_url, prefix):
+    run_processes(_append, [(redis_url, prefix, w, 50) for w in range(4)])
+    with cs.ContextStore.from_url(redis_url, prefix=prefix) as store:
+        items = run(ContextStoreSession("shared", store).get_items())
+        outputs = [i["output"] for i in items if i["type"] == "function_call_output"]
+        assert sorted(outputs) == sorted(f"w{w} {i}" for w in range(4) for i in range(50))  # none lost or doubled
+        for w in range(4):  # each worker's items in its order, each output right after its call
+            mine = [i for i in items if i["call_id"].startswith(f"w{w}-")]
+            assert [i["call_id"] for i in mine] == [f"w{w}-{i}" for i in range(50) for _ in (0, 1)]
+        assert store.window("shared").verify().ok
+
+
+def test_an_output_whose_call_is_gone_is_kept_unpaired(any_store):
+    session = _session(any_store, "lone")
+    lone = {"type": "function_call_output", "call_id": "gone", "output": "late"}
+    call = {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"}
+
+    async def go():
+        await session.add_items([lone])
+        await session.add_items([call])
+        await session.add_items([call])  # the same call id again
+        return await session.get_items()
+
+    assert run(go()) == [lone, call, call]
