@@ -9,8 +9,9 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any
 
+from . import streams
 from .errors import REDIS_EXCEPTIONS
-from .streams import Deliver, Sleep, StreamCall, StreamPlan
+from .streams import Deliver, EventBatch, Sleep, StreamCall, StreamPlan
 
 if TYPE_CHECKING:
     from .aio import AsyncContextStore
@@ -97,3 +98,17 @@ async def arun(store: AsyncContextStore, calls: list[StreamCall]) -> None:
     """Run calls (acknowledgements) on the asyncio store."""
     for call in calls:
         await _acall(store, call)
+
+
+def batches(store: ContextStore, group: str, plan: StreamPlan) -> Iterator[EventBatch]:
+    """A consumer group's deliveries as batches whose ``ack()`` acknowledges them."""
+    for delivery in values(store, plan):
+        calls = streams.acknowledge(group, delivery.pending)
+        yield EventBatch(delivery.events, lambda calls=calls: run(store, calls))
+
+
+async def abatches(store: AsyncContextStore, group: str, plan: StreamPlan) -> AsyncIterator[EventBatch]:
+    """The awaited twin of ``batches``."""
+    async for delivery in avalues(store, plan):
+        calls = streams.acknowledge(group, delivery.pending)
+        yield EventBatch(delivery.events, lambda calls=calls: arun(store, calls))

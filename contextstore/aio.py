@@ -139,7 +139,7 @@ class AsyncContextStore(StoreBase):
         group, plan = streams.consumer(
             self._settings.prefix, self._client, window_ids, group, consumer, block_ms, count, claim_after_ms
         )
-        return self._batches(group, plan)
+        return _streaming.abatches(self, group, plan)
 
     async def run_compactor(
         self,
@@ -157,11 +157,6 @@ class AsyncContextStore(StoreBase):
         summarizer (``OpenAISummarizer`` has one)."""
         job = compactor.new_job(windows, group, consumer, lease_ms, claim_after_ms, block_ms)
         await _compacting.arun(self, job, stop)
-
-    async def _batches(self, group: str, plan: streams.StreamPlan) -> AsyncIterator[EventBatch]:
-        async for delivery in _streaming.avalues(self, plan):
-            calls = streams.acknowledge(group, delivery.pending)
-            yield EventBatch(delivery.events, lambda calls=calls: _streaming.arun(self, calls))
 
     async def close(self) -> None:
         """Close the clients this store made (one per event loop that used it); a client the
@@ -203,6 +198,14 @@ class AsyncContextWindow:
         """Add one item; returns it as stored (see ``ContextWindow.add``)."""
         plan = item_plans.add(self._settings, self._state, [(content_or_item, dict(fields))], request_id)
         return (await self._timed(plan, self._store._metrics.add_latency)).items[0]
+
+    async def replace(
+        self, items: list[str | ContextItem | dict[str, Any]], *, last: int | None = None, request_id: str | None = None
+    ) -> int:
+        """Replace the newest ``last`` items (None: every item, pinned too) with ``items`` in
+        one atomic step, so no reader sees the history half-replaced; how many were added."""
+        plan = item_plans.replace(self._settings, self._state, item_plans.entries(items), last, request_id)
+        return (await self._timed(plan, self._store._metrics.add_latency)).added
 
     async def add_many(self, items: list[str | ContextItem | dict[str, Any]], *, request_id: str | None = None) -> int:
         """Add several items all-or-nothing; returns how many were added."""

@@ -98,9 +98,8 @@ class ContextStore(StoreBase):
         return ContextWindow(self, self._run(window_plans.open_window(self._settings, window_id, dict(config), create)))
 
     def handle(self, window_id: str, **config: Unpack[WindowOptions]) -> ContextWindow:
-        """A handle on ``window_id`` that does no I/O (safe in a constructor on an event loop):
-        its first mutation creates the window with ``config`` if it is missing; unlike
-        ``window()``, nothing is compared with a stored config."""
+        """A handle that does no I/O (unlike ``window()``, no config check): its first mutation
+        creates the window with ``config`` if it is missing. Safe in constructors on a loop."""
         return ContextWindow(self, window_plans.handle_state(self._settings, window_id, dict(config)))
 
     def windows(self) -> list[str]:
@@ -133,7 +132,7 @@ class ContextStore(StoreBase):
         group, plan = streams.consumer(
             self._settings.prefix, self._client, window_ids, group, consumer, block_ms, count, claim_after_ms
         )
-        return self._batches(group, plan)
+        return _streaming.batches(self, group, plan)
 
     def run_compactor(
         self,
@@ -152,11 +151,6 @@ class ContextStore(StoreBase):
         slowest summary). See ``contextstore.compactor``."""
         job = compactor.new_job(windows, group, consumer, lease_ms, claim_after_ms, block_ms)
         _compacting.run(self, job, stop)
-
-    def _batches(self, group: str, plan: streams.StreamPlan) -> Iterator[EventBatch]:
-        for delivery in _streaming.values(self, plan):
-            calls = streams.acknowledge(group, delivery.pending)
-            yield EventBatch(delivery.events, lambda calls=calls: _streaming.run(self, calls))
 
     def close(self) -> None:
         """Close the client if this store made it (a caller's client stays open)."""
@@ -197,6 +191,14 @@ class ContextWindow:
         """
         plan = item_plans.add(self._settings, self._state, [(content_or_item, dict(fields))], request_id)
         return self._timed(plan, self._store._metrics.add_latency).items[0]
+
+    def replace(
+        self, items: list[str | ContextItem | dict[str, Any]], *, last: int | None = None, request_id: str | None = None
+    ) -> int:
+        """Replace the newest ``last`` items (None: every item, pinned too) with ``items`` in
+        one atomic step, so no reader sees the history half-replaced; how many were added."""
+        plan = item_plans.replace(self._settings, self._state, item_plans.entries(items), last, request_id)
+        return self._timed(plan, self._store._metrics.add_latency).added
 
     def add_many(self, items: list[str | ContextItem | dict[str, Any]], *, request_id: str | None = None) -> int:
         """Add several items all-or-nothing; returns how many were added."""

@@ -169,9 +169,10 @@ def tool_link(item: NewItem) -> str:
     return f"R:{item.tool_call_id}" if item.tool_call_id else ""
 
 
-def add_args(cfg: WindowConfig, items: Sequence[NewItem], placeholder_tokens: int) -> Args:
-    """add.lua's ARGV: config, the cleared placeholder's tokens, then the items."""
-    args = [*config_args(cfg), str(placeholder_tokens), str(len(items))]
+def add_args(cfg: WindowConfig, items: Sequence[NewItem], placeholder_tokens: int, replace: str = "") -> Args:
+    """add.lua's ARGV: config, the cleared placeholder's tokens, what to replace ('' nothing,
+    'all', or the count of newest items), then the items."""
+    args = [*config_args(cfg), str(placeholder_tokens), replace, str(len(items))]
     for item in items:
         args += item_args(item)
     return args

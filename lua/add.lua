@@ -1,9 +1,10 @@
--- add.lua: add one or more items in one atomic step (add and add_many).
+-- add.lua: add one or more items in one atomic step (add, add_many and replace).
 -- needs: items compaction
 -- KEYS: the window keys (see lib/core.lua).
 -- ARGV[1..N_CONFIG]: the caller's config (used only if the window does not exist).
--- ARGV[N_CONFIG + 1]: tokens of the cleared-tool-result placeholder; ARGV[N_CONFIG + 2]: n;
---   then n groups of 8: id ('' = ctx-<seq>), body JSON ({"type":...}), type, token_count,
+-- ARGV[N_CONFIG + 1]: tokens of the cleared-tool-result placeholder; ARGV[N_CONFIG + 2]: what
+--   to replace: '' (nothing: an add), 'all' (every item, pinned too) or k (the newest k items);
+--   ARGV[N_CONFIG + 3]: n (0 only with a replace); then n groups of 8: id ('' = ctx-<seq>), body JSON ({"type":...}), type, token_count,
 --   priority, pinned ('1'/'0'), group ('' = none, or for a tool result: its call's group),
 --   tool link ('C:<name>=<call id> ...' for a tool call, 'R:<call id>' for a result, or '').
 -- Reply: {'ok', added, evicted, compactions, trigger, freed, stored_json_1, ..., stored_json_n}
@@ -13,25 +14,27 @@
 --   item of the same call still counts; an existing caller id with the same content returns
 --   the stored JSON, unchanged), or {'!', 'FULL', unit, current, max, requested} /
 --   {'!', 'DUPLICATE', id} / {'!', 'TOOLCALL', problem, call id} / {'!', 'BADARG', what}.
+-- A replace plans the replaced items away first (their ids, tool call ids and groups are free for
+-- the new items) and removes them (reason "replace") before the new items go in.
 -- The whole call is planned first (FIFO eviction of whole units at max_items, then compaction
 -- when the add would cross the threshold, then the fit check, item by item); nothing is written
 -- unless every item fits, so a failed add leaves the window exactly as it was. A group an item
 -- of this call joins is never evicted or compacted by this call.
 
-local BASE = N_CONFIG + 2
+local BASE = N_CONFIG + 3
 
 -- A tool call's ids must be new; a tool result answers a call of its group (stored or in this
 -- call) and takes that group when it has none. Returns an error reply or nil.
-local function link_tool_calls(it, batch_calls)
+local function link_tool_calls(it, batch_calls, dropping)
   for _, call in ipairs(it.calls) do
-    if batch_calls[call.id] or redis.call('HEXISTS', K_CALLS, call.id) == 1 then
+    if batch_calls[call.id] or (not dropping.calls[call.id] and redis.call('HEXISTS', K_CALLS, call.id) == 1) then
       return fail('TOOLCALL', 'duplicate', call.id)
     end
     batch_calls[call.id] = it.group
   end
   if it.answers then
     local group = batch_calls[it.answers]
-    if not group then
+    if not group and not dropping.calls[it.answers] then
       local entry = redis.call('HGET', K_CALLS, it.answers)
       group = entry and string.match(entry, '^(%S+)')
     end
@@ -44,21 +47,22 @@ end
 
 -- The items of the call, checked; an existing caller id with the same content is marked
 -- `existing` (a safe retry), with other content it is a DUPLICATE.
-local function parse_items(cfg)
+local function parse_items(cfg, dropping)
   local n = tonumber(ARGV[BASE])
-  if not is_int(n, 1, 1e6) or #ARGV ~= BASE + 8 * n then return nil, fail('BADARG', 'item count') end
+  local least = dropping.replace and 0 or 1
+  if not is_int(n, least, 1e6) or #ARGV ~= BASE + 8 * n then return nil, fail('BADARG', 'item count') end
   local items, batch_calls, joining = {}, {}, {}
   for i = 1, n do
     local it = parse_item(BASE + (i - 1) * 8)
     if not it then return nil, fail('BADARG', 'item ' .. i) end
-    local existing = it.id ~= '' and not cfg.new and redis.call('HGET', K_ITEMS, it.id)
+    local existing = it.id ~= '' and not cfg.new and not dropping.ids[it.id] and redis.call('HGET', K_ITEMS, it.id)
     if existing then
       if cjson.decode(existing).content ~= cjson.decode(it.body).content then
         return nil, fail('DUPLICATE', it.id)
       end
       it.existing = existing
     else
-      local err = link_tool_calls(it, batch_calls)
+      local err = link_tool_calls(it, batch_calls, dropping)
       if err then return nil, err end
       if it.group ~= '' then joining[it.group] = true end
     end
@@ -140,8 +144,29 @@ local function make_room(cfg, plan, it, oldest)
   return nil
 end
 
+-- What a replace takes away: the newest k items (or all), their ids and their tool call ids.
+-- Returns the set, or nil and an error reply.
+local function replaced(cfg)
+  local what = ARGV[N_CONFIG + 2]
+  local out = {replace = what ~= '', list = {}, ids = {}, calls = {}, tokens = 0}
+  if what == '' or cfg.new then return out end
+  local k = what == 'all' and 0 or tonumber(what)
+  if not is_int(k, 0, MAX_ITEM_LIMIT) or (what ~= 'all' and k == 0) then return nil, fail('BADARG', 'replace') end
+  out.list = redis.call('LRANGE', K_FIFO, what == 'all' and 0 or -k, -1)
+  for _, id in ipairs(out.list) do
+    out.ids[id] = true
+    out.tokens = out.tokens + unpack_attrs(redis.call('HGET', K_ATTRS, id)).tokens
+    local meta = cjson.decode(redis.call('HGET', K_ITEMS, id)).metadata
+    if type(meta) == 'table' and type(meta.tool_calls) == 'table' then
+      for _, call in ipairs(meta.tool_calls) do out.calls[call.id] = true end
+    end
+  end
+  return out
+end
+
 local function apply(cfg, plan)
   persist_config(cfg)
+  remove_many(plan.dropped, 'replace')
   local ts = now_us()
   for _, act in ipairs(plan.actions) do
     if act[1] == 'evict' then
@@ -178,10 +203,13 @@ local cfg = read_config()
 if not cfg then return fail('BADARG', 'config') end
 local placeholder = tonumber(ARGV[N_CONFIG + 1])
 if not is_int(placeholder, 1, MAX_TOKENS) then return fail('BADARG', 'placeholder tokens') end
-local items, joining = parse_items(cfg)
+local dropping, bad = replaced(cfg)
+if not dropping then return bad end
+local items, joining = parse_items(cfg, dropping)
 if not items then return joining end  -- the error reply
 
-local plan = {count = cfg.items, tokens = cfg.tokens, seq = cfg.seq, removed = {}, added = {}, cleared = {},
+local plan = {count = cfg.items - #dropping.list, tokens = cfg.tokens - dropping.tokens, seq = cfg.seq,
+  removed = dropping.ids, dropped = dropping.list, added = {}, cleared = {},
   actions = {}, evicted = 0, compactions = 0, freed = 0, joining = joining, blocked = {}, stored = not cfg.new,
   placeholder = placeholder, strategy = SERVER_SIDE[cfg.strategy] and cfg.strategy or 'remove_low_priority'}
 local oldest = evictable(cfg, plan)

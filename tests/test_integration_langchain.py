@@ -108,6 +108,29 @@ def test_importing_contextstore_imports_no_framework():
     import subprocess
     import sys
 
-    code = "import sys, contextstore; print(sorted(m for m in ('agents', 'langchain_core') if m in sys.modules))"
+    frameworks = "('agents', 'langchain_core', 'llama_index', 'agent_framework')"
+    code = f"import sys, contextstore; print(sorted(m for m in {frameworks} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+@pytest.mark.filterwarnings("ignore::langchain_core._api.deprecation.LangChainDeprecationWarning")
+def test_a_runnable_with_message_history_keeps_its_conversation_here(redis_url, prefix):
+    from langchain_core.language_models.fake_chat_models import FakeListChatModel
+    from langchain_core.runnables.history import RunnableWithMessageHistory
+
+    with cs.ContextStore.from_url(redis_url, prefix=prefix) as store:
+        chain = RunnableWithMessageHistory(
+            FakeListChatModel(responses=["Hello Ada.", "You are Ada."]),
+            lambda session_id: ContextStoreChatMessageHistory(session_id, store, max_tokens=2000),
+        )
+        config = {"configurable": {"session_id": "user-42"}}
+        chain.invoke([HumanMessage(content="Hi, I am Ada.")], config=config)
+        asyncio.run(chain.ainvoke([HumanMessage(content="Who am I?")], config=config))
+        got = [(type(m).__name__, m.content) for m in ContextStoreChatMessageHistory("user-42", store).messages]
+        assert got == [
+            ("HumanMessage", "Hi, I am Ada."),
+            ("AIMessage", "Hello Ada."),
+            ("HumanMessage", "Who am I?"),
+            ("AIMessage", "You are Ada."),
+        ]

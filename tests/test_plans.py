@@ -84,9 +84,10 @@ def test_add_sends_one_script_call_and_decodes_the_stored_items():
     config = ["100", "1000", "1000", "85.0", "remove_low_priority", "0", "0", "0", "", "75.0", "10000", "86400"]
     assert list(call.args[: wire.CONFIG_ARGS]) == config
     rest = call.args[wire.CONFIG_ARGS :]
-    assert rest[:3] == [str(words(CLEARED_PLACEHOLDER)), "1", ""]  # placeholder tokens, one item, no caller id
-    assert rest[3].startswith(b'{"type":"user_message"')
-    assert rest[4:] == ["user_message", "3", "50", "0", "", ""]  # type, tokens, priority, pinned, group, link
+    # placeholder tokens, nothing replaced, one item, no caller id
+    assert rest[:4] == [str(words(CLEARED_PLACEHOLDER)), "", "1", ""]
+    assert rest[4].startswith(b'{"type":"user_message"')
+    assert rest[5:] == ["user_message", "3", "50", "0", "", ""]  # type, tokens, priority, pinned, group, link
     assert call.argv()[0].startswith(call.request + "|")  # the request and its argument fingerprint
     assert (reply.added, reply.evicted, reply.compactions, reply.trigger, reply.freed) == (1, 0, 0, 0, 0)
     assert reply.items[0].id == "ctx-1" and reply.items[0].role == "user"

@@ -3,6 +3,9 @@ its framework only when its module is imported:
 
 - ``contextstore.integrations.openai_agents.ContextStoreSession`` (``contextstore[openai-agents]``)
 - ``contextstore.integrations.langchain.ContextStoreChatMessageHistory`` (``contextstore[langchain]``)
+- ``contextstore.integrations.llama_index.ContextStoreChatStore`` (``contextstore[llama-index]``)
+- ``contextstore.integrations.agent_framework.ContextStoreChatMessageStore``
+  (``contextstore[agent-framework]``)
 
 Each keeps a framework session in one window (keyed by the session id under the store's prefix),
 gives back exactly what the framework stored, stores tool calls the way the conversation API

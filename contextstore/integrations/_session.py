@@ -27,7 +27,7 @@ SESSION_DEFAULTS: dict[str, Any] = {
 }
 
 
-def _run_in_thread(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
+def run_in_thread(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
     """Run a coroutine to completion on a loop of its own (sync access to an async store)."""
     box: dict[str, Any] = {}
 
@@ -62,7 +62,7 @@ class SessionWindow:
         fn = getattr(self.window, method)
         if isinstance(self.window, ContextWindow):
             return fn(*args, **kwargs)
-        return _run_in_thread(lambda: fn(*args, **kwargs))
+        return run_in_thread(lambda: fn(*args, **kwargs))
 
     async def acall(self, method: str, *args: Any, **kwargs: Any) -> Any:
         """``window.<method>(...)`` from async code (a sync store's call runs in a thread)."""
@@ -71,15 +71,16 @@ class SessionWindow:
             return await fn(*args, **kwargs)
         return await asyncio.to_thread(fn, *args, **kwargs)
 
-    def add(self, entries: Callable[[bool], list[dict[str, Any]]]) -> None:
-        """``add_many(entries(True))`` in one atomic step; when a tool call id is already in the
-        window or a result's call is not, ``entries(False)`` (tool calls not paired) instead."""
+    def add(self, entries: Callable[[bool], list[dict[str, Any]]], method: str = "add_many") -> None:
+        """``add_many(entries(True))`` (or ``replace``) in one atomic step; when a tool call id
+        is already in the window or a result's call is not, ``entries(False)`` (tool calls not
+        paired) instead."""
         try:
-            self.call("add_many", entries(True))
+            self.call(method, entries(True))
         except InvalidItemError as exc:
             if "tool call" not in str(exc):
                 raise
-            self.call("add_many", entries(False))
+            self.call(method, entries(False))
 
     async def aadd(self, entries: Callable[[bool], list[dict[str, Any]]]) -> None:
         """The async form of ``add``."""

@@ -78,14 +78,22 @@ def _link_results(items: list[validate.NewItem]) -> None:
             )
 
 
+def replace(
+    settings: Settings, state: WindowState, batch: Sequence[Entry], last: object = None, request_id: object = None
+) -> Plan[wire.AddReply]:
+    """Replace the newest ``last`` items (None: every item) with ``batch`` in one step (add.lua)."""
+    what = "all" if last is None else str(validate.int_in("last", last, 1, MAX_ITEM_LIMIT))
+    return (yield from add(settings, state, batch, request_id, what))
+
+
 def add(
-    settings: Settings, state: WindowState, batch: Sequence[Entry], request_id: object = None
+    settings: Settings, state: WindowState, batch: Sequence[Entry], request_id: object = None, replacing: str = ""
 ) -> Plan[wire.AddReply]:
     """Add items all-or-nothing (add.lua): evict at ``max_items``, compact at the threshold,
     or raise ``ContextWindowFullError`` with the window unchanged."""
-    request = new_request("add", request_id)
+    request = new_request("replace" if replacing else "add", request_id)
     items = _checked(settings, batch)
-    args = wire.add_args(state.config, items, settings.placeholder_tokens)
+    args = wire.add_args(state.config, items, settings.placeholder_tokens, replacing)
     try:
         reply = wire.decode_add(raise_for_reply((yield ScriptCall("add", state.keys, args, request))))
     except ContextWindowFullError as full:

@@ -1,0 +1,134 @@
+"""Microsoft Agent Framework's history provider on contextstore windows (extra
+``contextstore[agent-framework]``).
+
+```python
+from agent_framework import Agent
+from contextstore.integrations.agent_framework import ContextStoreChatMessageStore
+
+history = ContextStoreChatMessageStore(store, max_tokens=64_000)
+agent = Agent(client=chat_client, instructions="Be brief.", context_providers=[history])
+session = agent.create_session(session_id="user-42")
+```
+
+Agent Framework 1.x keeps a conversation through a ``HistoryProvider`` (``get_messages`` /
+``save_messages`` per session id); this class is one, keeping each session in one window. Each
+message is one window item that gives the message back exactly (its ``to_dict()`` in
+``metadata["agent_framework"]``), with its text as the content. An assistant message's
+``function_call`` contents and the tool message answering them (``function_result`` contents)
+form one group.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from ..aio import AsyncContextStore
+from ..errors import InvalidOptionsError
+from ..layout import CLEARED_KEY
+from ..sync import ContextStore
+from ..types import ContextItem
+from ._session import SessionWindow
+
+try:
+    from agent_framework import HistoryProvider, Message
+except ImportError as exc:  # pragma: no cover - the extra is not installed
+    raise ImportError(
+        "contextstore.integrations.agent_framework needs agent-framework: pip install 'contextstore[agent-framework]'"
+    ) from exc
+
+#: where a stored item keeps the message as ``Message.to_dict()`` gives it
+RAW = "agent_framework"
+_TYPES = {"user": "user_message", "assistant": "assistant_message", "system": "instruction", "tool": "tool_result"}
+
+
+def to_window_item(message: Message, linked: bool = True) -> dict[str, Any]:
+    """One message as ``add_many`` takes it (``linked=False``: tool calls not paired)."""
+    raw = message.to_dict()
+    role = str(raw.get("role", "user"))
+    contents = [c for c in raw.get("contents", []) if isinstance(c, dict)]
+    calls = [
+        {"id": c["call_id"], "type": "function", "function": {"name": c.get("name", ""), "arguments": _args(c)}}
+        for c in contents
+        if c.get("type") == "function_call" and isinstance(c.get("call_id"), str)
+    ]
+    results = [
+        c["call_id"] for c in contents if c.get("type") == "function_result" and isinstance(c.get("call_id"), str)
+    ]
+    meta: dict[str, Any] = {RAW: raw}
+    entry: dict[str, Any] = {"type": _TYPES.get(role, "other"), "role": role, "content": message.text or ""}
+    if linked and role == "assistant" and calls:
+        meta["tool_calls"] = calls
+    elif linked and role == "tool" and results:
+        meta["tool_call_id"] = results[0]
+        entry["content"] = entry["content"] or "\n".join(str(c.get("result", "")) for c in contents)
+    elif role == "tool":
+        entry["role"] = None  # answers no call in the window: not paired
+    if not entry["content"] and "tool_calls" not in meta:
+        entry["content"] = f"[{role} message]"
+    return {**entry, "metadata": meta}
+
+
+def _args(content: dict[str, Any]) -> str:
+    args = content.get("arguments", "")
+    return args if isinstance(args, str) else json.dumps(args, default=str)
+
+
+def from_window_item(item: ContextItem) -> Message:
+    """The message back, as added (a cleared tool result's text is its placeholder)."""
+    raw = (item.metadata or {}).get(RAW)
+    if raw is None:  # an item some other writer added to the window
+        return Message(role=item.role or "user", contents=[item.content])
+    if (item.metadata or {}).get(CLEARED_KEY):
+        return Message(role=raw.get("role", "tool"), contents=[item.content])
+    return Message.from_dict(raw)
+
+
+class ContextStoreChatMessageStore(HistoryProvider):
+    """An Agent Framework history provider whose sessions are contextstore windows: shared
+    safely by every process, kept within a token budget (``window_config`` over
+    ``SESSION_DEFAULTS``), each save one atomic step. Constructing it does no I/O."""
+
+    DEFAULT_SOURCE_ID = "contextstore"
+
+    def __init__(
+        self,
+        store: ContextStore | AsyncContextStore,
+        *,
+        source_id: str | None = None,
+        load_messages: bool = True,
+        store_inputs: bool = True,
+        store_outputs: bool = True,
+        **window_config: Any,
+    ) -> None:
+        super().__init__(
+            source_id or self.DEFAULT_SOURCE_ID,
+            load_messages=load_messages,
+            store_inputs=store_inputs,
+            store_outputs=store_outputs,
+        )
+        self._store, self._config = store, window_config
+
+    def session(self, session_id: str | None) -> SessionWindow:
+        """The window of ``session_id`` (no I/O)."""
+        if not session_id:
+            raise InvalidOptionsError("ContextStoreChatMessageStore needs a session id (agent.create_session(...))")
+        return SessionWindow(session_id, self._store, **self._config)
+
+    async def get_messages(
+        self, session_id: str | None, *, state: dict[str, Any] | None = None, **kwargs: Any
+    ) -> list[Message]:
+        """The session's messages, oldest first."""
+        return [from_window_item(i) for i in await self.session(session_id).aitems()]
+
+    async def save_messages(
+        self, session_id: str | None, messages: Sequence[Message], *, state: dict[str, Any] | None = None, **kwargs: Any
+    ) -> None:
+        """Append ``messages`` in one atomic step."""
+        if messages:
+            await self.session(session_id).aadd(lambda linked: [to_window_item(m, linked) for m in messages])
+
+    async def clear(self, session_id: str) -> None:
+        """Remove every message of the session (its window's config stays)."""
+        await self.session(session_id).acall("clear", include_pinned=True)

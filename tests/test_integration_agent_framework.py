@@ -1,0 +1,118 @@
+"""ContextStoreChatMessageStore: Agent Framework's HistoryProvider on windows."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+pytest.importorskip("agent_framework")
+
+from agent_framework import Content, HistoryProvider, Message
+
+import contextstore as cs
+from contextstore.integrations.agent_framework import ContextStoreChatMessageStore
+
+from support import key, run_processes
+
+MESSAGES = [
+    Message(role="system", contents=["Be brief."]),
+    Message(role="user", contents=["Weather in Paris and Lyon?"], additional_properties={"lang": "en"}),
+    Message(
+        role="assistant",
+        contents=[
+            Content.from_text_reasoning(text="two cities"),
+            Content.from_function_call(call_id="c1", name="weather", arguments={"city": "Paris"}),
+            Content.from_function_call(call_id="c2", name="weather", arguments='{"city": "Lyon"}'),
+        ],
+    ),
+    Message(
+        role="tool",
+        contents=[
+            Content.from_function_result(call_id="c1", result="18C"),
+            Content.from_function_result(call_id="c2", result="16C"),
+        ],
+    ),
+    Message(role="assistant", contents=["Paris 18C, Lyon 16C."]),
+]
+
+
+def dicts(messages):
+    return [m.to_dict() for m in messages]
+
+
+def test_messages_round_trip_and_tool_calls_pair(any_store, r, prefix, redis_url):
+    history = ContextStoreChatMessageStore(any_store)
+    assert isinstance(history, HistoryProvider) and history.source_id == "contextstore"
+
+    async def go():
+        assert await history.get_messages("s1") == []
+        await history.save_messages("s1", MESSAGES[:2])
+        await history.save_messages("s1", MESSAGES[2:])
+        got = await history.get_messages("s1")
+        await history.clear("s1")
+        return got, await history.get_messages("s1")
+
+    got, after_clear = asyncio.run(go())
+    assert dicts(got) == dicts(MESSAGES) and after_clear == []
+    assert r.exists(key(prefix, "s1", "meta"))
+    with pytest.raises(cs.InvalidOptionsError):
+        asyncio.run(history.get_messages(None))
+
+
+def test_the_tool_call_and_its_results_form_one_group(redis_url, prefix):
+    with cs.ContextStore.from_url(redis_url, prefix=prefix) as store:
+        history = ContextStoreChatMessageStore(store)
+        asyncio.run(history.save_messages("g", MESSAGES))
+        items = store.window("g").items()
+        assert items[2].metadata["tool_calls"][1]["function"] == {"name": "weather", "arguments": '{"city": "Lyon"}'}
+        assert items[2].group == items[3].group == "c1" and items[3].content == "18C\n16C"
+
+
+def test_the_budget_never_splits_a_call_from_its_results(redis_url, prefix):
+    with cs.ContextStore.from_url(redis_url, prefix=prefix) as store:
+        history = ContextStoreChatMessageStore(store, max_tokens=300, keep_recent=1)
+
+        async def go():
+            for n in range(25):
+                await history.save_messages(
+                    "b",
+                    [
+                        Message(role="user", contents=[f"question {n} " + "words " * 10]),
+                        Message(
+                            role="assistant",
+                            contents=[Content.from_function_call(call_id=f"c{n}", name="f", arguments={})],
+                        ),
+                        Message(
+                            role="tool", contents=[Content.from_function_result(call_id=f"c{n}", result="result " * 15)]
+                        ),
+                        Message(role="assistant", contents=[f"answer {n}"]),
+                    ],
+                )
+            return await history.get_messages("b")
+
+        got = asyncio.run(go())
+        assert store.window("b").stats().current_tokens <= 300
+        calls = {c.call_id for m in got for c in m.contents if c.type == "function_call"}
+        results = {c.call_id for m in got for c in m.contents if c.type == "function_result"}
+        assert calls == results and got[-1].text == "answer 24"
+
+
+def _append(url: str, prefix: str, worker: int, n: int) -> None:
+    kind = cs.AsyncContextStore if worker % 2 else cs.ContextStore
+    history = ContextStoreChatMessageStore(kind.from_url(url, prefix=prefix))
+
+    async def go():
+        for i in range(n):
+            await history.save_messages("shared", [Message(role="user", contents=[f"w{worker} {i}"])])
+
+    asyncio.run(go())
+
+
+def test_four_processes_append_to_one_session(redis_url, prefix):
+    run_processes(_append, [(redis_url, prefix, w, 50) for w in range(4)])
+    with cs.ContextStore.from_url(redis_url, prefix=prefix) as store:
+        got = [m.text for m in asyncio.run(ContextStoreChatMessageStore(store).get_messages("shared"))]
+    assert sorted(got) == sorted(f"w{w} {i}" for w in range(4) for i in range(50))
+    for w in range(4):
+        assert [t for t in got if t.startswith(f"w{w} ")] == [f"w{w} {i}" for i in range(50)]

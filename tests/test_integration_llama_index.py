@@ -1,0 +1,87 @@
+"""ContextStoreChatStore: llama-index's BaseChatStore on windows."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+pytest.importorskip("llama_index.core")
+
+from llama_index.core.llms import ChatMessage, MessageRole
+from llama_index.core.storage.chat_store.base import BaseChatStore
+
+import contextstore as cs
+from contextstore.integrations.llama_index import ContextStoreChatStore
+
+from support import key, run_processes
+
+MESSAGES = [
+    ChatMessage(role=MessageRole.SYSTEM, content="Be brief."),
+    ChatMessage(role=MessageRole.USER, content="Weather in Paris?", additional_kwargs={"lang": "en"}),
+    ChatMessage(
+        role=MessageRole.ASSISTANT,
+        content="",
+        additional_kwargs={
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "weather", "arguments": '{"city": "Paris"}'}}
+            ]
+        },
+    ),
+    ChatMessage(role=MessageRole.TOOL, content="18C", additional_kwargs={"tool_call_id": "c1", "name": "weather"}),
+    ChatMessage(role=MessageRole.ASSISTANT, content="18C in Paris."),
+]
+
+
+def test_the_protocol_round_trips_and_replaces_atomically(any_store, r, prefix, redis_url):
+    chat = ContextStoreChatStore(any_store)
+    assert isinstance(chat, BaseChatStore) and ContextStoreChatStore.class_name() == "ContextStoreChatStore"
+    assert chat.get_messages("k1") == [] and not r.exists(key(prefix, "k1", "meta"))
+    for m in MESSAGES:
+        chat.add_message("k1", m)
+    assert chat.get_messages("k1") == MESSAGES
+    with cs.ContextStore.from_url(redis_url, prefix=prefix) as plain:
+        stored = plain.window("k1").items()
+    assert stored[2].group == stored[3].group == "c1"
+    chat.set_messages("k1", MESSAGES[:2])  # the same tool call ids would be free again
+    assert chat.get_messages("k1") == MESSAGES[:2]
+    chat.set_messages("k1", MESSAGES)
+    assert chat.get_messages("k1") == MESSAGES
+    assert chat.delete_message("k1", 1) == MESSAGES[1] and chat.delete_message("k1", 99) is None
+    assert chat.delete_last_message("k1") == MESSAGES[-1]
+    chat.add_message("k2", MESSAGES[1])
+    assert {"k1", "k2"} <= set(chat.get_keys())
+    assert chat.delete_messages("k1") == [MESSAGES[0], *MESSAGES[2:4]]
+    assert chat.get_messages("k1") == [] and chat.delete_messages("k1") is None
+    assert asyncio.run(chat.aget_messages("k2")) == [MESSAGES[1]]
+
+
+def test_set_messages_is_one_step(redis_url, prefix, r):
+    with cs.ContextStore.from_url(redis_url, prefix=prefix) as store:
+        chat = ContextStoreChatStore(store)
+        chat.set_messages("k", MESSAGES)
+        stream = key(prefix, "k", "events")
+        before = r.xlen(stream)
+        chat.set_messages("k", MESSAGES[:1])
+        assert [e["reason"] for e in _events_after(r, stream, before) if e.get("reason")] == ["replace"] * 5
+        assert chat.get_messages("k") == MESSAGES[:1]
+
+
+def _events_after(r, stream, n):
+    return [{k.decode(): v.decode() for k, v in f.items()} for _, f in r.xrange(stream)[n:]]
+
+
+def _append(url: str, prefix: str, worker: int, n: int) -> None:
+    with cs.ContextStore.from_url(url, prefix=prefix) as store:
+        chat = ContextStoreChatStore(store)
+        for i in range(n):
+            chat.add_message("shared", ChatMessage(role=MessageRole.USER, content=f"w{worker} {i}"))
+
+
+def test_four_processes_append_to_one_key(redis_url, prefix):
+    run_processes(_append, [(redis_url, prefix, w, 50) for w in range(4)])
+    with cs.ContextStore.from_url(redis_url, prefix=prefix) as store:
+        got = [m.content for m in ContextStoreChatStore(store).get_messages("shared")]
+    assert sorted(got) == sorted(f"w{w} {i}" for w in range(4) for i in range(50))
+    for w in range(4):
+        assert [t for t in got if t.startswith(f"w{w} ")] == [f"w{w} {i}" for i in range(50)]
