@@ -159,3 +159,10 @@ def test_an_output_whose_call_is_gone_is_kept_unpaired(any_store):
         return await session.get_items()
 
     assert run(go()) == [lone, call, call]
+
+
+def test_session_settings_may_be_a_dict(any_store):
+    session = ContextStoreSession("dict-settings", any_store, session_settings={"limit": 0})
+    assert isinstance(session.session_settings, SessionSettings) and session.session_settings.limit == 0
+    with pytest.raises(TypeError, match="limitt"):
+        ContextStoreSession("bad", any_store, session_settings={"limitt": 1})

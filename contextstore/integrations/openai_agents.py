@@ -29,7 +29,7 @@ from ._session import SessionWindow
 
 try:
     from agents.memory.session import SessionABC
-    from agents.memory.session_settings import SessionSettings, resolve_session_limit
+    from agents.memory.session_settings import SessionSettings, coerce_session_settings, resolve_session_limit
 except ImportError as exc:  # pragma: no cover - the extra is not installed
     raise ImportError(
         "contextstore.integrations.openai_agents needs openai-agents: pip install 'contextstore[openai-agents]'"
@@ -113,11 +113,11 @@ class ContextStoreSession(SessionABC):
         session_id: str,
         store: ContextStore | AsyncContextStore,
         *,
-        session_settings: SessionSettings | None = None,
+        session_settings: SessionSettings | dict[str, Any] | None = None,
         **window_config: Any,
     ) -> None:
         self.session_id = session_id
-        self.session_settings = session_settings or SessionSettings()
+        self.session_settings = coerce_session_settings(session_settings) if session_settings else SessionSettings()
         self._session = SessionWindow(session_id, store, **window_config)
 
     @property

@@ -7,7 +7,9 @@ repository) and prints passed/failed. The tests run against an embedded redis-se
 
     python tests/frameworks/run_upstream.py langchain
 
-Only LangChain is wired up so far (its chat-history and runnable-history tests).
+Wired: LangChain (its chat-history and runnable-history tests) and openai-agents (its session
+tests, run against ``SQLiteSession``'s constructor). llama-index-core and agent-framework-core
+ship no tests in their source distributions.
 """
 
 from __future__ import annotations
@@ -21,15 +23,7 @@ import tempfile
 from importlib.metadata import version
 from pathlib import Path
 
-SUITES = {
-    "langchain": {
-        "dist": "langchain-core",
-        "tests": ["tests/unit_tests/chat_history/test_chat_history.py", "tests/unit_tests/runnables/test_history.py"],
-        "deps": ["blockbuster>=1.5.18,<1.6", "pytest-mock", "freezegun", "syrupy", "pytest-asyncio", "grandalf"],
-    }
-}
-
-SWAP = '''
+LANGCHAIN_SWAP = '''
 """Replace langchain-core's InMemoryChatMessageHistory with contextstore's history."""
 import itertools, tempfile
 import langchain_core.chat_history as chat_history
@@ -57,6 +51,46 @@ class SwappedHistory(ContextStoreChatMessageHistory):
 chat_history.InMemoryChatMessageHistory = SwappedHistory
 '''
 
+OPENAI_AGENTS_SWAP = '''
+"""Replace openai-agents' SQLiteSession with contextstore's session."""
+import hashlib, tempfile
+import agents, agents.memory
+import contextstore as cs
+from contextstore.integrations.openai_agents import ContextStoreSession
+
+_STORE = cs.ContextStore.embedded(tempfile.mkdtemp(prefix="cs-upstream-"), prefix="upstream")
+
+
+class SwappedSession(ContextStoreSession):
+    """SQLiteSession's constructor: a database path names a set of sessions."""
+
+    def __init__(self, session_id, db_path=":memory:", session_settings=None, **kwargs):
+        db = hashlib.sha1(str(db_path).encode()).hexdigest()[:12]
+        super().__init__(session_id, _STORE, session_settings=session_settings)
+        self._session.window = _STORE.handle(f"{db}:{session_id}", **self._session.config)
+
+    def close(self):
+        pass
+
+
+agents.SQLiteSession = agents.memory.SQLiteSession = SwappedSession
+'''
+
+SUITES = {
+    "langchain": {
+        "dist": "langchain-core",
+        "tests": ["tests/unit_tests/chat_history/test_chat_history.py", "tests/unit_tests/runnables/test_history.py"],
+        "deps": ["blockbuster>=1.5.18,<1.6", "pytest-mock", "freezegun", "syrupy", "pytest-asyncio", "grandalf"],
+        "swap": LANGCHAIN_SWAP,
+    },
+    "openai-agents": {
+        "dist": "openai-agents",
+        "tests": ["tests/memory/test_session.py", "tests/memory/test_session_limit.py"],
+        "deps": ["pytest-asyncio", "pytest-mock", "inline-snapshot"],
+        "swap": OPENAI_AGENTS_SWAP,
+    },
+}
+
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -74,7 +108,7 @@ def main() -> int:
         with tarfile.open(archive) as tar:
             tar.extractall(tmp, filter="data")
         root = next(p for p in Path(tmp).iterdir() if p.is_dir())
-        (root / "contextstore_swap.py").write_text(SWAP)
+        (root / "contextstore_swap.py").write_text(suite["swap"])
         cmd = [sys.executable, "-m", "pytest", "-q", "-p", "contextstore_swap", "-p", "no:cacheprovider"]
         done = subprocess.run([*cmd, *suite["tests"]], cwd=root, env={**os.environ, "PYTHONPATH": str(root)})
         print(f"{pinned}: pytest exit status {done.returncode}")
