@@ -27,6 +27,7 @@ from .errors import (
     StrategyUnavailableError,
     SummarizerError,
     SummaryNotFoundError,
+    ToolCallLinkError,
     WindowNotFoundError,
 )
 from .events import Event, OtherEvent
@@ -100,6 +101,7 @@ __all__ = [
     "SummaryNotFoundError",
     "TiktokenCounter",
     "TokenCounter",
+    "ToolCallLinkError",
     "VerifyReport",
     "WindowNotFoundError",
     "WindowOptions",

@@ -35,6 +35,11 @@ class InvalidItemError(ContextStoreError, ValueError):
     """An item (content, type, priority, metadata, token count, id) failed validation."""
 
 
+class ToolCallLinkError(InvalidItemError):
+    """A tool call id is already taken (in the window, or twice in one call), or a tool result
+    answers a call the window does not hold (or names another group than its call's)."""
+
+
 class InvalidWindowIdError(ContextStoreError, ValueError):
     """A window id (or a key prefix) is empty, too long, or uses characters outside the alphabet."""
 
@@ -164,7 +169,7 @@ SCRIPT_ERRORS: dict[str, ErrorFactory] = {
     "REUSED": lambda d, _: InvalidOptionsError(f"request id {d[0]!r} was already used for a different call"),
     "BADARG": lambda d, badarg: badarg(f"rejected by the server: {' '.join(d)}"),
     "CORRUPT": lambda d, _: CorruptWindowError(f"item {d[0]!r} is stored in a shape the scripts never write"),
-    "TOOLCALL": lambda d, _: InvalidItemError(_TOOLCALL_PROBLEMS.get(d[0], "{}").format(d[1] if len(d) > 1 else "")),
+    "TOOLCALL": lambda d, _: ToolCallLinkError(_TOOLCALL_PROBLEMS.get(d[0], "{}").format(d[1] if len(d) > 1 else "")),
     "NOSUMMARY": lambda d, _: SummaryNotFoundError(
         d[0], "its archive entry expired or never existed" if d[1] == "archive" else "it is no longer in the window"
     ),

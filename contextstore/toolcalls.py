@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from .errors import InvalidItemError
+from .errors import InvalidItemError, ToolCallLinkError
 from .types import ItemType
 
 _ID = re.compile(r"\S{1,128}")
@@ -52,7 +52,7 @@ def calls_of(item_type: ItemType, metadata: dict[str, Any] | None) -> tuple[tupl
     found = tuple(_one_call(call, n) for n, call in enumerate(calls))
     ids = [call_id for _, call_id in found]
     if len(set(ids)) != len(ids):
-        raise InvalidItemError(f"tool call ids repeat within one message: {ids}")
+        raise ToolCallLinkError(f"tool call ids repeat within one message: {ids}")
     return found
 
 

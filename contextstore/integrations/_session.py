@@ -9,7 +9,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from ..aio import AsyncContextStore, AsyncContextWindow
-from ..errors import InvalidItemError, InvalidOptionsError
+from ..errors import InvalidOptionsError, ToolCallLinkError
 from ..sync import ContextStore, ContextWindow
 from ..types import ContextItem
 
@@ -77,18 +77,14 @@ class SessionWindow:
         paired) instead."""
         try:
             self.call(method, entries(True))
-        except InvalidItemError as exc:
-            if "tool call" not in str(exc):
-                raise
+        except ToolCallLinkError:
             self.call(method, entries(False))
 
     async def aadd(self, entries: Callable[[bool], list[dict[str, Any]]]) -> None:
         """The async form of ``add``."""
         try:
             await self.acall("add_many", entries(True))
-        except InvalidItemError as exc:
-            if "tool call" not in str(exc):
-                raise
+        except ToolCallLinkError:
             await self.acall("add_many", entries(False))
 
     def items(self, limit: int | None = None) -> list[ContextItem]:

@@ -175,7 +175,9 @@ def _choose(
     chosen: list[Candidate] = []
     freed = 0
     for unit in units:
-        if chosen and tokens - freed + _summary_room(settings, strategy, chosen) <= target:
+        # the summary's room can only matter once the items alone reach the target (it is >= 0),
+        # so the summarizer's budget() is not asked for every unit of a large window
+        if chosen and tokens - freed <= target and tokens - freed + _summary_room(settings, strategy, chosen) <= target:
             break
         chosen += sorted(unit, key=lambda c: c[0].seq)
         freed += sum(c[0].token_count for c in unit)

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from .. import logs, toolcalls, validate, wire
-from ..errors import ContextWindowFullError, InvalidItemError, InvalidOptionsError, raise_for_reply
+from ..errors import ContextWindowFullError, InvalidItemError, InvalidOptionsError, ToolCallLinkError, raise_for_reply
 from ..layout import MAX_ITEM_LIMIT
 from ..stored import decode_item
 from ..types import ContextItem
@@ -66,7 +66,7 @@ def _link_results(items: list[validate.NewItem]) -> None:
     the server resolves and checks the others against the calls it holds."""
     groups = {call: it.group for it in items for _, call in it.tool_calls}
     if len(groups) != sum(len(it.tool_calls) for it in items):
-        raise InvalidItemError("two tool calls of one add_many share an id")
+        raise ToolCallLinkError("two tool calls of one add_many share an id")
     for it in items:
         if it.tool_call_id is None or it.tool_call_id not in groups:
             continue
