@@ -73,6 +73,10 @@ class Meta:
     WARNED = "warned"  # 1 while usage is at or above warn_percent (a usage_warning was sent)
     ARCHIVE_TTL = "archive_ttl"  # seconds the items a summary replaced stay in :archive
     SUMMARIES = "summaries"  # summaries made (the n of their ids, ctx-<seq>.<n>)
+    #: changes whenever a stored item changes in place or items come back with seqs already handed
+    #: out (pin, priority, cleared result, summary, undo, restore, a new lifetime): what a client
+    #: caches of the items is good while the epoch stays (contextstore/itemcache.py)
+    EPOCH = "epoch"
 
     #: the config fields, in the order the scripts take and answer them
     CONFIG = (

@@ -91,11 +91,15 @@ def config_from(values: Sequence[Any]) -> WindowConfig:
 
 
 class ReadReply(msgspec.Struct):
-    """read.lua's reply: the meta hash (empty: no window), the pinned count, raw item JSON."""
+    """read.lua's reply: the meta hash (empty: no window), the pinned count, raw item JSON;
+    for a ``build`` read, the items already decoded (partly from the store's cache) and the
+    cache entry they came from."""
 
     meta: dict[str, str]
     pinned: int
     raw: list[bytes | str]
+    decoded: list[ContextItem] | None = None
+    cached: Any = None
 
     @property
     def exists(self) -> bool:
@@ -110,6 +114,8 @@ class ReadReply(msgspec.Struct):
 
     def items(self) -> list[ContextItem]:
         """The items read, decoded."""
+        if self.decoded is not None:
+            return self.decoded
         return [decode_item(raw) for raw in self.raw]
 
     def counter(self, field: str) -> int:

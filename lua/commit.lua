@@ -87,6 +87,7 @@ if summary then
   remove_many(ids, 'compaction')
   summary.seq, summary.id, summary.ts = seq, summary_id, now_us()
   insert_item(summary, successor)
+  new_epoch()  -- the summary takes a seq already handed out
   freed = freed - summary.tokens
 else
   remove_many(ids, 'compaction')

@@ -14,6 +14,7 @@ local was = redis.call('SISMEMBER', K_PINNED, id) == 1
 if was == pin then return 1 end
 redis.call('HSET', K_ITEMS, id, '{"priority":' .. pr .. ',"pinned":' .. (pin and 'true' or 'false')
   .. ',' .. string.sub(json, e + 1))
+new_epoch()
 if pin then
   redis.call('SADD', K_PINNED, id)
   event('pinned', 'item_id', id, 'pinned', '1')

@@ -16,6 +16,7 @@ if tonumber(old) == p then return 1 end
 local a = unpack_attrs(redis.call('HGET', K_ATTRS, id))
 redis.call('HSET', K_ITEMS, id, '{"priority":' .. fmt(p) .. ',' .. string.sub(json, e + 1))
 a.priority = p
+new_epoch()
 redis.call('HSET', K_ATTRS, id, pack_attrs(a))
 redis.call('ZADD', K_ORDER, score(a.type, p, a.seq), id)
 event('priority_changed', 'item_id', id, 'priority', fmt(p), 'previous_priority', old)

@@ -2,6 +2,7 @@
 -- needs: archive
 -- KEYS: the window keys (lib/core.lua).
 -- ARGV[1]: 'fifo' (arrival order), 'order' (build order), 'pinned' (pinned, build order),
+--          'build' (the read of a build, see below),
 --          'meta' (no items), 'get' (ARGV[2] = one id), 'archived' (ARGV[2] = a summary id: the
 --          items it replaced, none when the archive has no unexpired entry for it) or 'all'
 --          (every key, raw: see below)
@@ -34,6 +35,28 @@ if mode == 'archived' then
   local out = {}
   for i, row in ipairs(archive_get(ARGV[2]) or {}) do out[i] = row[1] end
   return {meta, npinned, out}
+end
+if mode == 'build' then
+  -- {meta, npinned, {item JSON...}, {id...}}: every id in build order, and the JSON only of the
+  -- items a client lacks: those with a seq above ARGV[3] when ARGV[2] is the window's epoch
+  -- (the client cached the rest, contextstore/itemcache.py), else all of them
+  local epoch = ''
+  for i = 1, #meta, 2 do
+    if meta[i] == F.EPOCH then epoch = meta[i + 1] end
+  end
+  local known = (ARGV[2] ~= '' and ARGV[2] == epoch) and tonumber(ARGV[3]) or -1
+  local order, ids, want = redis.call('ZRANGE', K_ORDER, 0, -1, 'WITHSCORES'), {}, {}
+  for i = 1, #order, 2 do
+    local id = order[i]
+    ids[#ids + 1] = id
+    if tonumber(order[i + 1]) % PRIORITY_WEIGHT > known then want[#want + 1] = id end
+  end
+  local out = {}
+  for i = 1, #want, 500 do
+    local chunk = redis.call('HMGET', K_ITEMS, unpack(want, i, math.min(i + 499, #want)))
+    for j = 1, #chunk do out[#out + 1] = chunk[j] end
+  end
+  return {meta, npinned, out, ids}
 end
 if mode == 'get' then
   local j = redis.call('HGET', K_ITEMS, ARGV[2])

@@ -69,6 +69,7 @@ if not items then return fail('BADARG', 'item ' .. max_seq) end
 local replaced = cfg.items
 persist_config(cfg)
 wipe()
+new_epoch()
 local tokens = 0
 for _, it in ipairs(items) do
   store(it)

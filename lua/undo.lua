@@ -78,6 +78,7 @@ for _, it in ipairs(items) do
   count_added(it)
 end
 rebuild_fifo()
+new_epoch()  -- the items come back with their old seqs
 archive_drop(summary_id)
 event('summary_undone', 'summary_id', summary_id, 'items_restored', fmt(#items),
   'total_tokens_after', fmt(meta_get(F.TOKENS)))

@@ -5,6 +5,7 @@ server in every other test file; here their logic is pinned down on its own."""
 from __future__ import annotations
 
 import hashlib
+import json
 from datetime import datetime, timezone
 from typing import Any
 
@@ -128,6 +129,12 @@ def read_reply(raw: list[bytes], **fields: object) -> list[Any]:
     return [meta(**fields), 0, raw]
 
 
+def build_reply(raw: list[bytes], ids: list[str] | None = None, **fields: object) -> list[Any]:
+    """read.lua's ``build`` reply: the JSON sent, and every id in build order (default: those)."""
+    listed = [json.loads(r)["id"].encode() for r in raw] if ids is None else [i.encode() for i in ids]
+    return [meta(**fields), 0, raw, listed]
+
+
 def test_build_renders_within_the_budget_and_reports_every_item():
     raw = [
         stored(1, "You are terse.", type="system_prompt", pinned=True),
@@ -135,9 +142,9 @@ def test_build_renders_within_the_budget_and_reports_every_item():
         stored(3, "a short reply", type="assistant_message", role="assistant"),
     ]
     plan = build_plans.build(settings(), state(max_tokens=100), cs.BuildOptions(max_tokens=40, reserve_for_response=10))
-    sent, built = drive(plan, [read_reply(raw, tokens=20), 1])
+    sent, built = drive(plan, [build_reply(raw, tokens=20), 1])
     read_call, event_call = sent
-    assert read_call.name == "read" and read_call.args == ["order", "", "-1"]
+    assert read_call.name == "read" and read_call.args == ["build", "", "-1"]
     assert event_call.name == "event" and event_call.args[0] == "built" and event_call.request == ""
     assert built.content == (
         "You are terse.\n\n---\n\n[user]: one two three four five six seven eight nine ten"
@@ -149,7 +156,7 @@ def test_build_renders_within_the_budget_and_reports_every_item():
 def test_build_excludes_what_does_not_fit_and_omits_what_the_options_leave_out():
     raw = [stored(n, f"message {n} " + "word " * 8, type="user_message", role="user") for n in range(1, 6)]
     opts = cs.BuildOptions(max_tokens=30, reserve_for_response=0, max_history_items=3)
-    _, built = drive(build_plans.build(settings(), state(max_tokens=100), opts), [read_reply(raw), 1])
+    _, built = drive(build_plans.build(settings(), state(max_tokens=100), opts), [build_reply(raw), 1])
     assert built.omitted_item_ids == ["ctx-1", "ctx-2"]  # older than the 3 most recent
     assert built.included_item_ids == ["ctx-4", "ctx-5"] and built.excluded_item_ids == ["ctx-3"]
 
@@ -158,7 +165,28 @@ def test_build_refuses_a_reserve_that_leaves_no_room_after_reading_the_limit():
     plan = build_plans.build(settings(), state(max_tokens=100), None)  # default reserve 1000
     assert next(plan).name == "read"
     with pytest.raises(cs.InvalidOptionsError, match="reserve_for_response=1000 leaves no room"):
-        plan.send(read_reply([]))
+        plan.send(build_reply([]))
+
+
+def test_a_second_build_asks_only_for_what_the_store_has_not_cached():
+    s, st = settings(), state(max_tokens=100)
+    first = [stored(n, f"message {n}", type="user_message", role="user") for n in (1, 2)]
+    opts = cs.BuildOptions(reserve_for_response=0)
+    sent, built = drive(build_plans.build(s, st, opts), [build_reply(first, epoch="7", seq="2"), 1])
+    assert sent[0].args == ["build", "", "-1"] and built.included_item_ids == ["ctx-1", "ctx-2"]
+    third = stored(3, "message 3", type="user_message", role="user")
+    again = build_reply([third], ["ctx-2", "ctx-3"], epoch="7", seq="3")  # ctx-1 went meanwhile
+    sent, built = drive(build_plans.build(s, st, opts), [again, 1])
+    assert sent[0].args == ["build", "7", "2"]  # the epoch and the last seq this store holds
+    assert built.included_item_ids == ["ctx-2", "ctx-3"]
+    assert "message 2" in built.content and "message 1" not in built.content
+    # a new epoch: the cached items are stale, what was listed but not sent is read again in full
+    sent, built = drive(
+        build_plans.build(s, st, opts),
+        [build_reply([], ["ctx-2"], epoch="8", seq="3"), build_reply([first[1]], epoch="8", seq="3"), 1],
+    )
+    assert [c.args for c in sent[:2]] == [["build", "7", "3"], ["build", "", "-1"]]
+    assert built.included_item_ids == ["ctx-2"]
 
 
 # -- compaction ----------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 from .. import wire
 from ..errors import InvalidOptionsError, from_helper, raise_for_reply
+from ..itemcache import ItemCache
 from ..keys import WindowKeys
 from ..layout import CLEARED_PLACEHOLDER
 from ..render.prompt import cached_count
@@ -120,10 +121,12 @@ class Settings:
     relevance_scorer: Any = None
     retry: RetryPolicy | None = None
     joint_count: Callable[[str], int] = field(init=False)  # memoised counter.count (build joints)
+    item_cache: ItemCache = field(init=False)  # the items builds have read (itemcache.py)
     _placeholder_tokens: int = field(init=False, default=0)
 
     def __post_init__(self) -> None:
         self.joint_count = cached_count(self.counter)
+        self.item_cache = ItemCache()
 
     @property
     def placeholder_tokens(self) -> int:
@@ -141,6 +144,22 @@ class WindowState:
     window_id: str
     keys: WindowKeys
     config: WindowConfig
+
+
+def read_for_build(settings: Settings, state: WindowState) -> Plan[wire.ReadReply]:
+    """The window in build order, for a build: the ids, and the JSON only of the items the
+    store has not cached (``itemcache``); read again in full if the cache raced."""
+    cache, window = settings.item_cache, state.keys.meta
+    known = cache.known(window)
+    while True:
+        args = ["build", known.epoch, str(known.seq)] if known is not None else ["build", "", "-1"]
+        reply = raise_for_reply((yield ScriptCall("read", state.keys, args)))
+        found = wire.decode_read(reply)
+        merged = cache.merge(window, known, found.meta, found.raw, reply[3] if found.exists else [])
+        if merged is not None:
+            found.decoded, found.cached = merged
+            return found
+        known = None
 
 
 def read(state: WindowState, mode: str, types: str = "", limit: int = -1) -> Plan[wire.ReadReply]:

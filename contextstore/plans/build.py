@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Literal
+from typing import Any, Literal
 
 from .. import logs, wire
 from ..errors import BudgetTooSmallError, InvalidOptionsError
@@ -13,7 +13,7 @@ from ..layout import Meta
 from ..render import markdown, messages, prompt
 from ..render.select import RELEVANT_TYPES, Unit, choose, members, ranked_key, units_of
 from ..types import BuildOptions, BuiltContext, BuiltMessages, CompactionStrategy, ContextItem, WindowConfig
-from .base import Plan, ScriptCall, Settings, WindowState, read
+from .base import Plan, ScriptCall, Settings, WindowState, read_for_build
 from .compaction import compact, has_helper
 from .items import items
 from .relevance import scores
@@ -60,7 +60,7 @@ def _compact_first(
     freed = yield from compact(settings, state, strategy, COMPACT_ON_BUILD_PERCENT, options.query)
     if not freed:
         return 0, decoded
-    again = yield from read(state, "order")
+    again = yield from read_for_build(settings, state)
     return freed, again.items()
 
 
@@ -81,14 +81,15 @@ def build(settings: Settings, state: WindowState, options: object = None) -> Pla
     they fit. Deletes nothing unless ``compact=True``; appends a ``built`` event."""
     opts = prompt.validate_options(options)
     started = time.perf_counter()
-    found = yield from read(state, "order")
+    found = yield from read_for_build(settings, state)
     cfg = found.config(state.config)
     budget = budget_of(opts, cfg, state.window_id)
     decoded = found.items()
     prompt.check_pinned(decoded, opts, budget, settings.joint_count)
     freed, window_items = yield from _compact_first(settings, state, found, decoded, budget, opts)
     relevance = yield from _relevance(settings, state, opts, window_items)
-    built = prompt.build(window_items, opts, budget, settings.counter, settings.joint_count, relevance)
+    memo = prompt.cost_memo(found.cached, opts) if found.cached is not None and not freed else None
+    built = prompt.build(window_items, opts, budget, settings.counter, settings.joint_count, relevance, memo)
     ms = (time.perf_counter() - started) * 1000
     logs.built(state.window_id, len(built.included), built.total_tokens)
     yield ScriptCall(
@@ -118,6 +119,8 @@ def build(settings: Settings, state: WindowState, options: object = None) -> Pla
 
 
 FORMATS = ("openai", "anthropic")
+#: the key of message costs among a cached window's cost memos
+MESSAGE_COSTS = ("messages", "", "", 0)
 
 
 def _message_units(items: list[ContextItem]) -> tuple[list[ContextItem], list[str]]:
@@ -146,11 +149,19 @@ def build_messages(
     """Chat messages within the budget (content plus a per-message overhead): whole units,
     pinned first; every tool result right after its call. Appends a ``built`` event."""
     opts, fmt = prompt.validate_options(options), _check_format(format)
-    found = yield from read(state, "order")
+    found = yield from read_for_build(settings, state)
     budget = budget_of(opts, found.config(state.config), state.window_id)
     decoded = found.items()
 
+    memo: dict[Any, int] = found.cached.costs.setdefault(MESSAGE_COSTS, {}) if found.cached is not None else {}
+
     def cost(unit: Unit) -> int:
+        if len(unit.items) == 1:  # most units: memoised per item while the window's epoch stays
+            item = unit.items[0]
+            n = memo.get(item.seq)
+            if n is None:
+                n = memo[item.seq] = messages.item_cost(item, settings.joint_count)
+            return n
         return messages.unit_cost(unit, settings.joint_count)
 
     pinned_need = messages.REPLY_PRIMING + sum(cost(u) for u in units_of(decoded) if u.pinned)

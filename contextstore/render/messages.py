@@ -63,6 +63,8 @@ def context_text(item: ContextItem) -> str:
 
 def complete(unit: Unit) -> bool:
     """False for a tool-call group with a call that has no result, or a result without its call."""
+    if len(unit.items) == 1 and unit.items[0].metadata is None:
+        return True  # most units: one plain message
     calls = {c["id"] for i in unit.items for c in calls_in(i)}
     answered = {_meta(i)["tool_call_id"] for i in unit.items if role_of(i) == "tool"}
     return calls == answered

@@ -9,11 +9,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 from itertools import pairwise
+from typing import Any
 
 import msgspec
 
 from ..config import checked
 from ..errors import BudgetTooSmallError, InvalidOptionsError
+from ..itemcache import CachedWindow
 from ..tokens import TokenCounter
 from ..types import HISTORY_TYPES, BuildOptions, ContextItem, ItemType
 from .select import CONVERSATION_RANK, Key, build_key, choose, members, ranked_key, units_of
@@ -72,11 +74,20 @@ class JointCosts:
     per item above it; ``BuildOptions(exact_tokens=True)`` counts the output instead.
     """
 
-    def __init__(self, count: Callable[[str], int], options: BuildOptions, tight: bool = False) -> None:
+    def __init__(
+        self,
+        count: Callable[[str], int],
+        options: BuildOptions,
+        tight: bool = False,
+        memo: dict[Any, int] | None = None,
+    ) -> None:
         self.sep = options.section_separator
         self.pre, self.post = (options.message_format or DEFAULT_MESSAGE_FORMAT).split("{content}")
         self.slack = 0 if tight else 1
         self.count = count  # memoised per store: joints repeat from build to build
+        #: item seq -> cost and (seq, seq) -> the joint between two items, kept by the store's
+        #: item cache while the window's epoch stays
+        self.memo: dict[Any, int] = {} if memo is None else memo
 
     def _pre(self, item: ContextItem | None) -> str:
         return "" if item is None or item.role is None else self.pre.replace("{role}", item.role)
@@ -103,20 +114,35 @@ class JointCosts:
 
     def cost(self, item: ContextItem) -> int:
         """What adding ``item`` anywhere in a prompt may cost (used to choose, before ordering)."""
-        return (
-            item.token_count
-            + self.joint(None, self.sep + self._pre(item), item)
-            + self.joint(item, self._post(item), None)
-        )
+        n = self.memo.get(item.seq)
+        if n is None:
+            n = (
+                item.token_count
+                + self.joint(None, self.sep + self._pre(item), item)
+                + self.joint(item, self._post(item), None)
+            )
+            self.memo[item.seq] = n
+        return n
 
     def total(self, ordered: Sequence[ContextItem]) -> int:
         """The token count of ``ordered`` rendered in that order (never below the exact one)."""
         if not ordered:
             return 0
         n = sum(i.token_count for i in ordered) + self.joint(None, self._pre(ordered[0]), ordered[0])
+        memo = self.memo
         for a, b in pairwise(ordered):
-            n += self.joint(a, self._post(a) + self.sep + self._pre(b), b)
+            pair = (a.seq, b.seq)
+            j = memo.get(pair)
+            if j is None:
+                j = memo[pair] = self.joint(a, self._post(a) + self.sep + self._pre(b), b)
+            n += j
         return n + self.joint(ordered[-1], self._post(ordered[-1]), None)
+
+
+def cost_memo(cached: CachedWindow, options: BuildOptions) -> dict[Any, int]:
+    """The memo of item costs a window's cache entry keeps for this build's format."""
+    pre, post = (options.message_format or DEFAULT_MESSAGE_FORMAT).split("{content}")
+    return cached.costs.setdefault((options.section_separator, pre, post, int(options.exact_tokens)), {})
 
 
 def cached_count(counter: TokenCounter, size: int = 65536) -> Callable[[str], int]:
@@ -128,7 +154,7 @@ def check_pinned(
     items: Sequence[ContextItem], options: BuildOptions, budget: int | None, count: Callable[[str], int]
 ) -> None:
     """``BudgetTooSmallError`` if the pinned units alone cannot fit (checked before anything else)."""
-    if budget is None:
+    if budget is None or not any(i.pinned for i in items):
         return
     pinned = members(u for u in units_of(items) if u.pinned)
     need = JointCosts(count, options).total(sorted(pinned, key=section_key))
@@ -153,11 +179,12 @@ def build(
     counter: TokenCounter,
     count: Callable[[str], int],
     relevance: Mapping[str, float] | None = None,
+    memo: dict[Any, int] | None = None,
 ) -> Built:
     """Select whole units (pinned ones always, then candidates while they fit the budget) and
     render. ``count`` is the store's memoised ``counter.count``; ``counter`` counts exact totals;
     ``relevance`` (item id -> score, for a query) ranks the scored items."""
-    costs = JointCosts(count, options, tight=options.exact_tokens)
+    costs = JointCosts(count, options, tight=options.exact_tokens, memo=memo)
     choice = choose(items, options, budget, lambda u: sum(map(costs.cost, u.items)), key=ranked_key(relevance))
     pinned = members(choice.pinned)
     chosen, excluded = list(choice.chosen), list(choice.excluded)

@@ -38,22 +38,27 @@ class Unit:
 
     def ids(self) -> list[str]:
         """Its members' ids, in arrival order."""
+        if len(self.items) == 1:
+            return [self.items[0].id or ""]
         return [i.id or "" for i in sorted(self.items, key=lambda i: i.seq)]
 
 
 def units_of(items: Sequence[ContextItem]) -> list[Unit]:
     """``items`` as units (a group's members together), in order of first appearance."""
     groups: dict[str, list[ContextItem]] = {}
-    order: list[list[ContextItem]] = []
+    order: list[Unit | list[ContextItem]] = []
     for item in items:
-        if item.group is None:
-            order.append([item])
-        elif item.group in groups:
-            groups[item.group].append(item)
+        group = item.group
+        if group is None:
+            order.append(Unit([item]))
+        elif group in groups:
+            groups[group].append(item)
         else:
-            groups[item.group] = members_ = [item]
+            groups[group] = members_ = [item]
             order.append(members_)
-    return [Unit(m) for m in order]
+    if not groups:
+        return order  # type: ignore[return-value]
+    return [u if isinstance(u, Unit) else Unit(u) for u in order]
 
 
 #: the types a build with a query ranks by relevance (what ``include_relevant_memory`` governs)

@@ -230,6 +230,7 @@ local function clear_content(id, json, tokens)
   local freed = a.tokens - tokens
   redis.call('HSET', K_ITEMS, id, json)
   redis.call('HDEL', K_VECTORS, id)
+  new_epoch()
   a.tokens, a.flags = tokens, 'c'
   redis.call('HSET', K_ATTRS, id, pack_attrs(a))
   bump(F.TOKENS, -freed)

@@ -98,11 +98,12 @@ end
 -- The window's config and counters; for a missing window, the caller's config (new = true).
 -- Returns nil when the window is missing and ARGV[1..N_CONFIG] is not a valid config.
 local function read_config()
-  local m = redis.call('HMGET', K_META, F.TOKENS, F.ITEMS, F.SEQ, unpack(CONFIG_FIELDS))
-  if m[5] then
-    local c = config_of({unpack(m, 4)})
+  local m = redis.call('HMGET', K_META, F.TOKENS, F.ITEMS, F.SEQ, F.EPOCH, unpack(CONFIG_FIELDS))
+  if m[6] then
+    local c = config_of({unpack(m, 5)})
     c.tokens, c.items, c.seq, c.new = tonumber(m[1]) or 0, tonumber(m[2]) or 0, tonumber(m[3]) or 0, false
     META_KNOWN[F.TOKENS], META_KNOWN[F.ITEMS], META_KNOWN[F.SEQ] = c.tokens, c.items, c.seq
+    META_KNOWN[F.EPOCH] = tonumber(m[4]) or 0  -- 0: a window written before epochs (set on its next write)
     CFG = c
     return c
   end
@@ -123,9 +124,17 @@ local function persist_config(c)
     fields[#fields + 1], fields[#fields + 2] = f, '0'
   end
   fields[#fields + 1], fields[#fields + 2] = F.CREATED_MS, fmt(math.floor(now_us() / 1000))
+  fields[#fields + 1], fields[#fields + 2] = F.EPOCH, fmt(now_us())
   redis.call('HSET', K_META, unpack(fields))
-  META_KNOWN = {[F.SEQ] = 0, [F.TOKENS] = 0, [F.ITEMS] = 0, [F.COMPACTIONS] = 0, [F.FREED] = 0, [F.WARNED] = 0}
+  META_KNOWN = {[F.SEQ] = 0, [F.TOKENS] = 0, [F.ITEMS] = 0, [F.COMPACTIONS] = 0, [F.FREED] = 0, [F.WARNED] = 0,
+    [F.EPOCH] = now_us()}
   c.new = false
+end
+
+-- A new epoch (layout.Meta.EPOCH): a stored item changed in place, or items came back with seqs
+-- already handed out, so what clients cached of the window's items is stale.
+local function new_epoch()
+  meta_set(F.EPOCH, math.max(now_us(), meta_get(F.EPOCH) + 1))
 end
 
 -- Re-arm the expiry of every key of the window (mutations only; reads never call this), or

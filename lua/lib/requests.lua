@@ -67,7 +67,10 @@ local function run_request(main)
   local seen, prior = replay(rid, fp)
   if seen then return with_counters(prior) end
   local reply, record = main()
-  if WROTE then check_usage() end
+  if WROTE then
+    check_usage()
+    if CFG and not CFG.new and meta_get(F.EPOCH) == 0 then new_epoch() end  -- written before epochs
+  end
   flush_meta()
   if WROTE then record_request(rid, fp, record or {r = reply}) end
   return with_counters(reply)

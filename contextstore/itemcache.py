@@ -1,0 +1,105 @@
+"""What a store keeps of the items it has read, so that a build moves only what is new.
+
+While a window's epoch (``layout.Meta.EPOCH``) stays the same, a stored item never changes: every
+script that changes an item in place (pin, priority, a cleared tool result) or brings items
+back with seqs already handed out (a summary, its undo, a restore, a new lifetime) starts a new
+epoch. So a client that holds every item of epoch E up to seq S asks read.lua (mode ``build``)
+for the ids in build order and the JSON of the items above S only; at a new epoch it gets them
+all again. Sans-I/O: ``known`` says what to ask for, ``merge`` turns the reply into the items.
+
+Entries are immutable (a merge makes a new one) so threads sharing a store never see a half
+update; a store keeps at most ``max_bytes`` of content, least recently built windows go first.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any
+
+from .layout import Meta
+from .stored import decode_item
+from .types import ContextItem
+
+#: content bytes a store caches by default (across its windows)
+DEFAULT_CACHE_BYTES = 64 * 1024 * 1024
+
+
+class CachedWindow:
+    """The items of one window at one epoch: every item up to ``seq``, by id (as the replies
+    spell ids: bytes or str), and per-item build costs memoised per build format."""
+
+    __slots__ = ("costs", "epoch", "items", "seq", "size")
+
+    def __init__(self, epoch: str, seq: int, items: dict[Any, ContextItem], size: int) -> None:
+        self.epoch, self.seq, self.items, self.size = epoch, seq, items, size
+        #: (separator, prefix, suffix, slack) -> item seq (or a pair of seqs) -> cost
+        #: (render.prompt.JointCosts; a seq names one content within an epoch, an id may be
+        #: reused by a caller)
+        self.costs: dict[tuple[str, str, str, int], dict[Any, int]] = {}
+
+
+def _size(items: Sequence[ContextItem]) -> int:
+    return sum(len(i.content) for i in items)
+
+
+class ItemCache:
+    """Per store: the windows' items it has read, bounded by ``max_bytes`` of content."""
+
+    def __init__(self, max_bytes: int = DEFAULT_CACHE_BYTES) -> None:
+        self.max_bytes = max_bytes
+        self._windows: OrderedDict[str, CachedWindow] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def known(self, window: str) -> CachedWindow | None:
+        """What the store holds of ``window`` (its meta key), or None."""
+        return self._windows.get(window)
+
+    def merge(
+        self, window: str, known: CachedWindow | None, meta: dict[str, str], raw: Sequence[Any], ids: Sequence[Any]
+    ) -> tuple[list[ContextItem], CachedWindow | None] | None:
+        """The items of a ``build`` read in build order (the ``known`` ones from the cache, the
+        rest decoded from ``raw``), and the window's new entry; None when an id is neither
+        cached nor read (a race with this store's other readers: read again in full)."""
+        epoch = meta.get(Meta.EPOCH, "")
+        old = known.items if known is not None and known.epoch == epoch else {}
+        fresh = [decode_item(r) for r in raw if r is not None]  # None: an id without JSON (corrupt)
+        as_bytes = bool(ids) and isinstance(ids[0], bytes)
+        items = {**old, **{(i.id.encode() if as_bytes else i.id): i for i in fresh}}  # type: ignore[union-attr]
+        try:
+            ordered = [items[i] for i in ids]
+        except KeyError:
+            if known is not None:
+                return None
+            return [items[i] for i in ids if i in items], None  # a full read skips what is corrupt
+        size = (known.size if known is not None and old else 0) + _size(fresh)
+        if len(items) > len(ids) + 64:  # drop what the window no longer holds
+            items = dict(zip(ids, ordered, strict=True))
+            size = _size(ordered)
+        if not epoch:  # a window written before epochs: nothing to key a cache on
+            return ordered, None
+        entry = CachedWindow(epoch, int(meta.get(Meta.SEQ, 0)), items, size)
+        if known is not None and old:
+            entry.costs = known.costs
+        self._store(window, entry)
+        return ordered, entry
+
+    def _store(self, window: str, entry: CachedWindow) -> None:
+        with self._lock:
+            gone = self._windows.pop(window, None)
+            self._bytes -= gone.size if gone is not None else 0
+            if entry.size > self.max_bytes:
+                return
+            self._windows[window] = entry
+            self._bytes += entry.size
+            while self._bytes > self.max_bytes:
+                _, oldest = self._windows.popitem(last=False)
+                self._bytes -= oldest.size
+
+    def clear(self) -> None:
+        """Forget every window."""
+        with self._lock:
+            self._windows.clear()
+            self._bytes = 0

@@ -1,0 +1,212 @@
+"""Builds through the store's item cache equal builds that read every item.
+
+One store builds (and caches what it reads), another client changes the window meanwhile: adds,
+removals, pins, priorities, cleared tool results, summaries and their undo, clear, restore. After
+every step, the caching store's build and build_messages must equal those of a store that has
+never seen the window, for random budgets and formats.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+
+import msgspec
+import pytest
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    multiple,
+    rule,
+    run_state_machine_as_test,
+)
+
+import contextstore as cs
+
+from support import key
+
+_n = itertools.count()
+#: no shrinking: a failure is reported as found (shrinking a stateful run against Redis takes minutes)
+FIND = (Phase.explicit, Phase.reuse, Phase.generate)
+TEXT = st.text(alphabet="abc xyz-\n`*7", min_size=1, max_size=60).filter(lambda s: s.strip())
+TYPES = st.sampled_from(
+    ["system_prompt", "instruction", "retrieved_document", "user_message", "assistant_message", "code", "error"]
+)
+FORMATS = st.sampled_from([None, "<{role}> {content}", "{content}"])
+
+
+def _summarize(items):
+    return f"summary of {len(items)} items"
+
+
+def _same(a: object, b: object) -> None:
+    assert msgspec.to_builtins(a) == msgspec.to_builtins(b)
+
+
+class CachedBuilds(RuleBasedStateMachine):
+    ids = Bundle("ids")
+
+    def __init__(self, url: str, prefix: str) -> None:
+        super().__init__()
+        self.url, self.prefix, self.wid = url, prefix, f"cache{next(_n)}"
+        self.builder = cs.ContextStore.from_url(url, prefix=prefix)  # builds, and caches
+        self.other = cs.ContextStore.from_url(url, prefix=prefix, summarizer=_summarize)  # changes the window
+        self.calls = 0
+
+    @initialize(target=ids, max_tokens=st.integers(300, 900), clear_results=st.booleans(),
+                first=st.lists(st.tuples(TEXT, TYPES, st.integers(0, 100)), min_size=4, max_size=20))  # fmt: skip
+    def open(self, max_tokens, clear_results, first):
+        strategy = "clear_tool_results" if clear_results else "remove_low_priority"
+        self.w = self.builder.window(self.wid, max_tokens=max_tokens, max_items=40, default_strategy=strategy)
+        self.o = self.other.window(self.wid)
+        for content, type, priority in first:  # a window worth building from the start
+            self.add(content, type, priority, False, False, None)
+        self.tight_builds_agree()  # and cached
+        return multiple(*(i.id or "" for i in self.o.items()))
+
+    def teardown(self) -> None:
+        self.builder.close()
+        self.other.close()
+
+    @rule(target=ids, content=TEXT, type=TYPES, priority=st.integers(0, 100), pinned=st.booleans(),
+          by_other=st.booleans(), caller_id=st.sampled_from([None, "mine", "yours"]))  # fmt: skip
+    def add(self, content, type, priority, pinned, by_other, caller_id):
+        w = self.o if by_other else self.w
+        role = {"user_message": "user", "assistant_message": "assistant"}.get(type)
+        try:
+            pin = pinned and priority > 60
+            return w.add(content, type=type, priority=priority, pinned=pin, role=role, id=caller_id).id
+        except (cs.ContextWindowFullError, cs.DuplicateItemError):
+            return "ctx-0"
+
+    @rule(target=ids, n=st.integers(1, 3), content=TEXT)
+    def tool_call(self, n, content):
+        self.calls += 1
+        calls = [
+            {"id": f"call{self.calls}x{k}", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+            for k in range(n)
+        ]
+        try:
+            self.o.add("", type="assistant_message", role="assistant", metadata={"tool_calls": calls})
+            for c in calls:
+                self.o.add(content * 3, type="tool_result", role="tool", metadata={"tool_call_id": c["id"]})
+        except cs.ContextWindowFullError:
+            pass
+        return f"call{self.calls}"
+
+    @rule(item=ids)
+    def remove(self, item):
+        self.o.remove(item)
+
+    @rule(item=ids, pin=st.booleans())
+    def pin(self, item, pin):
+        (self.o.pin if pin else self.o.unpin)(item)
+
+    @rule(item=ids, priority=st.integers(0, 100))
+    def priority(self, item, priority):
+        self.o.update_priority(item, priority)
+
+    @rule(pin=st.booleans(), priority=st.integers(0, 100))
+    def change_the_oldest(self, pin, priority):
+        """The oldest item is the one a tight build leaves out: pinning it or raising its
+        priority changes what a build takes."""
+        oldest = self.o.items()[:1]
+        for item in oldest:
+            (self.o.pin if pin else self.o.unpin)(item.id or "")
+            self.o.update_priority(item.id or "", priority)
+
+    @rule(strategy=st.sampled_from(["clear_tool_results", "summarize", "remove_oldest"]), target=st.integers(0, 60))
+    def compact(self, strategy, target):
+        self.o.compact(strategy, target_percent=float(target))
+
+    @rule()
+    def undo_last_summary(self):
+        summaries = [i for i in self.o.items() if (i.metadata or {}).get("summary_of")]
+        if summaries:
+            with contextlib.suppress(cs.ContextWindowFullError, cs.SummaryNotFoundError, cs.DuplicateItemError):
+                self.o.undo_summary(summaries[-1].id)
+
+    @rule(include_pinned=st.booleans())
+    def clear(self, include_pinned):
+        self.o.clear(include_pinned)
+
+    @rule(content=TEXT)
+    def restore_elsewhere(self, content):
+        """Another window's snapshot restored over this one: same ids and seqs, other content."""
+        donor = self.other.window(f"{self.wid}-donor", max_tokens=5000)
+        donor.clear(include_pinned=True)
+        for k in range(3):
+            donor.add(f"{content} {k}", type="user_message", role="user")
+        self.o.restore(msgspec.structs.replace(donor.snapshot(), window_id=self.wid))
+
+    @rule()
+    def delete(self):
+        self.o.delete()
+
+    @invariant()
+    def tight_builds_agree(self):
+        for budget in (40, 120):
+            self._agree(cs.BuildOptions(max_tokens=budget, reserve_for_response=0))
+
+    @rule(max_tokens=st.integers(20, 900), reserve=st.integers(0, 10), history=st.integers(0, 40),
+          fmt=FORMATS, order=st.sampled_from(["sections", "priority", "arrival"]), exact=st.booleans())  # fmt: skip
+    def build(self, max_tokens, reserve, history, fmt, order, exact):
+        self._agree(cs.BuildOptions(max_tokens=max_tokens, reserve_for_response=reserve, max_history_items=history,
+                                    message_format=fmt, order=order, exact_tokens=exact))  # fmt: skip
+
+    def _agree(self, opts: cs.BuildOptions) -> None:
+        with cs.ContextStore.from_url(self.url, prefix=self.prefix) as fresh:
+            naive = fresh.window(self.wid)
+            for build in ("build_structured", "build_messages"):
+                try:
+                    expected = getattr(naive, build)(opts)
+                except cs.BudgetTooSmallError as exc:
+                    with pytest.raises(cs.BudgetTooSmallError) as got:
+                        getattr(self.w, build)(opts)
+                    assert (got.value.pinned_tokens, got.value.budget) == (exc.pinned_tokens, exc.budget)
+                    continue
+                _same(getattr(self.w, build)(opts), expected)
+                _same(getattr(self.w, build)(opts), expected)  # twice: all from the cache
+
+
+def test_cached_builds_equal_builds_that_read_everything(redis_url, prefix):
+    run_state_machine_as_test(
+        lambda: CachedBuilds(redis_url, prefix),
+        settings=settings(max_examples=60, stateful_step_count=20, deadline=None, phases=FIND,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]),
+    )  # fmt: skip
+
+
+def test_a_window_written_before_epochs_is_built_from_a_full_read_until_its_next_write(store, r, prefix):
+    w = store.window("old", max_tokens=1000)
+    w.add("first", type="user_message", role="user")
+    meta = key(prefix, "old", "meta")
+    r.hdel(meta, "epoch")  # as 0.1 wrote it
+    opts = cs.BuildOptions(reserve_for_response=0)
+    assert w.build_structured(opts).included_item_ids == ["ctx-1"]
+    assert w.build_structured(opts).included_item_ids == ["ctx-1"]  # no epoch: nothing cached
+    w.add("second", type="user_message", role="user")
+    assert r.hget(meta, "epoch") is not None  # its next write gave it one
+    assert w.build_structured(opts).content.endswith("[user]: second")
+
+
+def test_every_change_in_place_starts_a_new_epoch(redis_url, r, prefix):
+    with cs.ContextStore.from_url(redis_url, prefix=prefix) as s:
+        w = s.window("epochs", max_tokens=1000, default_strategy="clear_tool_results")
+        w.add("a", type="user_message", role="user")
+        meta = key(prefix, "epochs", "meta")
+        seen = [r.hget(meta, "epoch")]
+        for change in (
+            lambda: w.pin("ctx-1"),
+            lambda: w.update_priority("ctx-1", 7),
+            lambda: w.restore(w.snapshot()),
+        ):
+            change()
+            seen.append(r.hget(meta, "epoch"))
+        w.add("b", type="user_message", role="user")  # an add keeps the epoch: its seq is new
+        seen.append(r.hget(meta, "epoch"))
+        assert None not in seen and len(set(seen[:4])) == 4 and seen[4] == seen[3]
