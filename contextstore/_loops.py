@@ -18,6 +18,9 @@ from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import redis.asyncio
+
+from ._direct import AsyncDirectEvalsha
 from .errors import ContextStoreError
 
 #: seconds ``close()`` waits for a loop running in another thread to close its client
@@ -33,6 +36,12 @@ class LoopClient:
     scripts: Any
     owned: bool
     closer: AsyncGenerator[None, None] | None = field(default=None)
+    #: the lean EVALSHA path, for a plain ``redis.asyncio.Redis`` the store owns (else None)
+    direct: AsyncDirectEvalsha | None = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        if self.owned and type(self.client) is redis.asyncio.Redis:
+            self.direct = AsyncDirectEvalsha(self.client)
 
 
 def copy_client(client: Any) -> Any:

@@ -77,9 +77,12 @@ class AsyncContextStore(StoreBase):
         if isinstance(request, External):
             return await request.acall()
         keys, argv, attempt = list(request.keys), request.argv(), 0
-        scripts = (await self._loops.current()).scripts
+        current = await self._loops.current()
+        scripts, direct = current.scripts, current.direct
         while True:
             try:
+                if direct is not None:
+                    return self._answered(request, await direct.evalsha(scripts[request.name], keys, argv))
                 return self._answered(request, await scripts[request.name](keys=keys, args=argv))
             except REDIS_EXCEPTIONS as exc:
                 attempt += 1

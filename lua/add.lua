@@ -74,7 +74,7 @@ end
 -- The oldest stored unit that can go (no member pinned or planned away, not a group this call
 -- joins), reading :fifo 32 ids at a time; then this call's own. Returns its ids and tokens.
 local function evictable(cfg, plan)
-  local pos, len, buf, i = 0, cfg.new and 0 or redis.call('LLEN', K_FIFO), {}, 1
+  local pos, len, buf, i = 0, nil, {}, 1
   local function unit_of(id, a)
     if a.group == '' then return {id}, plan.cleared[id] or a.tokens end
     if plan.joining[a.group] or plan.blocked[a.group] then return nil end
@@ -89,6 +89,7 @@ local function evictable(cfg, plan)
   return function()
     while true do
       if i > #buf then
+        len = len or (cfg.new and 0 or redis.call('LLEN', K_FIFO))  -- read when first needed
         if pos >= len then break end
         buf, pos, i = redis.call('LRANGE', K_FIFO, pos, pos + 31), pos + 32, 1
         if #buf == 0 then break end
@@ -181,6 +182,7 @@ local function apply(cfg, plan)
   end
   meta_set(F.SEQ, plan.seq)
   rearm_ttl(cfg)
+  COUNTERS_KNOWN = true
 end
 
 local function reply(items, plan)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import redis
+import redis.asyncio
 
 import contextstore as cs
 from contextstore._direct import pack
@@ -40,3 +41,37 @@ def test_reloads_flushed_scripts_and_survives_killed_connections(redis_url, r, p
         assert w.verify().ok
     finally:
         store.close()
+
+
+def test_the_async_store_uses_it_on_every_loop_and_survives_the_same_faults(redis_url, r, prefix):
+    import asyncio
+
+    store = cs.AsyncContextStore.from_url(redis_url, prefix=prefix)
+    their_client = redis.asyncio.Redis.from_url(redis_url)
+    theirs = cs.AsyncContextStore(their_client, prefix=prefix)
+
+    async def turn(text: str, first: bool) -> list[str]:
+        assert (await store._loops.current()).direct is not None
+        # the caller's client goes redis-py's way; on later loops the store's own copy is lean
+        assert ((await theirs._loops.current()).direct is None) is first
+        w = await store.window("adirect", max_items=100)
+        await w.add(text)
+        seen = [i.content for i in await (await theirs.window("adirect")).items()]
+        if first:
+            await their_client.aclose()  # the caller closes what it brought
+        return seen
+
+    async def faults() -> list[str]:
+        w = await store.window("adirect")
+        r.script_flush()
+        await w.add("after a flush")  # NOSCRIPT -> loaded once, then run
+        r.client_kill_filter(_type="normal", skipme=True)
+        await w.add("after a kill")  # reconnects; exactly once
+        assert (await w.verify()).ok
+        return [i.content for i in await w.items()]
+
+    assert asyncio.run(turn("first loop", True)) == ["first loop"]
+    assert asyncio.run(turn("second loop", False)) == ["first loop", "second loop"]  # a loop's own client
+    assert asyncio.run(faults())[-2:] == ["after a flush", "after a kill"]
+    asyncio.run(store.close())
+    asyncio.run(theirs.close())

@@ -46,6 +46,7 @@ local WROTE = false  -- set by every write helper; a request is recorded only if
 local REPLAYS = {}   -- record kind -> function(record) rebuilding a reply (lib/requests.lua)
 local CFG = nil      -- the window's config once read_config ran (lib/meta.lua)
 local RUN = {compactions = 0, freed = 0}  -- what this call compacted (lib/compaction.lua)
+local COUNTERS_KNOWN = false  -- set by a script whose counters all went through lib/meta.lua (saves a read)
 
 local function fail(code, ...)
   return {'!', code, ...}

@@ -98,12 +98,13 @@ end
 -- The window's config and counters; for a missing window, the caller's config (new = true).
 -- Returns nil when the window is missing and ARGV[1..N_CONFIG] is not a valid config.
 local function read_config()
-  local m = redis.call('HMGET', K_META, F.TOKENS, F.ITEMS, F.SEQ, F.EPOCH, unpack(CONFIG_FIELDS))
-  if m[6] then
-    local c = config_of({unpack(m, 5)})
+  local m = redis.call('HMGET', K_META, F.TOKENS, F.ITEMS, F.SEQ, F.EPOCH, F.WARNED, unpack(CONFIG_FIELDS))
+  if m[7] then
+    local c = config_of({unpack(m, 6)})
     c.tokens, c.items, c.seq, c.new = tonumber(m[1]) or 0, tonumber(m[2]) or 0, tonumber(m[3]) or 0, false
     META_KNOWN[F.TOKENS], META_KNOWN[F.ITEMS], META_KNOWN[F.SEQ] = c.tokens, c.items, c.seq
     META_KNOWN[F.EPOCH] = tonumber(m[4]) or 0  -- 0: a window written before epochs (set on its next write)
+    META_KNOWN[F.WARNED] = tonumber(m[5]) or 0
     CFG = c
     return c
   end

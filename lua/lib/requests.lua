@@ -15,7 +15,8 @@ local function expire_requests(n, now)
     for i = 1, #old, 500 do redis.call('HDEL', K_REPLIES, unpack(old, i, math.min(i + 499, #old))) end
     return
   end
-  for _ = 1, 4 do  -- expire the oldest (at most 4 per call: each call adds one)
+  if n % 8 ~= 0 then return end  -- look at the oldest every 8th request, and expire up to 32
+  for _ = 1, 32 do
     local t, old = string.match(redis.call('LINDEX', K_REQUESTS, 0), '^(%d+)|(.+)$')
     if tonumber(t) > now - REQUEST_LOG_TTL_MS then break end
     redis.call('LPOP', K_REQUESTS)
@@ -48,7 +49,12 @@ end
 
 -- A mutation's reply with the window's counters after it and what this call compacted.
 local function with_counters(reply)
-  local m = redis.call('HMGET', K_META, F.TOKENS, F.ITEMS, F.MAX_TOKENS)
+  local m
+  if COUNTERS_KNOWN then  -- add.lua: every counter change went through meta.lua, flush_meta wrote it
+    m = {fmt(META_KNOWN[F.TOKENS]), fmt(META_KNOWN[F.ITEMS]), fmt(CFG.max_tokens)}
+  else
+    m = redis.call('HMGET', K_META, F.TOKENS, F.ITEMS, F.MAX_TOKENS)
+  end
   return {reply, m[1] or '0', m[2] or '0', m[3] or '0', fmt(RUN.compactions), fmt(RUN.freed)}
 end
 
