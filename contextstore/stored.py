@@ -19,8 +19,10 @@ from .validate import NewItem
 _encoder = msgspec.json.Encoder()
 
 
-class ItemBody(msgspec.Struct, kw_only=True):
-    """The client-encoded tail of a stored item: everything the client knows before the add."""
+class ItemBody(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """The client-encoded tail of a stored item: everything the client knows before the add.
+    Fields that are None are left out (a window written by 0.1 spells them ``null``; both read
+    the same); ``group``, when present, comes last (``with_group`` in lua/lib/items.lua)."""
 
     type: str
     token_count: int
@@ -31,7 +33,7 @@ class ItemBody(msgspec.Struct, kw_only=True):
     group: str | None = None
 
 
-class StoredItem(ItemBody, kw_only=True):
+class StoredItem(ItemBody, kw_only=True, omit_defaults=False):
     """A whole stored item, as decoded (the head fields, then the body)."""
 
     priority: int

@@ -119,9 +119,9 @@ class CachedBuilds(RuleBasedStateMachine):
             (self.o.pin if pin else self.o.unpin)(item.id or "")
             self.o.update_priority(item.id or "", priority)
 
-    @rule(strategy=st.sampled_from(["clear_tool_results", "summarize", "remove_oldest"]), target=st.integers(0, 60))
-    def compact(self, strategy, target):
-        self.o.compact(strategy, target_percent=float(target))
+    @rule(strategy=st.sampled_from(["clear_tool_results", "summarize", "remove_oldest"]), percent=st.integers(0, 60))
+    def compact(self, strategy, percent):
+        self.o.compact(strategy, target_percent=float(percent))
 
     @rule()
     def undo_last_summary(self):

@@ -57,10 +57,11 @@ local function parse_item(b)
   return it
 end
 
--- A body tail whose group (its last field, null when the client did not know it) is `group`.
+-- A body tail given the group `group` (the client leaves a group it does not know out; a body
+-- from 0.1 spells it null, last).
 local function with_group(tail, group)
-  if string.sub(tail, -14) ~= ',"group":null}' then return tail end
-  return string.sub(tail, 1, -15) .. ',"group":' .. cjson.encode(group) .. '}'
+  if string.sub(tail, -14) == ',"group":null}' then tail = string.sub(tail, 1, -15) .. '}' end
+  return string.sub(tail, 1, -2) .. ',"group":' .. cjson.encode(group) .. '}'
 end
 
 local function group_members(group)
@@ -210,7 +211,11 @@ local function cleared_json(json, before, tokens)
   if not close then return nil end
   local rest = string.sub(json, close + 1)
   local ms, me = string.find(rest, ',"metadata":', 1, true)
-  if not ms then return nil end
+  if not ms then  -- no metadata stored (None is left out): give it one, before the group if any
+    local gs = string.find(rest, ',"group":', 1, true) or #rest
+    rest = string.sub(rest, 1, gs - 1) .. ',"metadata":null' .. string.sub(rest, gs)
+    ms, me = string.find(rest, ',"metadata":', 1, true)
+  end
   local mark, meta = '"' .. CLEARED_KEY .. '":{"tokens":' .. fmt(before) .. '}', string.sub(rest, me + 1)
   if string.sub(meta, 1, 4) == 'null' then
     meta = '{' .. mark .. '}' .. string.sub(meta, 5)

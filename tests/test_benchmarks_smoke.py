@@ -1,0 +1,26 @@
+"""A few seconds of the benchmarks, so that a change that breaks them fails CI (the full runs
+stay manual: docs/benchmarks.md)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_peers_smoke_prints_every_table_and_the_goals():
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "peers.py"), "--smoke"],
+        capture_output=True, text=True, timeout=240, cwd=ROOT,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    text = out.stdout
+    for heading in ("append 60 messages", "build, 60 3x over", "build, 60 fits", "prompt prefix", "goals"):
+        assert heading in text, f"{heading!r} missing from:\n{text[-3000:]}"
+    goals = text.split("\ngoals\n", 1)[1]
+    for goal in ("3x over", "that fits", "append p50", "memory per message", "4 writers"):
+        row = next(line for line in goals.splitlines() if goal in line)
+        assert row.rstrip(" |").endswith(("met", "not met")), row
+    assert "0 / 0" in goals  # writers: nothing lost or duplicated, even in a smoke run
