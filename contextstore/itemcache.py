@@ -97,9 +97,3 @@ class ItemCache:
             while self._bytes > self.max_bytes:
                 _, oldest = self._windows.popitem(last=False)
                 self._bytes -= oldest.size
-
-    def clear(self) -> None:
-        """Forget every window."""
-        with self._lock:
-            self._windows.clear()
-            self._bytes = 0

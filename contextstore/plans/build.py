@@ -88,8 +88,8 @@ def build(settings: Settings, state: WindowState, options: object = None) -> Pla
     prompt.check_pinned(decoded, opts, budget, settings.joint_count)
     freed, window_items = yield from _compact_first(settings, state, found, decoded, budget, opts)
     relevance = yield from _relevance(settings, state, opts, window_items)
-    memo = prompt.cost_memo(found.cached, opts) if found.cached is not None and not freed else None
-    built = prompt.build(window_items, opts, budget, settings.counter, settings.joint_count, relevance, memo)
+    memos = found.cached.costs if found.cached is not None and not freed else None
+    built = prompt.build(window_items, opts, budget, settings.counter, settings.joint_count, relevance, memos)
     ms = (time.perf_counter() - started) * 1000
     logs.built(state.window_id, len(built.included), built.total_tokens)
     yield ScriptCall(

@@ -15,7 +15,6 @@ import msgspec
 
 from ..config import checked
 from ..errors import BudgetTooSmallError, InvalidOptionsError
-from ..itemcache import CachedWindow
 from ..tokens import TokenCounter
 from ..types import HISTORY_TYPES, BuildOptions, ContextItem, ItemType
 from .select import CONVERSATION_RANK, Key, build_key, choose, members, ranked_key, units_of
@@ -79,15 +78,16 @@ class JointCosts:
         count: Callable[[str], int],
         options: BuildOptions,
         tight: bool = False,
-        memo: dict[Any, int] | None = None,
+        memos: dict[Any, dict[Any, int]] | None = None,
     ) -> None:
         self.sep = options.section_separator
         self.pre, self.post = (options.message_format or DEFAULT_MESSAGE_FORMAT).split("{content}")
         self.slack = 0 if tight else 1
         self.count = count  # memoised per store: joints repeat from build to build
-        #: item seq -> cost and (seq, seq) -> the joint between two items, kept by the store's
-        #: item cache while the window's epoch stays
-        self.memo: dict[Any, int] = {} if memo is None else memo
+        #: item seq -> cost and (seq, seq) -> the joint between two items, for this format; kept
+        #: in ``memos`` (the store's item cache, per format) while the window's epoch stays
+        fmt = (self.sep, self.pre, self.post, self.slack)
+        self.memo: dict[Any, int] = {} if memos is None else memos.setdefault(fmt, {})
 
     def _pre(self, item: ContextItem | None) -> str:
         return "" if item is None or item.role is None else self.pre.replace("{role}", item.role)
@@ -139,12 +139,6 @@ class JointCosts:
         return n + self.joint(ordered[-1], self._post(ordered[-1]), None)
 
 
-def cost_memo(cached: CachedWindow, options: BuildOptions) -> dict[Any, int]:
-    """The memo of item costs a window's cache entry keeps for this build's format."""
-    pre, post = (options.message_format or DEFAULT_MESSAGE_FORMAT).split("{content}")
-    return cached.costs.setdefault((options.section_separator, pre, post, int(options.exact_tokens)), {})
-
-
 def cached_count(counter: TokenCounter, size: int = 65536) -> Callable[[str], int]:
     """A memoised ``counter.count`` for the short strings joints are made of (one per store)."""
     return lru_cache(maxsize=size)(counter.count)
@@ -179,12 +173,12 @@ def build(
     counter: TokenCounter,
     count: Callable[[str], int],
     relevance: Mapping[str, float] | None = None,
-    memo: dict[Any, int] | None = None,
+    memos: dict[Any, dict[Any, int]] | None = None,
 ) -> Built:
     """Select whole units (pinned ones always, then candidates while they fit the budget) and
     render. ``count`` is the store's memoised ``counter.count``; ``counter`` counts exact totals;
     ``relevance`` (item id -> score, for a query) ranks the scored items."""
-    costs = JointCosts(count, options, tight=options.exact_tokens, memo=memo)
+    costs = JointCosts(count, options, tight=options.exact_tokens, memos=memos)
     choice = choose(items, options, budget, lambda u: sum(map(costs.cost, u.items)), key=ranked_key(relevance))
     pinned = members(choice.pinned)
     chosen, excluded = list(choice.chosen), list(choice.excluded)
