@@ -25,8 +25,9 @@ from .config import config_values, creation_config
 from .errors import InvalidOptionsError
 from .keys import validate_window_id, window_keys
 from .layout import Meta
-from .plans.base import Plan, ScriptCall, Settings, WindowState, read
+from .plans.base import Plan, ScriptCall, Settings, WindowState
 from .plans.compaction import compact, has_helper
+from .plans.reads import read
 from .types import CompactionStrategy
 from .validate import int_in
 

@@ -1,14 +1,25 @@
 -- read.lua: one consistent read of a window (no writes, no TTL re-arm).
 -- needs: archive
 -- KEYS: the window keys (lib/core.lua).
--- ARGV[1]: 'fifo' (arrival order), 'order' (build order), 'pinned' (pinned, build order),
---          'build' (the read of a build, see below),
---          'meta' (no items), 'get' (ARGV[2] = one id), 'archived' (ARGV[2] = a summary id: the
---          items it replaced, none when the archive has no unexpired entry for it) or 'all'
---          (every key, raw: see below)
--- ARGV[2]: comma-separated types to keep ('' = all); ARGV[3]: keep the last N (-1 = all)
--- Reply: {meta as a flat field/value array (empty if the window does not exist),
---         pinned count, {item JSON...}}
+-- ARGV[1]: the mode:
+--   'fifo' (arrival order), 'order' (build order), 'pinned' (pinned, build order): ARGV[2] the
+--     comma-separated types to keep ('' = all), ARGV[3] keep the last N (-1 = all);
+--   'build' (the read of a build): ARGV[2] the epoch and ARGV[3] the last seq the client holds
+--     (contextstore/itemcache.py): JSON is sent only for the items above it at that epoch;
+--   for these four, ARGV[4] the index in :fifo or :order where this page of the listing starts,
+--     ARGV[5] most ids per page (0 = all), ARGV[6] most bytes of JSON per reply (0 = any);
+--   'fetch': ARGV[2] most bytes of JSON, ARGV[3..] ids: the JSON of the first of them that fit
+--     (at least one; false for an id the window no longer holds);
+--   'meta' (no items), 'get' (ARGV[2] = one id), 'archived' (ARGV[2] = a summary id: the items it
+--     replaced, none when the archive has no unexpired entry for it) or 'all' (every key, raw:
+--     see below).
+-- Reply: {meta as a flat field/value array (empty if the window does not exist), pinned count,
+--         {item JSON...}}; the four listing modes add {listed id...}, {deferred id...}, next:
+--         the JSON is that of the wanted ids (all listed ids, or for 'build' those the client
+--         lacks) up to the byte limit, in listing order, and the rest of them are deferred (to
+--         'fetch'); next is the index of the next page, -1 when the listing is complete. A
+--         listing that takes several pages is consistent when every page's meta has the same
+--         epoch, seq and item count (contextstore/plans/paging.py).
 local meta = redis.call('HGETALL', K_META)
 if #meta == 0 and ARGV[1] ~= 'all' then return {{}, 0, {}} end
 local mode = ARGV[1]
@@ -36,68 +47,101 @@ if mode == 'archived' then
   for i, row in ipairs(archive_get(ARGV[2]) or {}) do out[i] = row[1] end
   return {meta, npinned, out}
 end
-if mode == 'build' then
-  -- {meta, npinned, {item JSON...}, {id...}}: every id in build order, and the JSON only of the
-  -- items a client lacks: those with a seq above ARGV[3] when ARGV[2] is the window's epoch
-  -- (the client cached the rest, contextstore/itemcache.py), else all of them
-  local epoch = ''
-  for i = 1, #meta, 2 do
-    if meta[i] == F.EPOCH then epoch = meta[i + 1] end
-  end
-  local known = (ARGV[2] ~= '' and ARGV[2] == epoch) and tonumber(ARGV[3]) or -1
-  local order, ids, want = redis.call('ZRANGE', K_ORDER, 0, -1, 'WITHSCORES'), {}, {}
-  for i = 1, #order, 2 do
-    local id = order[i]
-    ids[#ids + 1] = id
-    if tonumber(order[i + 1]) % PRIORITY_WEIGHT > known then want[#want + 1] = id end
-  end
-  local out = {}
-  for i = 1, #want, 500 do
-    local chunk = redis.call('HMGET', K_ITEMS, unpack(want, i, math.min(i + 499, #want)))
-    for j = 1, #chunk do out[#out + 1] = chunk[j] end
-  end
-  return {meta, npinned, out, ids}
-end
 if mode == 'get' then
   local j = redis.call('HGET', K_ITEMS, ARGV[2])
   return {meta, npinned, j and {j} or {}}
 end
 
-local ids
-if mode == 'fifo' then
-  ids = redis.call('LRANGE', K_FIFO, 0, -1)
-elseif mode == 'order' or mode == 'pinned' then
-  ids = redis.call('ZRANGE', K_ORDER, 0, -1)
-else
-  return fail('BADARG', 'mode')
-end
-if mode == 'pinned' then
-  local keep = {}
-  for _, id in ipairs(ids) do
-    if redis.call('SISMEMBER', K_PINNED, id) == 1 then keep[#keep + 1] = id end
-  end
-  ids = keep
-end
-if ARGV[2] ~= '' and #ids > 0 then
-  local want = {}
-  for t in string.gmatch(ARGV[2], '[^,]+') do want[t] = true end
-  local keep = {}
-  for i = 1, #ids, 500 do
-    local chunk = redis.call('HMGET', K_ATTRS, unpack(ids, i, math.min(i + 499, #ids)))
-    for j = 1, #chunk do
-      if chunk[j] and want[unpack_attrs(chunk[j]).type] then keep[#keep + 1] = ids[i + j - 1] end
+-- The JSON of `ids` (from index `from`) while it fits `budget` bytes (0: any; at least one is
+-- sent); returns the JSON and the ids left over.
+local function contents(ids, from, budget)
+  local out, rest, used = {}, {}, 0
+  for i = from, #ids do
+    local id = ids[i]
+    if #rest == 0 then
+      local n = budget > 0 and redis.call('HSTRLEN', K_ITEMS, id) or 0
+      if budget > 0 and used > 0 and used + n > budget then
+        rest[1] = id
+      else
+        used = used + n
+        out[#out + 1] = redis.call('HGET', K_ITEMS, id) or false
+      end
+    else
+      rest[#rest + 1] = id
     end
   end
-  ids = keep
+  return out, rest
 end
-local limit = tonumber(ARGV[3]) or -1
-local first = 1
-if limit >= 0 and #ids > limit then first = #ids - limit + 1 end
-local out = {}
-for i = first, #ids, 500 do
-  local chunk = redis.call('HMGET', K_ITEMS, unpack(ids, i, math.min(i + 499, #ids)))
-  for j = 1, #chunk do
-    if chunk[j] then out[#out + 1] = chunk[j] end
+
+if mode == 'fetch' then
+  local budget = tonumber(ARGV[2]) or 0
+  local ids = {unpack(ARGV, 3)}
+  return {meta, npinned, (contents(ids, 1, budget))}
+end
+
+local first, page, budget = tonumber(ARGV[4]) or 0, tonumber(ARGV[5]) or 0, tonumber(ARGV[6]) or 0
+local last = page > 0 and first + page - 1 or -1
+local listed, wanted, total = {}, nil, 0
+
+if mode == 'build' then
+  -- every id in build order; wanted: those with a seq above ARGV[3] when ARGV[2] is the
+  -- window's epoch, else all of them
+  local epoch = ''
+  for i = 1, #meta, 2 do
+    if meta[i] == F.EPOCH then epoch = meta[i + 1] end
+  end
+  local known = (ARGV[2] ~= '' and ARGV[2] == epoch) and tonumber(ARGV[3]) or -1
+  local order = redis.call('ZRANGE', K_ORDER, first, last, 'WITHSCORES')
+  wanted = {}
+  for i = 1, #order, 2 do
+    local id = order[i]
+    listed[#listed + 1] = id
+    if tonumber(order[i + 1]) % PRIORITY_WEIGHT > known then wanted[#wanted + 1] = id end
+  end
+  total = page > 0 and redis.call('ZCARD', K_ORDER) or 0
+else
+  local limit = tonumber(ARGV[3]) or -1
+  if mode == 'fifo' then
+    total = redis.call('LLEN', K_FIFO)
+    if ARGV[2] == '' and limit >= 0 and first == 0 then first = math.max(0, total - limit) end
+    last = page > 0 and first + page - 1 or -1
+    listed = redis.call('LRANGE', K_FIFO, first, last)
+  elseif mode == 'order' or mode == 'pinned' then
+    total = redis.call('ZCARD', K_ORDER)
+    listed = redis.call('ZRANGE', K_ORDER, first, last)
+  else
+    return fail('BADARG', 'mode')
+  end
+  if mode == 'pinned' then
+    local keep = {}
+    for _, id in ipairs(listed) do
+      if redis.call('SISMEMBER', K_PINNED, id) == 1 then keep[#keep + 1] = id end
+    end
+    listed = keep
+  end
+  if ARGV[2] ~= '' and #listed > 0 then
+    local types = {}
+    for t in string.gmatch(ARGV[2], '[^,]+') do types[t] = true end
+    local keep = {}
+    for i = 1, #listed, 500 do
+      local chunk = redis.call('HMGET', K_ATTRS, unpack(listed, i, math.min(i + 499, #listed)))
+      for j = 1, #chunk do
+        if chunk[j] and types[unpack_attrs(chunk[j]).type] then keep[#keep + 1] = listed[i + j - 1] end
+      end
+    end
+    listed = keep
+  end
+  if tonumber(ARGV[4]) == 0 and (page == 0 or first + page >= total) then
+    -- the whole listing in this call: cut to the last N here
+    if limit >= 0 and #listed > limit then
+      local cut = {}
+      for i = #listed - limit + 1, #listed do cut[#cut + 1] = listed[i] end
+      listed = cut
+    end
+    wanted = listed
+  else  -- a listing of several pages is cut by the client, and its JSON fetched then
+    return {meta, npinned, {}, listed, listed, (page > 0 and first + page < total) and first + page or -1}
   end
 end
-return {meta, npinned, out}
+local out, deferred = contents(wanted, 1, budget)
+return {meta, npinned, out, listed, deferred, (page > 0 and first + page < total) and first + page or -1}

@@ -126,13 +126,15 @@ def test_add_turns_each_status_code_into_its_exception(reply, error, fields):
 
 
 def read_reply(raw: list[bytes], **fields: object) -> list[Any]:
-    return [meta(**fields), 0, raw]
+    """read.lua's reply to a listing (fifo, order, pinned) that fits one call."""
+    listed = [json.loads(r)["id"].encode() for r in raw]
+    return [meta(**fields), 0, raw, listed, [], -1]
 
 
 def build_reply(raw: list[bytes], ids: list[str] | None = None, **fields: object) -> list[Any]:
     """read.lua's ``build`` reply: the JSON sent, and every id in build order (default: those)."""
     listed = [json.loads(r)["id"].encode() for r in raw] if ids is None else [i.encode() for i in ids]
-    return [meta(**fields), 0, raw, listed]
+    return [meta(**fields), 0, raw, listed, [], -1]
 
 
 def test_build_renders_within_the_budget_and_reports_every_item():
@@ -144,7 +146,7 @@ def test_build_renders_within_the_budget_and_reports_every_item():
     plan = build_plans.build(settings(), state(max_tokens=100), cs.BuildOptions(max_tokens=40, reserve_for_response=10))
     sent, built = drive(plan, [build_reply(raw, tokens=20), 1])
     read_call, event_call = sent
-    assert read_call.name == "read" and read_call.args == ["build", "", "-1"]
+    assert read_call.name == "read" and read_call.args[:3] == ["build", "", "-1"]
     assert event_call.name == "event" and event_call.args[0] == "built" and event_call.request == ""
     assert built.content == (
         "You are terse.\n\n---\n\n[user]: one two three four five six seven eight nine ten"
@@ -173,11 +175,11 @@ def test_a_second_build_asks_only_for_what_the_store_has_not_cached():
     first = [stored(n, f"message {n}", type="user_message", role="user") for n in (1, 2)]
     opts = cs.BuildOptions(reserve_for_response=0)
     sent, built = drive(build_plans.build(s, st, opts), [build_reply(first, epoch="7", seq="2"), 1])
-    assert sent[0].args == ["build", "", "-1"] and built.included_item_ids == ["ctx-1", "ctx-2"]
+    assert sent[0].args[:3] == ["build", "", "-1"] and built.included_item_ids == ["ctx-1", "ctx-2"]
     third = stored(3, "message 3", type="user_message", role="user")
     again = build_reply([third], ["ctx-2", "ctx-3"], epoch="7", seq="3")  # ctx-1 went meanwhile
     sent, built = drive(build_plans.build(s, st, opts), [again, 1])
-    assert sent[0].args == ["build", "7", "2"]  # the epoch and the last seq this store holds
+    assert sent[0].args[:3] == ["build", "7", "2"]  # the epoch and the last seq this store holds
     assert built.included_item_ids == ["ctx-2", "ctx-3"]
     assert "message 2" in built.content and "message 1" not in built.content
     # a new epoch: the cached items are stale, what was listed but not sent is read again in full
@@ -185,7 +187,7 @@ def test_a_second_build_asks_only_for_what_the_store_has_not_cached():
         build_plans.build(s, st, opts),
         [build_reply([], ["ctx-2"], epoch="8", seq="3"), build_reply([first[1]], epoch="8", seq="3"), 1],
     )
-    assert [c.args for c in sent[:2]] == [["build", "7", "3"], ["build", "", "-1"]]
+    assert [c.args[:3] for c in sent[:2]] == [["build", "7", "3"], ["build", "", "-1"]]
     assert built.included_item_ids == ["ctx-2"]
 
 

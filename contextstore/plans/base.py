@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from .. import wire
-from ..errors import InvalidOptionsError, from_helper, raise_for_reply
+from ..errors import InvalidOptionsError, from_helper
 from ..itemcache import ItemCache
 from ..keys import WindowKeys
 from ..layout import CLEARED_PLACEHOLDER
@@ -145,25 +145,3 @@ class WindowState:
     window_id: str
     keys: WindowKeys
     config: WindowConfig
-
-
-def read_for_build(settings: Settings, state: WindowState) -> Plan[wire.ReadReply]:
-    """The window in build order, for a build: the ids, and the JSON only of the items the
-    store has not cached (``itemcache``); read again in full if the cache raced."""
-    cache, window = settings.item_cache, state.keys.meta
-    known = cache.known(window)
-    while True:
-        args = ["build", known.epoch, str(known.seq)] if known is not None else ["build", "", "-1"]
-        reply = raise_for_reply((yield ScriptCall("read", state.keys, args)))
-        found = wire.decode_read(reply)
-        merged = cache.merge(window, known, found.meta, found.raw, reply[3] if found.exists else [])
-        if merged is not None:
-            found.decoded, found.cached = merged
-            return found
-        known = None
-
-
-def read(state: WindowState, mode: str, types: str = "", limit: int = -1) -> Plan[wire.ReadReply]:
-    """One consistent read of the window (read.lua), decoded."""
-    reply = raise_for_reply((yield ScriptCall("read", state.keys, wire.read_args(mode, types, limit))))
-    return wire.decode_read(reply)

@@ -13,9 +13,10 @@ from ..layout import Meta
 from ..render import markdown, messages, prompt
 from ..render.select import RELEVANT_TYPES, Unit, choose, members, ranked_key, units_of
 from ..types import BuildOptions, BuiltContext, BuiltMessages, CompactionStrategy, ContextItem, WindowConfig
-from .base import Plan, ScriptCall, Settings, WindowState, read_for_build
+from .base import Plan, ScriptCall, Settings, WindowState
 from .compaction import compact, has_helper
 from .items import items
+from .reads import read_for_build
 from .relevance import scores
 
 log = logging.getLogger("contextstore")

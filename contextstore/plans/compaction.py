@@ -11,7 +11,8 @@ from .. import logs, validate, wire
 from ..errors import CommitConflict, InvalidOptionsError, StrategyUnavailableError, SummarizerError, raise_for_reply
 from ..layout import Meta
 from ..types import HISTORY_TYPES, CompactionPlan, CompactionStrategy, ContextItem, ItemType, PlannedItem
-from .base import Plan, ScriptCall, Settings, WindowState, helper_call, new_request, read
+from .base import Plan, ScriptCall, Settings, WindowState, helper_call, new_request
+from .reads import read
 from .relevance import scores
 
 log = logging.getLogger("contextstore")

@@ -12,7 +12,8 @@ from ..errors import ContextWindowFullError, InvalidItemError, InvalidOptionsErr
 from ..layout import MAX_ITEM_LIMIT
 from ..stored import decode_item
 from ..types import ContextItem
-from .base import Plan, ScriptCall, Settings, WindowState, new_request, read
+from .base import Plan, ScriptCall, Settings, WindowState, new_request
+from .reads import read
 
 log = logging.getLogger("contextstore")
 

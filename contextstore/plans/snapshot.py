@@ -10,7 +10,8 @@ from ..config import config_values, creation_config
 from ..errors import InvalidItemError, InvalidOptionsError, raise_for_reply
 from ..stored import stored_json
 from ..types import ContextItem, ContextSnapshot, WindowConfig
-from .base import Plan, ScriptCall, Settings, WindowState, new_request, read
+from .base import Plan, ScriptCall, Settings, WindowState, new_request
+from .reads import read
 
 SNAPSHOT_FORMAT = 1
 

@@ -12,7 +12,8 @@ from ..layout import Meta
 from ..types import ContextWindowStats, ItemType, WindowConfig
 from ..validate import flag
 from ..verify import VerifyReport, inspect_window
-from .base import Plan, ScriptCall, Settings, WindowState, new_request, read
+from .base import Plan, ScriptCall, Settings, WindowState, new_request
+from .reads import read
 
 
 def open_window(

@@ -1,0 +1,123 @@
+"""Reads of a window in bounded calls, so that no read script runs long however large the window.
+
+A read lists ids (in arrival or build order) in pages of at most ``PAGE_IDS`` and returns item
+JSON up to ``PAGE_BYTES`` per call; the JSON it could not send is fetched by id afterwards, in
+calls of the same size. A small window (the common case) is read in one call.
+
+The result is exact, as one script would have read it: a listing of several pages counts only
+when every page saw the same epoch, seq and item count (no item added or removed, none changed in
+place, in between), and fetched JSON counts only at the listing's epoch (an item's JSON does not
+change within an epoch) and when every item is still there. Otherwise the read starts again; after
+``ATTEMPTS`` such races it reads the window in one unbounded call, so a read always ends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .. import wire
+from ..errors import raise_for_reply
+from ..layout import Meta
+from .base import Plan, ScriptCall, Settings, WindowState
+
+#: most ids one call lists
+PAGE_IDS = 5000
+#: most bytes of item JSON one call returns (at least one item, however large)
+PAGE_BYTES = 4 << 20
+#: reads started again after the window changed under them, before one unbounded call
+ATTEMPTS = 4
+
+
+@dataclass(slots=True)
+class Listing:
+    """What a paged read gathered: the first page's meta and pinned count, the listed ids, the
+    JSON read so far (in the order asked for), the ids whose JSON is still to fetch."""
+
+    found: wire.ReadReply
+    ids: list[Any]
+    deferred: list[Any]
+
+
+def _stamp(meta: dict[str, str]) -> tuple[str | None, ...]:
+    """What changes whenever a window's items do: a listing is consistent if it stays put."""
+    return meta.get(Meta.EPOCH), meta.get(Meta.SEQ), meta.get(Meta.ITEMS)
+
+
+def _list(state: WindowState, head: Sequence[str | bytes], page: int, budget: int) -> Plan[Listing | None]:
+    """Every page of one listing (read.lua modes fifo/order/pinned/build); None when the window
+    changed between pages."""
+    first: Listing | None = None
+    start = 0
+    while True:
+        reply = raise_for_reply((yield ScriptCall("read", state.keys, [*head, str(start), str(page), str(budget)])))
+        found = wire.decode_read(reply)
+        if first is None:
+            if not found.exists:
+                return Listing(found, [], [])
+            first = Listing(found, list(reply[3]), list(reply[4]))
+        elif _stamp(found.meta) != _stamp(first.found.meta):
+            return None
+        else:
+            first.found.raw.extend(found.raw)
+            first.ids.extend(reply[3])
+            first.deferred.extend(reply[4])
+        start = int(reply[5])
+        if start < 0:
+            return first
+
+
+def _fetch(state: WindowState, listing: Listing, budget: int) -> Plan[bool]:
+    """The deferred JSON, appended to the listing's; False when an item went or the epoch
+    changed since the listing."""
+    epoch, raw, todo = listing.found.meta.get(Meta.EPOCH), listing.found.raw, listing.deferred
+    while todo:
+        args = ["fetch", str(budget), *todo[:PAGE_IDS]]
+        found = wire.decode_read(raise_for_reply((yield ScriptCall("read", state.keys, args))))
+        if found.meta.get(Meta.EPOCH) != epoch or any(r is None for r in found.raw):
+            return False
+        raw.extend(found.raw)
+        todo = todo[len(found.raw) :]
+    listing.deferred = []
+    return True
+
+
+def _read(state: WindowState, head: Sequence[str | bytes], limit: int = -1) -> Plan[Listing]:
+    """A whole listing with its JSON, in bounded calls (one unbounded call after ``ATTEMPTS``
+    races); ``limit`` cuts a listing of several pages to its last N ids."""
+    for attempt in range(ATTEMPTS + 1):
+        bounded = attempt < ATTEMPTS
+        listing = yield from _list(state, head, PAGE_IDS if bounded else 0, PAGE_BYTES if bounded else 0)
+        if listing is None:
+            continue
+        if limit >= 0 and len(listing.ids) > limit:  # several pages, all of it deferred: cut here
+            listing.ids = listing.deferred = listing.ids[len(listing.ids) - limit :]
+        if (yield from _fetch(state, listing, PAGE_BYTES)):
+            return listing
+    raise AssertionError("an unbounded read has no pages to race")  # pragma: no cover
+
+
+def read(state: WindowState, mode: str, types: str = "", limit: int = -1) -> Plan[wire.ReadReply]:
+    """One consistent read of the window (read.lua), decoded: ``meta`` alone, or the items of
+    a listing mode (fifo, order, pinned) filtered by ``types``, the last ``limit`` of them."""
+    if mode == "meta":
+        return wire.decode_read(raise_for_reply((yield ScriptCall("read", state.keys, ["meta"]))))
+    listing = yield from _read(state, wire.read_args(mode, types, limit), limit)
+    return listing.found
+
+
+def read_for_build(settings: Settings, state: WindowState) -> Plan[wire.ReadReply]:
+    """The window in build order, for a build: the ids, and the JSON only of the items the
+    store has not cached (``itemcache``); read again in full if the cache raced."""
+    cache, window = settings.item_cache, state.keys.meta
+    known = cache.known(window)
+    while True:
+        head = ["build", known.epoch, str(known.seq)] if known is not None else ["build", "", "-1"]
+        listing = yield from _read(state, head)
+        found = listing.found
+        merged = cache.merge(window, known, found.meta, found.raw, listing.ids)
+        if merged is not None:
+            found.decoded, found.cached = merged
+            return found
+        known = None

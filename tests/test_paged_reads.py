@@ -1,0 +1,150 @@
+"""Reads in bounded calls (contextstore/plans/reads.py) against a real redis-server.
+
+With pages of a few ids and a few hundred bytes, every read of a window takes many calls; its
+answers must equal those of one unbounded call, and a window changed between two calls of one
+read must be read again (the answer is the window as it is after the change, never a mix).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+import pytest
+
+import contextstore as cs
+from contextstore.plans import reads
+
+
+@pytest.fixture
+def small_pages(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(reads, "PAGE_IDS", 3)
+    monkeypatch.setattr(reads, "PAGE_BYTES", 300)
+
+
+def _fill(w: Any, rng: random.Random, n: int) -> None:
+    types = ["system_prompt", "instruction", "retrieved_document", "user_message", "assistant_message", "code"]
+    for i in range(n):
+        size = rng.choice([5, 40, 400])  # some items alone exceed a page's bytes
+        w.add(
+            f"item {i} " + "word " * size,
+            type=rng.choice(types),
+            priority=rng.randint(0, 100),
+            pinned=rng.random() < 0.2,
+        )
+    call = {"id": "call-1", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}
+    w.add_many(
+        [
+            {"content": "", "type": "assistant_message", "role": "assistant", "metadata": {"tool_calls": [call]}},
+            {"content": "found " * 50, "type": "tool_result", "role": "tool", "metadata": {"tool_call_id": "call-1"}},
+        ]
+    )
+
+
+def _answers(w: Any) -> dict[str, Any]:
+    budget = cs.BuildOptions(max_tokens=1500, reserve_for_response=0)
+    return msgspec.to_builtins(
+        {
+            "items": w.items(),
+            "last 4": w.items(limit=4),
+            "last 3 messages": w.items(types=["user_message", "assistant_message"], limit=3),
+            "ordered": w.ordered_items(),
+            "documents": w.ordered_items(types=["retrieved_document"]),
+            "pinned": w.pinned_items(),
+            "snapshot": w.snapshot().items,
+            "build": w.build(budget),
+            "messages": w.build_messages(budget),
+        }
+    )
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_bounded_reads_answer_as_one_unbounded_read(redis_url, prefix, monkeypatch, seed):
+    with cs.ContextStore.from_url(redis_url, prefix=prefix) as store:
+        w = store.window("w", max_items=200)
+        _fill(w, random.Random(seed), 40)
+        whole = _answers(w)
+        monkeypatch.setattr(reads, "PAGE_IDS", 3)
+        monkeypatch.setattr(reads, "PAGE_BYTES", 300)
+    with cs.ContextStore.from_url(redis_url, prefix=prefix) as fresh:  # nothing cached
+        assert _answers(fresh.window("w")) == whole
+
+
+def _drive(store: cs.ContextStore, plan: Any, between: Callable[[int], None]) -> tuple[Any, list[list[Any]]]:
+    """Run a plan call by call, calling ``between(n)`` after the n-th call; returns the plan's
+    result and every call's arguments."""
+    sent: list[list[Any]] = []
+    try:
+        request = next(plan)
+        while True:
+            sent.append(list(request.args))
+            reply = store._execute(request)
+            between(len(sent))
+            request = plan.send(reply)
+    except StopIteration as stop:
+        return stop.value, sent
+
+
+def _texts(items: list[Any]) -> list[str]:
+    return [i.content for i in items]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda w: w.add("added while reading"),
+        lambda w: w.remove(w.items()[5].id),
+        lambda w: w.pin(w.items()[7].id),
+        lambda w: w.update_priority(w.items()[2].id, 0),
+    ],
+    ids=["add", "remove", "pin", "priority"],
+)
+def test_a_window_changed_between_calls_is_read_again(redis_url, prefix, small_pages, change):
+    with cs.ContextStore.from_url(redis_url, prefix=prefix) as store:
+        w = store.window("w", max_items=200)
+        _fill(w, random.Random(7), 20)
+        with cs.ContextStore.from_url(redis_url, prefix=prefix) as writer:
+            other = writer.window("w")
+            got, sent = _drive(store, reads.read(w._state, "order"), lambda n: change(other) if n == 2 else None)
+            assert _texts(got.items()) == _texts(other.ordered_items())  # the window after the change
+        assert [a[3] for a in sent if a[0] == "order"].count("0") == 2  # the listing began again
+
+
+def test_a_removal_between_listing_and_fetch_is_read_again(redis_url, prefix, small_pages):
+    with cs.ContextStore.from_url(redis_url, prefix=prefix) as store:
+        w = store.window("w")
+        for i in range(4):
+            w.add(f"big {i} " + "x " * 400)  # each alone exceeds a call's bytes: all but one deferred
+        ids = [i.id for i in w.items()]
+        listing_done = []
+
+        def between(n: int) -> None:
+            if n == 2 and not listing_done:  # after the listing and the first fetch
+                listing_done.append(w.remove(ids[-1]))
+
+        got, sent = _drive(store, reads.read(w._state, "fifo"), between)
+        assert [i.id for i in got.items()] == ids[:-1]
+        assert "fetch" in [a[0] for a in sent] and sent.count(sent[0]) == 2  # listed, fetched, listed again
+
+
+def test_a_window_that_keeps_changing_is_read_in_one_call_at_last(redis_url, prefix, small_pages):
+    with cs.ContextStore.from_url(redis_url, prefix=prefix) as store:
+        w = store.window("w", max_items=200)
+        _fill(w, random.Random(3), 12)
+        with cs.ContextStore.from_url(redis_url, prefix=prefix) as writer:
+            other = writer.window("w")
+            got, sent = _drive(store, reads.read_for_build(store._settings, w._state), lambda n: other.add(f"more {n}"))
+        listings = [a for a in sent if a[0] == "build" and a[3] == "0"]
+        assert len(listings) == reads.ATTEMPTS + 1 and listings[-1][4:] == ["0", "0"]  # unbounded
+        texts = _texts(got.decoded)  # the window as that last call read it
+        assert f"more {len(sent) - 1}" in texts and f"more {len(sent)}" not in texts
+
+
+def test_a_window_deleted_while_being_read_reads_as_missing(redis_url, prefix, small_pages):
+    with cs.ContextStore.from_url(redis_url, prefix=prefix) as store:
+        w = store.window("w", max_items=200)
+        _fill(w, random.Random(5), 12)
+        got, _ = _drive(store, reads.read(w._state, "fifo"), lambda n: w.delete() if n == 1 else None)
+        assert not got.exists and got.items() == []
