@@ -148,3 +148,16 @@ def test_a_window_deleted_while_being_read_reads_as_missing(redis_url, prefix, s
         _fill(w, random.Random(5), 12)
         got, _ = _drive(store, reads.read(w._state, "fifo"), lambda n: w.delete() if n == 1 else None)
         assert not got.exists and got.items() == []
+
+
+def test_both_apis_read_in_bounded_calls(make_store, small_pages):
+    writer, reader = make_store(), make_store()  # the reader has cached nothing
+    w = writer.window("w", max_items=200)
+    _fill(w, random.Random(11), 25)
+    r = reader.window("w")
+    assert _texts(r.items()) == _texts(w.items()) and len(w.items()) == 27
+    assert _texts(r.items(limit=5)) == _texts(w.items())[-5:]
+    assert r.build(cs.BuildOptions(max_tokens=6000, reserve_for_response=0)) == w.build(
+        cs.BuildOptions(max_tokens=6000, reserve_for_response=0)
+    )
+    assert _texts(r.snapshot().items) == _texts(w.items())
