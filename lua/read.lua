@@ -52,12 +52,11 @@ if mode == 'get' then
   return {meta, npinned, j and {j} or {}}
 end
 
--- The JSON of `ids` (from index `from`) while it fits `budget` bytes (0: any; at least one is
--- sent); returns the JSON and the ids left over.
-local function contents(ids, from, budget)
+-- The JSON of `ids`, in order, while it fits `budget` bytes (0: any; at least one is sent);
+-- returns the JSON and the ids left over.
+local function contents(ids, budget)
   local out, rest, used = {}, {}, 0
-  for i = from, #ids do
-    local id = ids[i]
+  for _, id in ipairs(ids) do
     if #rest == 0 then
       local n = budget > 0 and redis.call('HSTRLEN', K_ITEMS, id) or 0
       if budget > 0 and used > 0 and used + n > budget then
@@ -74,9 +73,7 @@ local function contents(ids, from, budget)
 end
 
 if mode == 'fetch' then
-  local budget = tonumber(ARGV[2]) or 0
-  local ids = {unpack(ARGV, 3)}
-  return {meta, npinned, (contents(ids, 1, budget))}
+  return {meta, npinned, (contents({unpack(ARGV, 3)}, tonumber(ARGV[2]) or 0))}
 end
 
 local first, page, budget = tonumber(ARGV[4]) or 0, tonumber(ARGV[5]) or 0, tonumber(ARGV[6]) or 0
@@ -143,5 +140,5 @@ else
     return {meta, npinned, {}, listed, listed, (page > 0 and first + page < total) and first + page or -1}
   end
 end
-local out, deferred = contents(wanted, 1, budget)
+local out, deferred = contents(wanted, budget)
 return {meta, npinned, out, listed, deferred, (page > 0 and first + page < total) and first + page or -1}
