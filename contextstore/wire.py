@@ -124,7 +124,8 @@ class ReadReply(msgspec.Struct):
 
 
 def read_args(mode: str, types: str = "", limit: int = -1) -> Args:
-    """read.lua's ARGV: mode (fifo, order, pinned, meta, all), type filter, most recent N."""
+    """The head of read.lua's ARGV: mode (fifo, order, pinned, all), type filter, most recent N
+    (``plans/reads.py`` adds where a page starts and its bounds)."""
     return [mode, types, str(limit)]
 
 

@@ -76,6 +76,11 @@ if mode == 'fetch' then
   return {meta, npinned, (contents({unpack(ARGV, 3)}, tonumber(ARGV[2]) or 0))}
 end
 
+-- where the page after this one starts, -1 when this one ends the listing
+local function next_page(first, page, total)
+  return (page > 0 and first + page < total) and first + page or -1
+end
+
 local first, page, budget = tonumber(ARGV[4]) or 0, tonumber(ARGV[5]) or 0, tonumber(ARGV[6]) or 0
 local last = page > 0 and first + page - 1 or -1
 local listed, wanted, total = {}, nil, 0
@@ -137,8 +142,8 @@ else
     end
     wanted = listed
   else  -- a listing of several pages is cut by the client, and its JSON fetched then
-    return {meta, npinned, {}, listed, listed, (page > 0 and first + page < total) and first + page or -1}
+    return {meta, npinned, {}, listed, listed, next_page(first, page, total)}
   end
 end
 local out, deferred = contents(wanted, budget)
-return {meta, npinned, out, listed, deferred, (page > 0 and first + page < total) and first + page or -1}
+return {meta, npinned, out, listed, deferred, next_page(first, page, total)}
