@@ -6,7 +6,8 @@ Two windows at the limits a store accepts:
   bytes: item_limit=1000 items of max_content_bytes=1 MiB each (1 GiB of content)
   count: item_limit=100000 items (the largest item_limit) of ~100 bytes
 On each: an evicting add at capacity, a cold build (every item read), a warm build (the store
-has cached the items), a snapshot read, a compaction that removes every unpinned item, a clear.
+has cached the items), a snapshot read, an add that crosses the compaction threshold (the window
+compacts from 100% to 84% inside the add), a compaction that removes every unpinned item, a clear.
 Durations are the server's own, so network and client time do not count: the mean per script
 call (INFO commandstats) and the longest single call (SLOWLOG, which logs every call over 2 ms).
 Starts its own bundled redis-server and stops it. Prints a table; writes
@@ -94,6 +95,9 @@ def measure(client: redis.Redis, store: cs.ContextStore, name: str, n_items: int
     step("build, cold (reads every item)", lambda: w.build(everything))
     step("build, warm (items cached)", lambda: w.build(everything))
     step("snapshot (read all)", w.snapshot)
+    total = w.stats().current_tokens
+    w.configure(max_tokens=total, compaction_threshold=99)  # full: the next add compacts to 84%
+    step("add over the threshold (to 84%)", lambda: w.add("one more", token_count=max(1, size // 4)))
     step("configure max_tokens (no work)", lambda: w.configure(max_tokens=10))
     step("compact to 0% (removes all)", lambda: w.compact("remove_low_priority", 0))
     w.add_many([{"content": f"{i}: {body[:200]}", "token_count": 1} for i in range(min(n_items, 1000))])

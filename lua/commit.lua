@@ -39,17 +39,15 @@ local function checked_items()
 end
 
 -- the first id that breaks a group apart or is among the keep_recent newest units, or nil
-local function breaks_units(attrs, chosen)
+local function breaks_units(ids, attrs, chosen)
   for _, a in ipairs(attrs) do
     for _, m in ipairs(a.group ~= '' and group_members(a.group) or {}) do
       if not chosen[m] then return m end
     end
   end
-  if cfg.keep_recent == 0 then return nil end
-  for _, u in ipairs(units_of(window_items({stored = true, removed = {}}), cfg.keep_recent)) do
-    for _, id in ipairs(u.kept and u.ids or {}) do
-      if chosen[id] then return id end
-    end
+  local kept = kept_units({stored = true, removed = {}}, cfg.keep_recent)
+  for i, a in ipairs(attrs) do
+    if kept[unit_key(ids[i], a)] then return ids[i] end
   end
   return nil
 end
@@ -69,7 +67,7 @@ end
 
 local ids, attrs, chosen = checked_items()
 if not ids then return fail('CONFLICT', attrs) end
-local broken = breaks_units(attrs, chosen)
+local broken = breaks_units(ids, attrs, chosen)
 if broken then return fail('CONFLICT', broken) end
 local freed = 0
 for _, a in ipairs(attrs) do freed = freed + a.tokens end

@@ -8,85 +8,240 @@
 
 local CONVERSATION = {user_message = true, assistant_message = true}
 
--- The items planning sees: stored ones (unless the window is new) and the ones this call added
--- (state.added), minus state.removed, with cleared tokens from state.cleared (id -> tokens).
-local function window_items(state)
-  local all, pinned = {}, {}
+-- Planning walks the indexes instead of reading every item, so its work grows with what it
+-- removes, not with the window: :fifo from the head (remove_oldest), :order by priority
+-- bucket (remove_low_priority, clear_tool_results), :fifo from the tail (keep_recent).
+-- `state` = {stored, removed (id -> true), cleared (id -> tokens), added (this call's new
+-- items, in seq order), joining (groups this call adds to)}.
+
+-- The priorities present among rank r's items in :order, lowest first (one call each).
+local function priorities_in(r)
+  local out, below = {}, r * RANK_WEIGHT + (MAX_PRIORITY + 1) * PRIORITY_WEIGHT
+  while true do
+    local got = redis.call('ZREVRANGEBYSCORE', K_ORDER, '(' .. fmt(below), fmt(r * RANK_WEIGHT), 'WITHSCORES',
+      'LIMIT', 0, 1)
+    if #got == 0 then return out end
+    local p = MAX_PRIORITY - math.floor((tonumber(got[2]) - r * RANK_WEIGHT) / PRIORITY_WEIGHT)
+    out[#out + 1] = p
+    below = r * RANK_WEIGHT + (MAX_PRIORITY - p) * PRIORITY_WEIGHT
+  end
+end
+
+-- The ids of rank r and priority p in :order, in seq order, read 128 at a time.
+local function bucket(r, p)
+  local lo = r * RANK_WEIGHT + (MAX_PRIORITY - p) * PRIORITY_WEIGHT
+  local s = {buf = {}, i = 1, off = 0, done = false}
+  function s.peek()
+    if s.i > #s.buf and not s.done then
+      local flat = redis.call('ZRANGEBYSCORE', K_ORDER, fmt(lo), fmt(lo + PRIORITY_WEIGHT - 1), 'WITHSCORES',
+        'LIMIT', s.off, 128)
+      s.buf, s.i, s.off, s.done = {}, 1, s.off + #flat / 2, #flat < 256
+      for j = 1, #flat, 2 do s.buf[#s.buf + 1] = {flat[j], tonumber(flat[j + 1]) - lo} end
+    end
+    return s.buf[s.i]
+  end
+  return s
+end
+
+-- An iterator over several buckets at once, in seq order: id, seq.
+local function merged(buckets)
+  return function()
+    local best, from
+    for _, b in ipairs(buckets) do
+      local head = b.peek()
+      if head and (not best or head[2] < best[2]) then best, from = head, b end
+    end
+    if not best then return nil end
+    from.i = from.i + 1
+    return best[1], best[2]
+  end
+end
+
+-- Stored items in removal order for remove_low_priority: id, key (priority, then seq, as one
+-- number), then this call's own items of the same priority (id, key, the item).
+local function walk_by_priority(state)
+  local ranks_at, present, ranks = {}, {}, {}
+  for _, r in pairs(RANK) do ranks[r] = true end
+  for r in pairs(state.stored and ranks or {}) do
+    for _, p in ipairs(priorities_in(r)) do
+      if not ranks_at[p] then ranks_at[p] = {}; present[#present + 1] = p end
+      table.insert(ranks_at[p], r)
+    end
+  end
+  local added = {}
+  for _, a in ipairs(state.added or {}) do
+    added[#added + 1] = a
+    if not ranks_at[a.priority] then ranks_at[a.priority] = {}; present[#present + 1] = a.priority end
+  end
+  table.sort(present)
+  table.sort(added, function(x, y) return x.priority < y.priority or (x.priority == y.priority and x.seq < y.seq) end)
+  local k, nxt, ai = 0, nil, 1
+  return function()
+    while true do
+      if nxt then
+        local id, seq = nxt()
+        if id then return id, present[k] * PRIORITY_WEIGHT + seq end
+        local a = added[ai]
+        if a and a.priority == present[k] then
+          ai = ai + 1
+          return a.id, a.priority * PRIORITY_WEIGHT + a.seq, a
+        end
+      end
+      k = k + 1
+      if not present[k] then return nil end
+      local bs = {}
+      for _, r in ipairs(ranks_at[present[k]]) do bs[#bs + 1] = bucket(r, present[k]) end
+      nxt = merged(bs)
+    end
+  end
+end
+
+-- Stored items in arrival order (:fifo from the head), then this call's own: id, 0 (arrival
+-- order needs no key)[, the item].
+local function walk_by_arrival(state)
+  local pos, buf, i, ai = 0, {}, 1, 1
+  local len = state.stored and redis.call('LLEN', K_FIFO) or 0
+  return function()
+    while i > #buf and pos < len do
+      buf, i, pos = redis.call('LRANGE', K_FIFO, pos, pos + 127), 1, pos + 128
+    end
+    if i <= #buf then
+      i = i + 1
+      return buf[i - 1], 0
+    end
+    local a = (state.added or {})[ai]
+    if a then
+      ai = ai + 1
+      return a.id, 0, a
+    end
+    return nil
+  end
+end
+
+-- A stored item's attributes as planning sees them (cleared tokens from state.cleared).
+local function stored_attrs(state, id)
+  local a = unpack_attrs(redis.call('HGET', K_ATTRS, id))
+  a.id, a.pinned = id, redis.call('SISMEMBER', K_PINNED, id) == 1
+  if state.cleared and state.cleared[id] then a.tokens, a.flags = state.cleared[id], 'c' end
+  return a
+end
+
+-- The key of the unit an item belongs to: its group, or the item alone.
+local function unit_key(id, a)
+  return a.group ~= '' and ('g' .. a.group) or ('i' .. id)
+end
+
+-- The keep_recent newest conversation units (a group, or an ungrouped user or assistant
+-- message), as a set of unit keys, walking this call's items then :fifo from the tail.
+local function kept_units(state, keep_recent)
+  local kept, n = {}, 0
+  local function count(id, a)
+    if a.group ~= '' or CONVERSATION[a.type] then
+      local key = unit_key(id, a)
+      if not kept[key] then kept[key], n = true, n + 1 end
+    end
+    return n >= keep_recent
+  end
+  if (keep_recent or 0) <= 0 then return kept end
+  local added = state.added or {}
+  for i = #added, 1, -1 do
+    if not state.removed[added[i].id] and count(added[i].id, added[i]) then return kept end
+  end
+  local pos = -1
+  while state.stored do
+    local ids = redis.call('LRANGE', K_FIFO, pos - 127, pos)
+    if #ids == 0 then break end
+    local attrs = redis.call('HMGET', K_ATTRS, unpack(ids))
+    for j = #ids, 1, -1 do
+      if not state.removed[ids[j]] and count(ids[j], unpack_attrs(attrs[j])) then return kept end
+    end
+    pos = pos - 128
+  end
+  return kept
+end
+
+-- The unit of a walked item (nil when it was removed or its group was seen): {key, ids, items,
+-- tokens, seq (oldest), priority (highest), pinned, conversation, name}.
+local function unit_of(state, seen, id, added)
+  if state.removed[id] or seen[id] then return nil end
+  local a = added or stored_attrs(state, id)
+  a.id = id
+  if a.group == '' then
+    seen[id] = true
+    return {name = unit_key(id, a), ids = {id}, items = {a}, tokens = a.tokens, seq = a.seq,
+      priority = a.priority, pinned = a.pinned, conversation = CONVERSATION[a.type] == true}
+  end
+  local u = {name = unit_key(id, a), ids = {}, items = {}, tokens = 0, seq = a.seq, priority = a.priority,
+    pinned = false, conversation = true, joining = state.joining ~= nil and state.joining[a.group] == true}
+  for _, m in ipairs(u.joining and {} or group_members(a.group)) do
+    if not state.removed[m] then
+      local ma = m == id and a or stored_attrs(state, m)
+      ma.id, seen[m] = m, true
+      u.ids[#u.ids + 1], u.items[#u.items + 1], u.tokens = m, ma, u.tokens + ma.tokens
+      u.seq, u.priority, u.pinned = math.min(u.seq, ma.seq), math.max(u.priority, ma.priority), u.pinned or ma.pinned
+    end
+  end
+  seen[id] = true
+  return u
+end
+
+-- Whole units in the order `strategy` removes them (an iterator), skipping units with a pinned
+-- member, groups this call joins and kept units (kept(): the set of kept unit keys). For
+-- remove_low_priority a unit's key is (its highest priority, its oldest seq): a unit is found
+-- by the walk at its oldest member, at or before its key, and held until the walk passes it.
+local function removable_units(strategy, state, kept)
+  local walk = strategy == 'remove_oldest' and walk_by_arrival(state) or walk_by_priority(state)
+  local by_priority, seen, held, cur = strategy ~= 'remove_oldest', {}, {}, nil
+  local function removable(u)
+    return u and not u.pinned and not u.joining and not (u.conversation and kept()[u.name])
+  end
+  return function()
+    while true do
+      cur = cur or {walk()}  -- the walked item not taken yet: id, key, this call's item
+      local id, key = cur[1], cur[2]
+      local u = nil
+      if #held > 0 and (id == nil or held[#held].key < key) then
+        u = table.remove(held)  -- held is kept largest key first
+      elseif id == nil then
+        return nil
+      else
+        u, cur = unit_of(state, seen, id, cur[3]), nil
+        if u and by_priority then
+          u.key = u.priority * PRIORITY_WEIGHT + u.seq
+          if u.key > key then
+            local at = #held + 1
+            while at > 1 and held[at - 1].key < u.key do at = at - 1 end
+            table.insert(held, at, u)
+            u = nil
+          end
+        end
+      end
+      if removable(u) then return u end
+    end
+  end
+end
+
+-- Stored tool results that may be cleared, oldest first (an iterator): not pinned, not cleared
+-- yet, not in a kept unit, larger than the placeholder.
+local function clearable(state, kept, placeholder)
+  local bs = {}
   if state.stored then
-    for _, id in ipairs(redis.call('SMEMBERS', K_PINNED)) do pinned[id] = true end
-    local flat = redis.call('HGETALL', K_ATTRS)
-    for i = 1, #flat, 2 do
-      local id = flat[i]
+    for _, p in ipairs(priorities_in(RANK.tool_result)) do bs[#bs + 1] = bucket(RANK.tool_result, p) end
+  end
+  local nxt = merged(bs)
+  return function()
+    while true do
+      local id = nxt()
+      if not id then return nil end
       if not state.removed[id] then
-        local a = unpack_attrs(flat[i + 1])
-        a.id, a.pinned = id, pinned[id] == true
-        all[#all + 1] = a
+        local a = stored_attrs(state, id)
+        if a.type == 'tool_result' and not a.pinned and a.flags ~= 'c' and a.tokens > placeholder
+            and not (state.joining and state.joining[a.group]) and not kept()[unit_key(id, a)] then
+          return a
+        end
       end
     end
   end
-  for _, a in ipairs(state.added or {}) do
-    if not state.removed[a.id] then all[#all + 1] = a end
-  end
-  for _, a in ipairs(all) do
-    if state.cleared and state.cleared[a.id] then a.tokens, a.flags = state.cleared[a.id], 'c' end
-  end
-  return all
-end
-
--- Units of `all`: {ids, items, tokens, seq (oldest), newest, priority (highest), pinned, group,
--- conversation}; the keep_recent newest conversation units are marked `kept`, and so are the
--- groups in `joining` (groups this call adds to).
-local function units_of(all, keep_recent, joining)
-  local by_key, units = {}, {}
-  for _, a in ipairs(all) do
-    local key = a.group ~= '' and ('g' .. a.group) or ('i' .. a.id)
-    local u = by_key[key]
-    if not u then
-      u = {ids = {}, items = {}, tokens = 0, seq = a.seq, newest = a.seq, priority = a.priority,
-        pinned = false, group = a.group, conversation = a.group ~= '' or CONVERSATION[a.type] == true}
-      u.kept = (joining ~= nil and a.group ~= '' and joining[a.group]) == true
-      by_key[key], units[#units + 1] = u, u
-    end
-    u.ids[#u.ids + 1], u.items[#u.items + 1] = a.id, a
-    u.tokens = u.tokens + a.tokens
-    u.seq, u.newest = math.min(u.seq, a.seq), math.max(u.newest, a.seq)
-    u.priority = math.max(u.priority, a.priority)
-    u.pinned = u.pinned or a.pinned
-  end
-  local conv = {}
-  for _, u in ipairs(units) do
-    if u.conversation then conv[#conv + 1] = u end
-  end
-  table.sort(conv, function(x, y) return x.newest > y.newest end)
-  for i = 1, math.min(keep_recent or 0, #conv) do conv[i].kept = true end
-  return units
-end
-
--- Removable units in the order a strategy removes them: arrival order (remove_oldest), or
--- priority asc then arrival (bucketed by priority, 0..100, so only used buckets are sorted).
-local function removal_order(strategy, units)
-  local by_seq = function(x, y) return x.seq < y.seq end
-  local cands = {}
-  for _, u in ipairs(units) do
-    if not u.pinned and not u.kept then cands[#cands + 1] = u end
-  end
-  if strategy == 'remove_oldest' then
-    table.sort(cands, by_seq)
-    return cands
-  end
-  local buckets, out = {}, {}
-  for _, u in ipairs(cands) do
-    local b = buckets[u.priority]
-    if not b then b = {}; buckets[u.priority] = b end
-    b[#b + 1] = u
-  end
-  for p = 0, MAX_PRIORITY do
-    if buckets[p] then
-      table.sort(buckets[p], by_seq)
-      for _, u in ipairs(buckets[p]) do out[#out + 1] = u end
-    end
-  end
-  return out
 end
 
 -- The tool a tool result answers (its call's tool name), from the result's decoded JSON.
@@ -95,21 +250,6 @@ local function tool_of(item)
   local call = type(meta) == 'table' and meta.tool_call_id
   local entry = type(call) == 'string' and redis.call('HGET', K_CALLS, call)
   return entry and string.match(entry, ' (.*)$') or nil
-end
-
--- Stored tool results that may be cleared, oldest first: not pinned, not cleared yet, not
--- kept, larger than the placeholder.
-local function clearable(units, placeholder)
-  local cands = {}
-  for _, u in ipairs(units) do
-    for _, a in ipairs(u.kept and {} or u.items) do
-      if a.type == 'tool_result' and not a.new and not a.pinned and a.flags ~= 'c' and a.tokens > placeholder then
-        cands[#cands + 1] = a
-      end
-    end
-  end
-  table.sort(cands, function(x, y) return x.seq < y.seq end)
-  return cands
 end
 
 -- A candidate's cleared JSON, or nil when its tool is excluded or its JSON is not in the
@@ -121,17 +261,21 @@ local function cleared_version(a, cfg, placeholder)
 end
 
 -- Plan a compaction of `state`'s window from `tokens` down to `target`: a list of actions
--- ({'clear', item} or {'remove', unit}) of at most `limit` items, and the tokens they free.
--- clear_tool_results clears nothing unless that frees clear_at_least; with `fallback` it goes on
--- with remove_low_priority when clearing alone does not reach the target.
+-- ({'clear', item, tokens freed} or {'remove', unit, tokens}) of at most `limit` items, and the
+-- tokens they free. clear_tool_results clears nothing unless that frees clear_at_least; with
+-- `fallback` it goes on with remove_low_priority when clearing alone does not reach the target.
 local function plan_compaction(strategy, tokens, target, state, cfg, placeholder, limit, fallback)
   local actions, freed, n = {}, 0, 0
   if tokens <= target then return actions, 0 end
   limit = limit or math.huge
-  local all = window_items(state)
+  local kept_set
+  local function kept()
+    kept_set = kept_set or kept_units(state, cfg.keep_recent)
+    return kept_set
+  end
   if strategy == 'clear_tool_results' then
     local cleared = 0
-    for _, a in ipairs(clearable(units_of(all, cfg.keep_recent, state.joining), placeholder)) do
+    for a in clearable(state, kept, placeholder) do
       if tokens - cleared <= target or n >= limit then break end
       a.cleared_json = cleared_version(a, cfg, placeholder)
       if a.cleared_json then
@@ -139,12 +283,15 @@ local function plan_compaction(strategy, tokens, target, state, cfg, placeholder
       end
     end
     if cleared < cfg.clear_at_least then actions, cleared, n = {}, 0, 0 end
-    for _, act in ipairs(actions) do act[2].tokens, act[2].flags = placeholder, 'c' end
+    state.cleared = state.cleared or {}
+    for _, act in ipairs(actions) do
+      state.cleared[act[2].id], act[2].tokens, act[2].flags = placeholder, placeholder, 'c'
+    end
     freed = cleared
     if not fallback then return actions, freed end
     strategy = 'remove_low_priority'
   end
-  for _, u in ipairs(removal_order(strategy, units_of(all, cfg.keep_recent, state.joining))) do
+  for u in removable_units(strategy, state, kept) do
     if tokens - freed <= target or n >= limit then break end
     actions[#actions + 1], freed, n = {'remove', u, u.tokens}, freed + u.tokens, n + #u.ids
   end

@@ -15,10 +15,9 @@ local function pack_attrs(a)
 end
 
 local function unpack_attrs(v)
-  local seq, tok, pr, ty, flags, group = string.match(v, '^(%d+)|(%d+)|(%d+)|([%w_]+)|(%a*)|(.*)$')
-  if not seq then
-    seq, tok, pr, ty = string.match(v, '^(%d+)|(%d+)|(%d+)|([%w_]+)$')
-  end
+  local seq, tok, pr, ty = string.match(v, '^(%d+)|(%d+)|(%d+)|(.*)$')
+  local flags, group = nil, nil
+  if string.find(ty, '|', 1, true) then ty, flags, group = string.match(ty, '^([%w_]+)|(%a*)|(.*)$') end
   return {seq = tonumber(seq), tokens = tonumber(tok), priority = tonumber(pr), type = ty,
     flags = flags or '', group = group or ''}
 end
@@ -109,20 +108,27 @@ local function insert_item(it, before)
   return json
 end
 
--- Drop removed ids from the :fifo list (LREM for a few, one rewrite for many).
+-- Drop removed ids from the :fifo list: LREM for a few; for many, read it from the head only
+-- as far as the last of them, blank each one found (LSET to '', which no id is) and drop the
+-- blanks with one LREM.
 local function drop_from_fifo(ids, gone)
   if #ids <= 8 then
     for _, id in ipairs(ids) do redis.call('LREM', K_FIFO, 1, id) end
     return
   end
-  local keep = {}
-  for _, id in ipairs(redis.call('LRANGE', K_FIFO, 0, -1)) do
-    if not gone[id] then keep[#keep + 1] = id end
+  local left, pos = #ids, 0
+  while left > 0 do
+    local chunk = redis.call('LRANGE', K_FIFO, pos, pos + 999)
+    if #chunk == 0 then break end
+    for j, id in ipairs(chunk) do
+      if gone[id] then
+        redis.call('LSET', K_FIFO, pos + j - 1, '')
+        left = left - 1
+      end
+    end
+    pos = pos + #chunk
   end
-  redis.call('DEL', K_FIFO)
-  for i = 1, #keep, 500 do
-    redis.call('RPUSH', K_FIFO, unpack(keep, i, math.min(i + 499, #keep)))
-  end
+  redis.call('LREM', K_FIFO, 0, '')
 end
 
 -- Drop removed ids from their groups' member lists, and the tool calls of removed calls.

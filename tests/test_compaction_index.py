@@ -1,0 +1,227 @@
+"""The server-side compaction planner walks the indexes (:fifo, :order by priority bucket)
+instead of reading every item. These tests compare what it removes or clears with a plain
+reference written from the documented rules (whole units, pins, keep_recent, the strategies' orders) on
+random windows large enough to cross every page boundary of the walks."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import pytest
+
+import contextstore as cs
+from contextstore.layout import CLEARED_KEY
+from contextstore.plans import compaction as compaction_plans
+from contextstore.types import HISTORY_TYPES
+
+PLAIN = ["user_message", "assistant_message", "retrieved_document", "code", "instruction", "tool_result", "custom"]
+
+
+@dataclass
+class Unit:
+    ids: list[str]
+    tokens: int
+    seq: int  # oldest member
+    newest: int
+    priority: int  # highest member
+    pinned: bool
+    conversation: bool
+
+
+def units_of(items: list[cs.ContextItem], cleared: dict[str, int]) -> dict[str, Unit]:
+    """Units keyed by group or id, from the window's items (arrival order)."""
+    out: dict[str, Unit] = {}
+    for it in items:
+        key = f"g{it.group}" if it.group else f"i{it.id}"
+        tokens = cleared.get(it.id, it.token_count)
+        u = out.get(key)
+        if u is None:
+            conv = bool(it.group) or it.type in HISTORY_TYPES
+            out[key] = Unit([it.id], tokens, it.seq, it.seq, it.priority, it.pinned, conv)
+        else:
+            u.ids.append(it.id)
+            u.tokens += tokens
+            u.seq, u.newest = min(u.seq, it.seq), max(u.newest, it.seq)
+            u.priority, u.pinned = max(u.priority, it.priority), u.pinned or it.pinned
+    return out
+
+
+def kept_keys(units: dict[str, Unit], keep_recent: int) -> set[str]:
+    talk = sorted((k for k, u in units.items() if u.conversation), key=lambda k: -units[k].newest)
+    return set(talk[:keep_recent])
+
+
+def reference(
+    items: list[cs.ContextItem],
+    strategy: str,
+    target: int,
+    keep_recent: int,
+    placeholder: int,
+    clear_at_least: int,
+    fallback: bool,
+) -> tuple[set[str], set[str]]:
+    """(ids removed, ids cleared) by the contract's rules, planned from scratch."""
+    tokens = sum(it.token_count for it in items)
+    units = units_of(items, {})
+    kept = kept_keys(units, keep_recent)
+    cleared: dict[str, int] = {}
+    if strategy == "clear_tool_results":
+        in_kept = {i for k in kept for i in units[k].ids}
+        got = 0
+        for it in sorted(items, key=lambda it: it.seq):
+            if tokens - got <= target:
+                break
+            fresh = CLEARED_KEY not in (it.metadata or {})
+            clearable = it.type == "tool_result" and fresh and not it.pinned and it.id not in in_kept
+            if clearable and it.token_count > placeholder:
+                cleared[it.id], got = placeholder, got + it.token_count - placeholder
+        if got < clear_at_least:
+            cleared, got = {}, 0
+        tokens -= got
+        if not fallback:
+            return set(), set(cleared)
+        strategy = "remove_low_priority"
+        units = units_of(items, cleared)
+    order = sorted(
+        (u for k, u in units.items() if not u.pinned and k not in kept),
+        key=(lambda u: u.seq) if strategy == "remove_oldest" else (lambda u: (u.priority, u.seq)),
+    )
+    removed: set[str] = set()
+    for u in order:
+        if tokens <= target:
+            break
+        removed |= set(u.ids)
+        tokens -= u.tokens
+    return removed, set(cleared) - removed
+
+
+def fill(w: cs.ContextWindow, rng: random.Random, n: int, priorities: list[int]) -> None:
+    """About n items: plain ones of every kind, pinned ones, and tool-call turns (a call and
+    1-3 results, a group) with priorities from ``priorities``."""
+    batch: list[dict[str, object]] = []
+    calls = 0
+    while len(batch) < n:
+        if rng.random() < 0.15:
+            ids = [f"call{calls + k}" for k in range(rng.randint(1, 3))]
+            calls += len(ids)
+            tool_calls = [{"id": c, "type": "function", "function": {"name": "t", "arguments": "{}"}} for c in ids]
+            batch.append(
+                {
+                    "content": "",
+                    "type": "assistant_message",
+                    "role": "assistant",
+                    "priority": rng.choice(priorities),
+                    "metadata": {"tool_calls": tool_calls},
+                    "token_count": rng.randint(1, 30),
+                }
+            )
+            for c in ids:
+                batch.append(
+                    {
+                        "content": "out",
+                        "type": "tool_result",
+                        "role": "tool",
+                        "priority": rng.choice(priorities),
+                        "metadata": {"tool_call_id": c},
+                        "token_count": rng.randint(1, 60),
+                    }
+                )
+        else:
+            kind = rng.choice(PLAIN)
+            batch.append(
+                {
+                    "content": f"item {len(batch)}",
+                    "type": kind,
+                    "role": {"user_message": "user", "assistant_message": "assistant"}.get(kind),
+                    "priority": rng.choice(priorities),
+                    "pinned": rng.random() < 0.08,
+                    "token_count": rng.randint(1, 60),
+                }
+            )
+    for start in range(0, len(batch), 500):
+        w.add_many(batch[start : start + 500])
+
+
+def outcome(before: list[cs.ContextItem], after: list[cs.ContextItem]) -> tuple[set[str], set[str]]:
+    """(ids removed, ids cleared) between two listings of a window."""
+    now = {it.id: it for it in after}
+    cleared = {it.id for it in before if it.id in now and now[it.id].content != it.content}
+    return {it.id for it in before} - set(now), cleared
+
+
+CASES = [
+    # (seed (odd: parts of 37 items), items, priorities, keep_recent, strategy, target percent)
+    (1, 40, [50], 0, "remove_oldest", 50),
+    (2, 60, [0, 50, 100], 2, "remove_low_priority", 30),
+    (3, 400, [50], 3, "remove_low_priority", 20),
+    (4, 400, [10, 50], 1, "remove_oldest", 10),
+    (5, 700, list(range(0, 101, 25)), 4, "remove_low_priority", 5),
+    (6, 300, [40, 60], 2, "clear_tool_results", 30),
+    (7, 500, list(range(101)), 0, "remove_low_priority", 0),
+    (8, 900, [50, 51], 5, "remove_oldest", 0),
+    (20, 900, [50], 2, "remove_low_priority", 0),  # buckets of more than one page (128 ids)
+    (10, 1500, [50], 1, "clear_tool_results", 0),
+]
+
+
+@pytest.mark.parametrize(("seed", "n", "priorities", "keep_recent", "strategy", "target"), CASES)
+def test_compact_removes_what_the_reference_removes(
+    redis_url, prefix, monkeypatch, seed, n, priorities, keep_recent, strategy, target
+):
+    if seed % 2:  # many parts, units across parts
+        monkeypatch.setattr(compaction_plans, "COMPACT_CHUNK", 37)
+    rng = random.Random(seed)
+    with cs.ContextStore.from_url(redis_url, prefix=prefix, item_limit=5000) as store:
+        w = store.window(f"ix{seed}", max_tokens=10**7, max_items=5000, keep_recent=keep_recent)
+        fill(w, rng, n, priorities)
+        before = w.items()
+        total = sum(it.token_count for it in before)
+        w.configure(max_tokens=total)
+        expected = reference(
+            before, strategy, total * target // 100, keep_recent, store._settings.placeholder_tokens, 0, False
+        )
+        assert expected[0] or expected[1], "the case must make the compaction do something"
+        w.compact(strategy, target)
+        assert outcome(before, w.items()) == expected
+        assert w.verify().problems == []
+
+
+@pytest.mark.parametrize("strategy", ["remove_oldest", "remove_low_priority", "clear_tool_results"])
+@pytest.mark.parametrize("seed", [11, 12, 13])
+def test_an_add_over_the_threshold_compacts_as_the_reference_says(redis_url, prefix, seed, strategy):
+    rng = random.Random(seed)
+    with cs.ContextStore.from_url(redis_url, prefix=prefix, item_limit=5000) as store:
+        w = store.window(f"ia{seed}", max_tokens=10**7, max_items=5000, keep_recent=seed % 4, default_strategy=strategy)
+        fill(w, rng, 350, [20, 50, 80])
+        before = w.items()
+        total = sum(it.token_count for it in before)
+        w.configure(max_tokens=total + 10, compaction_threshold=95, clear_at_least=seed)
+        expected = reference(
+            before,
+            strategy,
+            (total + 10) * 80 // 100,
+            seed % 4,
+            store._settings.placeholder_tokens,
+            seed,
+            True,
+        )
+        new = w.add("one more", token_count=30)
+        removed, cleared = outcome(before, [it for it in w.items() if it.id != new.id])
+        assert (removed, cleared) == expected
+        assert removed or cleared, "the add must have compacted"
+        assert w.verify().problems == []
+
+
+def test_a_big_compaction_keeps_the_arrival_list_in_order(redis_url, prefix):
+    """Removing many scattered items blanks them in :fifo and drops the blanks: what stays
+    keeps its arrival order."""
+    with cs.ContextStore.from_url(redis_url, prefix=prefix, item_limit=5000) as store:
+        w = store.window("scatter", max_tokens=10**6, max_items=5000)
+        w.add_many([{"content": f"n{i}", "priority": (i * 37) % 101, "token_count": 10} for i in range(3000)])
+        w.configure(max_tokens=30000)
+        w.compact("remove_low_priority", 50)
+        seqs = [it.seq for it in w.items()]
+        assert seqs == sorted(seqs) and len(seqs) == 1500
+        assert all(it.priority >= 50 for it in w.items())
+        assert w.verify().problems == []
