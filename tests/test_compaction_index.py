@@ -213,15 +213,22 @@ def test_an_add_over_the_threshold_compacts_as_the_reference_says(redis_url, pre
         assert w.verify().problems == []
 
 
-def test_a_big_compaction_keeps_the_arrival_list_in_order(redis_url, prefix):
-    """Removing many scattered items blanks them in :fifo and drops the blanks: what stays
-    keeps its arrival order."""
-    with cs.ContextStore.from_url(redis_url, prefix=prefix, item_limit=5000) as store:
-        w = store.window("scatter", max_tokens=10**6, max_items=5000)
-        w.add_many([{"content": f"n{i}", "priority": (i * 37) % 101, "token_count": 10} for i in range(3000)])
-        w.configure(max_tokens=30000)
+def test_a_big_compaction_keeps_the_arrival_list_in_order(redis_url, prefix, monkeypatch):
+    """Removing many scattered items (9000, in one script) blanks them in :fifo and drops the
+    blanks: what stays keeps its arrival order."""
+    monkeypatch.setattr(compaction_plans, "COMPACT_CHUNK", 10**5)
+    with cs.ContextStore.from_url(redis_url, prefix=prefix, item_limit=20000) as store:
+        w = store.window("scatter", max_tokens=10**6, max_items=20000)
+        for start in range(0, 18000, 2000):
+            w.add_many(
+                [
+                    {"content": f"n{i}", "priority": (i * 37) % 101, "token_count": 10}
+                    for i in range(start, start + 2000)
+                ]
+            )
+        w.configure(max_tokens=180000)
         w.compact("remove_low_priority", 50)
         seqs = [it.seq for it in w.items()]
-        assert seqs == sorted(seqs) and len(seqs) == 1500
+        assert seqs == sorted(seqs) and len(seqs) == 9000
         assert all(it.priority >= 50 for it in w.items())
         assert w.verify().problems == []

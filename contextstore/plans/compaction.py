@@ -17,9 +17,8 @@ from .relevance import scores
 
 log = logging.getLogger("contextstore")
 
-#: most items one compact script call removes; compact() calls it again until the target. A call
-#: also reads :fifo as far as its last removed item (~25 ms at 100,000 items), so this keeps
-#: every call under ~50 ms at the largest windows (benchmarks/bounds.py)
+#: most items one compact script call removes; compact() calls it again until the target. ~20 ms
+#: per call at 100,000 items (benchmarks/bounds.py)
 COMPACT_CHUNK = 300
 #: times an outside-Redis compaction decides again after another worker changed the window
 COMMIT_ATTEMPTS = 3

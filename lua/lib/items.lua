@@ -108,27 +108,48 @@ local function insert_item(it, before)
   return json
 end
 
--- Drop removed ids from the :fifo list: LREM for a few; for many, read it from the head only
--- as far as the last of them, blank each one found (LSET to '', which no id is) and drop the
--- blanks with one LREM.
+-- The position in :fifo of `id` (seq s), searched in [lo, hi] by bisection on seq (:fifo is in
+-- seq order; `gone` gives the seqs of removed ids, whose attrs are deleted), then a read of at
+-- most 64 ids; nil when it is not there.
+local function fifo_position(id, s, lo, hi, gone)
+  while hi - lo > 64 do
+    local mid = math.floor((lo + hi) / 2)
+    local at = redis.call('LINDEX', K_FIFO, mid)
+    local m = gone[at] or unpack_attrs(redis.call('HGET', K_ATTRS, at)).seq
+    if m == s then return mid end
+    if m < s then lo = mid + 1 else hi = mid - 1 end
+  end
+  for j, x in ipairs(redis.call('LRANGE', K_FIFO, lo, hi)) do
+    if x == id then return lo + j - 1 end
+  end
+  return nil
+end
+
+-- Drop removed ids from the :fifo list (gone: id -> seq): LREM for a few; for many, find each
+-- by seq (in seq order, each between the last one found and the furthest its seq allows: no
+-- more than one place per seq between them), blank it (LSET to '', which no id is) and drop
+-- the blanks with one LREM, so the work grows with the ids removed, not with the list.
 local function drop_from_fifo(ids, gone)
   if #ids <= 8 then
     for _, id in ipairs(ids) do redis.call('LREM', K_FIFO, 1, id) end
     return
   end
-  local left, pos = #ids, 0
-  while left > 0 do
-    local chunk = redis.call('LRANGE', K_FIFO, pos, pos + 999)
-    if #chunk == 0 then break end
-    for j, id in ipairs(chunk) do
-      if gone[id] then
-        redis.call('LSET', K_FIFO, pos + j - 1, '')
-        left = left - 1
-      end
+  local sorted = {}
+  for i, id in ipairs(ids) do sorted[i] = id end
+  table.sort(sorted, function(x, y) return gone[x] < gone[y] end)
+  local len, lo, last, blanks = redis.call('LLEN', K_FIFO), 0, nil, 0
+  for _, id in ipairs(sorted) do
+    local s = gone[id]
+    local hi = math.min(len - 1, last and (lo + s - last - 1) or (s - 1))
+    local pos = fifo_position(id, s, lo, hi, gone)
+    if pos then
+      redis.call('LSET', K_FIFO, pos, '')
+      lo, last, blanks = pos + 1, s, blanks + 1
+    else
+      redis.call('LREM', K_FIFO, 1, id)  -- not where its seq says (never expected): look everywhere
     end
-    pos = pos + #chunk
   end
-  redis.call('LREM', K_FIFO, 0, '')
+  if blanks > 0 then redis.call('LREM', K_FIFO, blanks, '') end
 end
 
 -- Drop removed ids from their groups' member lists, and the tool calls of removed calls.
@@ -176,7 +197,7 @@ local function remove_many(ids, reason)
     redis.call('SREM', K_PINNED, unpack(chunk))
     for j, id in ipairs(chunk) do
       local a = attrs[j]
-      tokens, freed, gone[id] = tokens - a.tokens, freed + a.tokens, true
+      tokens, freed, gone[id] = tokens - a.tokens, freed + a.tokens, a.seq
       local c = by_type[a.type]
       if not c then
         c = {0, 0}
