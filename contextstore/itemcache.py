@@ -5,7 +5,11 @@ script that changes an item in place (pin, priority, a cleared tool result) or b
 back with seqs already handed out (a summary, its undo, a restore, a new lifetime) starts a new
 epoch. So a client that holds every item of epoch E up to seq S asks read.lua (mode ``build``)
 for the ids in build order and the JSON of the items above S only; at a new epoch it gets them
-all again. Sans-I/O: ``known`` says what to ask for, ``merge`` turns the reply into the items.
+all again. Within an epoch every add takes a new seq and every removal lowers the item count, so
+when the epoch, the seq and the count are still the ones the client holds, so is the window:
+read.lua then lists nothing, and the client reuses its listing (``ordered``) and what it worked
+out from it (``derived``: the units a build chooses from). Sans-I/O: ``known`` says what to ask
+for, ``merge`` turns the reply into the items.
 
 Entries are immutable (a merge makes a new one) so threads sharing a store never see a half
 update; a store keeps at most ``max_bytes`` of content, least recently built windows go first.
@@ -14,6 +18,7 @@ update; a store keeps at most ``max_bytes`` of content, least recently built win
 from __future__ import annotations
 
 import threading
+from bisect import insort
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
@@ -28,12 +33,20 @@ DEFAULT_CACHE_BYTES = 64 * 1024 * 1024
 
 class CachedWindow:
     """The items of one window at one epoch: every item up to ``seq``, by id (as the replies
-    spell ids: bytes or str), and per-item build costs memoised per build format."""
+    spell ids: bytes or str), the last listing (``count`` items in build order), and per-item
+    build costs memoised per build format."""
 
-    __slots__ = ("costs", "epoch", "items", "seq", "size")
+    __slots__ = ("costs", "count", "derived", "epoch", "items", "ordered", "seq", "size")
 
-    def __init__(self, epoch: str, seq: int, items: dict[Any, ContextItem], size: int) -> None:
+    def __init__(
+        self, epoch: str, seq: int, items: dict[Any, ContextItem], size: int, ordered: list[ContextItem]
+    ) -> None:
         self.epoch, self.seq, self.items, self.size = epoch, seq, items, size
+        #: the window's items in build order when it was read, and how many there were
+        self.ordered, self.count = ordered, len(ordered)
+        #: what builds worked out from ``ordered`` (render.select.Units), dropped with it; after
+        #: ``extend``, ``base`` holds the previous listing's, to grow from
+        self.derived: dict[str, Any] = {}
         #: (separator, prefix, suffix, slack) -> item seq (or a pair of seqs) -> cost
         #: (render.prompt.JointCosts; a seq names one content within an epoch, an id may be
         #: reused by a caller)
@@ -42,6 +55,12 @@ class CachedWindow:
 
 def _size(items: Sequence[ContextItem]) -> int:
     return sum(len(i.content) for i in items)
+
+
+def listing_key(item: ContextItem) -> tuple[int, int, int, str]:
+    """Where an item stands in a build read's listing (``:order``: type rank, priority
+    descending, seq; a tie by id, as a sorted set breaks it)."""
+    return (item.type.rank, -item.priority, item.seq, item.id or "")
 
 
 class ItemCache:
@@ -80,11 +99,38 @@ class ItemCache:
             size = _size(ordered)
         if not epoch:  # a window written before epochs: nothing to key a cache on
             return ordered, None
-        entry = CachedWindow(epoch, int(meta.get(Meta.SEQ, 0)), items, size)
+        entry = CachedWindow(epoch, int(meta.get(Meta.SEQ, 0)), items, size, ordered)
         if known is not None and old:
             entry.costs = known.costs
         self._store(window, entry)
         return ordered, entry
+
+    def extend(
+        self, window: str, known: CachedWindow, meta: dict[str, str], raw: Sequence[Any], ids: Sequence[Any]
+    ) -> tuple[list[ContextItem], CachedWindow] | None:
+        """The items of a build read that listed only the ids added since ``known`` (and their
+        JSON): the known listing with them in their places, and the window's new entry; None
+        when the epoch moved on or an added item has no JSON (read again in full)."""
+        if meta.get(Meta.EPOCH, "") != known.epoch or any(r is None for r in raw) or len(raw) != len(ids):
+            return None
+        fresh = [decode_item(r) for r in raw]
+        ordered = list(known.ordered)
+        for item in fresh:
+            insort(ordered, item, key=listing_key)
+        items = {**known.items, **dict(zip(ids, fresh, strict=True))}
+        entry = CachedWindow(known.epoch, int(meta.get(Meta.SEQ, 0)), items, known.size + _size(fresh), ordered)
+        entry.costs = known.costs
+        previous = {k: v for k, v in known.derived.items() if k != "base"}
+        entry.derived["base"] = (ordered, known.ordered, previous, fresh)  # see render.select.units_for
+        self._store(window, entry)
+        return ordered, entry
+
+    def touch(self, window: str, entry: CachedWindow) -> CachedWindow:
+        """``entry``, read again as it is: now the most recently built window."""
+        with self._lock:
+            if self._windows.get(window) is entry:
+                self._windows.move_to_end(window)
+        return entry
 
     def _store(self, window: str, entry: CachedWindow) -> None:
         with self._lock:

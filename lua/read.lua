@@ -6,6 +6,10 @@
 --     comma-separated types to keep ('' = all), ARGV[3] keep the last N (-1 = all);
 --   'build' (the read of a build): ARGV[2] the epoch and ARGV[3] the last seq the client holds
 --     (contextstore/itemcache.py): JSON is sent only for the items above it at that epoch;
+--     ARGV[7] the item count the client holds: when the epoch, the seq and the count are all the
+--     window's, the first page replies next = -2 and lists nothing (the client's listing holds);
+--     when only adds happened since (every item the client holds is still there), it replies
+--     next = -3 and lists the added ids alone, in arrival order;
 --   for these four, ARGV[4] the index in :fifo or :order where this page of the listing starts,
 --     ARGV[5] most ids per page (0 = all), ARGV[6] most bytes of JSON per reply (0 = any);
 --   'fetch': ARGV[2] most bytes of JSON, ARGV[3..] ids: the JSON of the first of them that fit
@@ -81,6 +85,29 @@ local function next_page(first, page, total)
   return (page > 0 and first + page < total) and first + page or -1
 end
 
+-- most added ids a build read lists on their own (more: the whole listing)
+local APPENDED_MAX = 512
+
+-- The ids added after seq `known`, oldest first, when the window holds `count` items besides
+-- them (nothing older went); else nil. They are the tail of :fifo above that seq.
+local function appended(known, count)
+  local added, at = {}, redis.call('LLEN', K_FIFO)
+  while at > 0 and #added <= APPENDED_MAX do
+    local chunk = redis.call('LRANGE', K_FIFO, math.max(0, at - 32), at - 1)
+    at = at - #chunk
+    for i = #chunk, 1, -1 do
+      local s = redis.call('ZSCORE', K_ORDER, chunk[i])
+      if not s then return nil end
+      if tonumber(s) % PRIORITY_WEIGHT <= known then at = 0 break end
+      added[#added + 1] = chunk[i]
+    end
+  end
+  if #added > APPENDED_MAX or count + #added ~= redis.call('ZCARD', K_ORDER) then return nil end
+  local oldest_first = {}
+  for i = #added, 1, -1 do oldest_first[#oldest_first + 1] = added[i] end
+  return oldest_first
+end
+
 local first, page, budget = tonumber(ARGV[4]) or 0, tonumber(ARGV[5]) or 0, tonumber(ARGV[6]) or 0
 local last = page > 0 and first + page - 1 or -1
 local listed, wanted, total = {}, nil, 0
@@ -88,11 +115,17 @@ local listed, wanted, total = {}, nil, 0
 if mode == 'build' then
   -- every id in build order; wanted: those with a seq above ARGV[3] when ARGV[2] is the
   -- window's epoch, else all of them
-  local epoch = ''
-  for i = 1, #meta, 2 do
-    if meta[i] == F.EPOCH then epoch = meta[i + 1] end
+  local stamp = {}
+  for i = 1, #meta, 2 do stamp[meta[i]] = meta[i + 1] end
+  local known = (ARGV[2] ~= '' and ARGV[2] == stamp[F.EPOCH]) and tonumber(ARGV[3]) or -1
+  if first == 0 and known >= 0 and ARGV[7] then
+    if ARGV[3] == stamp[F.SEQ] and ARGV[7] == stamp[F.ITEMS] then return {meta, npinned, {}, {}, {}, -2} end
+    local added = appended(known, tonumber(ARGV[7]))
+    if added then
+      local out, deferred = contents(added, budget)
+      return {meta, npinned, out, added, deferred, -3}
+    end
   end
-  local known = (ARGV[2] ~= '' and ARGV[2] == epoch) and tonumber(ARGV[3]) or -1
   local order = redis.call('ZRANGE', K_ORDER, first, last, 'WITHSCORES')
   wanted = {}
   for i = 1, #order, 2 do

@@ -74,6 +74,20 @@ def test_flags_and_history_limit(store):
     assert "m" not in w.build(cs.BuildOptions(include_recent_history=False, section_separator="|")).replace("mem", "")
 
 
+def test_history_limit_skips_a_group_with_more_messages_than_are_left(store):
+    """max_history_items counts messages, newest unit first; a group whose messages would go
+    over the limit is left out whole, and older units that fit still come in."""
+    w = store.window("b-history-group")
+    w.add("old", type="user_message", role="user")
+    w.add("middle", type="user_message", role="user")
+    w.add("ask", type="user_message", role="user", group="pair")
+    w.add("answer", type="assistant_message", role="assistant", group="pair")
+    built = w.build_structured(cs.BuildOptions(max_history_items=1, section_separator="|"))
+    assert built.content == "[user]: middle"
+    assert sorted(built.omitted_item_ids) == ["ctx-1", "ctx-3", "ctx-4"]
+    assert w.build(cs.BuildOptions(max_history_items=2, section_separator="|")) == "[user]: ask|[assistant]: answer"
+
+
 def test_message_format(store):
     w = store.window("b-format")
     w.add("hi", type="user_message", role="user")

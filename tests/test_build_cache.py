@@ -1,7 +1,8 @@
 """Builds through the store's item cache equal builds that read every item.
 
-One store builds (and caches what it reads), another client changes the window meanwhile: adds,
-removals, pins, priorities, cleared tool results, summaries and their undo, clear, restore. After
+One store builds (and caches what it reads), another client changes the window meanwhile: adds
+(by either store, tool calls answered at once or builds later), removals, pins, priorities,
+cleared tool results, summaries and their undo, clear, restore. After
 every step, the caching store's build and build_messages must equal those of a store that has
 never seen the window, for random budgets and formats.
 """
@@ -56,6 +57,7 @@ class CachedBuilds(RuleBasedStateMachine):
         self.builder = cs.ContextStore.from_url(url, prefix=prefix)  # builds, and caches
         self.other = cs.ContextStore.from_url(url, prefix=prefix, summarizer=_summarize)  # changes the window
         self.calls = 0
+        self.unanswered: list[str] = []  # tool calls made by call_later, answered by answer
 
     @initialize(target=ids, max_tokens=st.integers(300, 900), clear_results=st.booleans(),
                 first=st.lists(st.tuples(TEXT, TYPES, st.integers(0, 100)), min_size=4, max_size=20))  # fmt: skip
@@ -97,6 +99,29 @@ class CachedBuilds(RuleBasedStateMachine):
         except cs.ContextWindowFullError:
             pass
         return f"call{self.calls}"
+
+    @rule(n=st.integers(1, 2), by_other=st.booleans())
+    def call_later(self, n, by_other):
+        """A tool call whose results come in a later step: builds see its group grow."""
+        self.calls += 1
+        ids = [f"late{self.calls}x{k}" for k in range(n)]
+        calls = [{"id": c, "type": "function", "function": {"name": "f", "arguments": "{}"}} for c in ids]
+        with contextlib.suppress(cs.ContextWindowFullError):
+            (self.o if by_other else self.w).add(
+                "", type="assistant_message", role="assistant", metadata={"tool_calls": calls}
+            )
+            self.unanswered += ids
+
+    @rule(target=ids, content=TEXT, by_other=st.booleans())
+    def answer(self, content, by_other):
+        if not self.unanswered:
+            return "ctx-0"
+        call = self.unanswered.pop(0)
+        try:
+            w = self.o if by_other else self.w
+            return w.add(content, type="tool_result", role="tool", metadata={"tool_call_id": call}).id
+        except (cs.ContextWindowFullError, cs.ToolCallLinkError):
+            return "ctx-0"
 
     @rule(item=ids)
     def remove(self, item):
@@ -210,3 +235,36 @@ def test_every_change_in_place_starts_a_new_epoch(redis_url, r, prefix):
         w.add("b", type="user_message", role="user")  # an add keeps the epoch: its seq is new
         seen.append(r.hget(meta, "epoch"))
         assert None not in seen and len(set(seen[:4])) == 4 and seen[4] == seen[3]
+
+
+def test_a_build_after_adds_reads_only_the_added_items_and_grows_its_units(redis_url, r, prefix):
+    """Within an epoch: an unchanged window is not listed again (the cache entry stays), and
+    after adds only the added items are listed; the units a build chose from carry over."""
+    with (
+        cs.ContextStore.from_url(redis_url, prefix=prefix) as s,
+        cs.ContextStore.from_url(redis_url, prefix=prefix) as o,
+    ):
+        w = s.window("grow", max_tokens=5000)
+        for k in range(5):
+            w.add(f"message {k}", type="user_message", role="user")
+        w.add("an older doc", type="retrieved_document", priority=20)
+        opts = cs.BuildOptions(reserve_for_response=0)
+        w.build_structured(opts)
+        cache, meta = s._settings.item_cache, key(prefix, "grow", "meta")
+        entry = cache.known(meta)
+        units = entry.derived["units"][id(entry.ordered)]
+        w.build_structured(opts)
+        assert cache.known(meta) is entry  # unchanged: nothing listed, the same entry
+        o.window("grow").add("from elsewhere", type="user_message", role="user")
+        o.window("grow").add("a doc", type="retrieved_document", priority=90)
+        built = w.build_structured(opts)
+        grown = cache.known(meta)
+        assert grown is not entry and len(grown.ordered) == 8
+        assert [i.id for i in grown.ordered] == [m.decode() for m in r.zrange(key(prefix, "grow", "order"), 0, -1)]
+        now = grown.derived["units"][id(grown.ordered)]
+        assert set(map(id, units.all)) <= set(map(id, now.all))  # the old units carried over
+        assert built.content.startswith("a doc") and built.content.endswith("[user]: from elsewhere")
+        o.window("grow").remove("ctx-3")  # a removal: the whole listing again
+        w.build_structured(opts)
+        listed = [m.decode() for m in r.zrange(key(prefix, "grow", "order"), 0, -1)]
+        assert [i.id for i in cache.known(meta).ordered] == listed and "ctx-3" not in listed

@@ -11,7 +11,7 @@ from .. import logs, wire
 from ..errors import BudgetTooSmallError, InvalidOptionsError
 from ..layout import Meta
 from ..render import markdown, messages, prompt
-from ..render.select import RELEVANT_TYPES, Unit, choose, members, ranked_key, units_of
+from ..render.select import RELEVANT_TYPES, Unit, choose, members, ranked_key, units_for
 from ..types import BuildOptions, BuiltContext, BuiltMessages, CompactionStrategy, ContextItem, WindowConfig
 from .base import Plan, ScriptCall, Settings, WindowState
 from .compaction import compact, has_helper
@@ -86,11 +86,12 @@ def build(settings: Settings, state: WindowState, options: object = None) -> Pla
     cfg = found.config(state.config)
     budget = budget_of(opts, cfg, state.window_id)
     decoded = found.items()
-    prompt.check_pinned(decoded, opts, budget, settings.joint_count)
+    memo = found.cached.derived if found.cached is not None else None
+    prompt.check_pinned(decoded, opts, budget, settings.joint_count, memo)
     freed, window_items = yield from _compact_first(settings, state, found, decoded, budget, opts)
     relevance = yield from _relevance(settings, state, opts, window_items)
     memos = found.cached.costs if found.cached is not None and not freed else None
-    built = prompt.build(window_items, opts, budget, settings.counter, settings.joint_count, relevance, memos)
+    built = prompt.build(window_items, opts, budget, settings.counter, settings.joint_count, relevance, memos, memo)
     ms = (time.perf_counter() - started) * 1000
     logs.built(state.window_id, len(built.included), built.total_tokens)
     yield ScriptCall(
@@ -124,15 +125,18 @@ FORMATS = ("openai", "anthropic")
 MESSAGE_COSTS = ("messages", "", "", 0)
 
 
-def _message_units(items: list[ContextItem]) -> tuple[list[ContextItem], list[str]]:
-    """The items of complete units, and the ids of incomplete tool-call groups (left out)."""
-    ok: list[ContextItem] = []
-    left_out: list[str] = []
-    for unit in units_of(items):
-        if messages.complete(unit):
-            ok += unit.items
-        else:
-            left_out += unit.ids()
+def _message_units(items: list[ContextItem], memo: dict[str, Any] | None) -> tuple[list[ContextItem], list[str]]:
+    """The items of complete units (``items`` itself when every unit is complete), and the ids
+    of incomplete tool-call groups (left out); kept in ``memo`` while builds get this list."""
+    held = memo.get("message_units") if memo is not None else None
+    if held is not None and held[0] is items:
+        return held[1], held[2]
+    units = units_for(items, memo).all
+    incomplete = [u for u in units if not messages.complete(u)]
+    ok = [i for u in units if messages.complete(u) for i in u.items] if incomplete else items
+    left_out = [i for u in incomplete for i in u.ids()]
+    if memo is not None:
+        memo["message_units"] = (items, ok, left_out)
     return ok, left_out
 
 
@@ -165,13 +169,14 @@ def build_messages(
             return n
         return messages.unit_cost(unit, settings.joint_count)
 
-    pinned_need = messages.REPLY_PRIMING + sum(cost(u) for u in units_of(decoded) if u.pinned)
+    derived = found.cached.derived if found.cached is not None else None
+    pinned_need = messages.REPLY_PRIMING + sum(cost(u) for u in units_for(decoded, derived).pinned)
     if budget is not None and pinned_need > budget:
         raise BudgetTooSmallError(pinned_need, budget)
     freed, window_items = yield from _compact_first(settings, state, found, decoded, budget, opts)
-    usable, incomplete = _message_units(window_items)
+    usable, incomplete = _message_units(window_items, derived)
     relevance = yield from _relevance(settings, state, opts, usable)
-    choice = choose(usable, opts, budget, cost, base=messages.REPLY_PRIMING, key=ranked_key(relevance))
+    choice = choose(usable, opts, budget, cost, messages.REPLY_PRIMING, ranked_key(relevance), derived, MESSAGE_COSTS)
     ordered = messages.arrange(members(choice.pinned + choice.chosen), opts.order, relevance)
     payload = messages.openai(ordered) if fmt == "openai" else messages.anthropic(ordered, opts)
     logs.built(state.window_id, len(ordered), choice.used)

@@ -19,7 +19,9 @@ from typing import Any
 
 from .. import wire
 from ..errors import raise_for_reply
+from ..itemcache import CachedWindow
 from ..layout import Meta
+from ..types import ContextItem
 from .base import Plan, ScriptCall, Settings, WindowState
 
 #: most ids one call lists
@@ -33,11 +35,14 @@ ATTEMPTS = 4
 @dataclass(slots=True)
 class Listing:
     """What a paged read gathered: the first page's meta and pinned count, the listed ids, the
-    JSON read so far (in the order asked for), the ids whose JSON is still to fetch."""
+    JSON read so far (in the order asked for), the ids whose JSON is still to fetch; for a build
+    read, ``UNCHANGED`` (nothing listed) or ``APPENDED`` (only added ids listed) when the item
+    cache was current or only behind by adds."""
 
     found: wire.ReadReply
     ids: list[Any]
     deferred: list[Any]
+    status: int = -1
 
 
 def _stamp(meta: dict[str, str]) -> tuple[str | None, ...]:
@@ -45,18 +50,28 @@ def _stamp(meta: dict[str, str]) -> tuple[str | None, ...]:
     return meta.get(Meta.EPOCH), meta.get(Meta.SEQ), meta.get(Meta.ITEMS)
 
 
-def _list(state: WindowState, head: Sequence[str | bytes], page: int, budget: int) -> Plan[Listing | None]:
+#: read.lua's ``next`` when a build read finds the window as the client's cache holds it
+UNCHANGED = -2
+#: read.lua's ``next`` when a build read lists only the items added since the cache's seq
+APPENDED = -3
+
+
+def _list(
+    state: WindowState, head: Sequence[str | bytes], page: int, budget: int, tail: Sequence[str] = ()
+) -> Plan[Listing | None]:
     """Every page of one listing (read.lua modes fifo/order/pinned/build); None when the window
-    changed between pages."""
+    changed between pages. A build read may answer with one page about the cache
+    (``Listing.status``)."""
     first: Listing | None = None
     start = 0
     while True:
-        reply = raise_for_reply((yield ScriptCall("read", state.keys, [*head, str(start), str(page), str(budget)])))
+        args = [*head, str(start), str(page), str(budget), *tail]
+        reply = raise_for_reply((yield ScriptCall("read", state.keys, args)))
         found = wire.decode_read(reply)
         if first is None:
             if not found.exists:
                 return Listing(found, [], [])
-            first = Listing(found, list(reply[3]), list(reply[4]))
+            first = Listing(found, list(reply[3]), list(reply[4]), min(int(reply[5]), -1))
         elif _stamp(found.meta) != _stamp(first.found.meta):
             return None
         else:
@@ -83,12 +98,12 @@ def _fetch(state: WindowState, listing: Listing, budget: int) -> Plan[bool]:
     return True
 
 
-def _read(state: WindowState, head: Sequence[str | bytes], limit: int = -1) -> Plan[Listing]:
+def _read(state: WindowState, head: Sequence[str | bytes], limit: int = -1, tail: Sequence[str] = ()) -> Plan[Listing]:
     """A whole listing with its JSON, in bounded calls (one unbounded call after ``ATTEMPTS``
     races); ``limit`` cuts a listing of several pages to its last N ids."""
     for attempt in range(ATTEMPTS + 1):
         bounded = attempt < ATTEMPTS
-        listing = yield from _list(state, head, PAGE_IDS if bounded else 0, PAGE_BYTES if bounded else 0)
+        listing = yield from _list(state, head, PAGE_IDS if bounded else 0, PAGE_BYTES if bounded else 0, tail)
         if listing is None:
             continue
         if limit >= 0 and len(listing.ids) > limit:  # several pages, all of it deferred: cut here
@@ -109,14 +124,22 @@ def read(state: WindowState, mode: str, types: str = "", limit: int = -1) -> Pla
 
 def read_for_build(settings: Settings, state: WindowState) -> Plan[wire.ReadReply]:
     """The window in build order, for a build: the ids, and the JSON only of the items the
-    store has not cached (``itemcache``); read again in full if the cache raced."""
+    store has not cached (``itemcache``); nothing but the meta when the cache holds the window
+    as it is; read again in full if the cache raced."""
     cache, window = settings.item_cache, state.keys.meta
     known = cache.known(window)
     while True:
         head = ["build", known.epoch, str(known.seq)] if known is not None else ["build", "", "-1"]
-        listing = yield from _read(state, head)
+        listing = yield from _read(state, head, tail=[str(known.count)] if known is not None else [])
         found = listing.found
-        merged = cache.merge(window, known, found.meta, found.raw, listing.ids)
+        if listing.status == UNCHANGED and known is not None:
+            found.decoded, found.cached = known.ordered, cache.touch(window, known)
+            return found
+        merged: tuple[list[ContextItem], CachedWindow | None] | None
+        if listing.status == APPENDED and known is not None:
+            merged = cache.extend(window, known, found.meta, found.raw, listing.ids)
+        else:
+            merged = cache.merge(window, known, found.meta, found.raw, listing.ids)
         if merged is not None:
             found.decoded, found.cached = merged
             return found

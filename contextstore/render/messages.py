@@ -90,18 +90,20 @@ def arrange(
     result right after the message that called it."""
     key = ranked_key(relevance)
     system_key = key if order != "arrival" else (lambda i: (i.type.rank, 0, i.seq))
-    system = sorted((i for i in items if role_of(i) == "system"), key=system_key)
-    rest = sorted((i for i in items if role_of(i) != "system"), key=lambda i: i.seq)
+    roles = [(i, role_of(i)) for i in items]
+    system = sorted((i for i, role in roles if role == "system"), key=system_key)
+    rest = sorted(((i, role) for i, role in roles if role != "system"), key=lambda p: p[0].seq)
     if order != "arrival":
-        context = sorted((i for i in rest if role_of(i) == "context"), key=key)
-        rest = context + [i for i in rest if role_of(i) != "context"]
-    results = {_meta(i)["tool_call_id"]: i for i in rest if role_of(i) == "tool"}
+        context = sorted((p for p in rest if p[1] == "context"), key=lambda p: key(p[0]))
+        rest = context + [p for p in rest if p[1] != "context"]
+    results = {_meta(i)["tool_call_id"]: i for i, role in rest if role == "tool"}
     out: list[ContextItem] = []
-    for item in rest:
-        if role_of(item) == "tool":
+    for item, role in rest:
+        if role == "tool":
             continue  # placed after its call
         out.append(item)
-        out += [results[call["id"]] for call in calls_in(item)]
+        if item.metadata:
+            out += [results[call["id"]] for call in calls_in(item)]
     return system + out
 
 
@@ -116,7 +118,7 @@ def openai(ordered: Sequence[ContextItem]) -> list[dict[str, Any]]:
             out.append({"role": "developer" if item.role == "developer" else "system", "content": item.content})
         elif role == "tool":
             out.append({"role": "tool", "tool_call_id": _meta(item)["tool_call_id"], "content": item.content})
-        elif calls_in(item):
+        elif item.metadata and calls_in(item):
             out.append({"role": "assistant", "content": item.content or None, "tool_calls": calls_in(item)})
         else:
             out.append({"role": role, "content": item.content})

@@ -17,7 +17,7 @@ from ..config import checked
 from ..errors import BudgetTooSmallError, InvalidOptionsError
 from ..tokens import TokenCounter
 from ..types import HISTORY_TYPES, BuildOptions, ContextItem, ItemType
-from .select import CONVERSATION_RANK, Key, build_key, choose, members, ranked_key, units_of
+from .select import CONVERSATION_RANK, Key, build_key, choose, members, ranked_key, units_for
 
 DEFAULT_MESSAGE_FORMAT = "[{role}]: {content}"
 #: characters of content on each side of a joint that the joint is counted with
@@ -83,21 +83,34 @@ class JointCosts:
         self.sep = options.section_separator
         self.pre, self.post = (options.message_format or DEFAULT_MESSAGE_FORMAT).split("{content}")
         self.slack = 0 if tight else 1
+        #: role -> its prefix and suffix
+        self.by_role: dict[str, tuple[str, str]] = {}
         self.count = count  # memoised per store: joints repeat from build to build
         #: item seq -> cost and (seq, seq) -> the joint between two items, for this format; kept
         #: in ``memos`` (the store's item cache, per format) while the window's epoch stays
-        fmt = (self.sep, self.pre, self.post, self.slack)
+        #: what the costs depend on besides the items
+        self.fmt = fmt = (self.sep, self.pre, self.post, self.slack)
         self.memo: dict[Any, int] = {} if memos is None else memos.setdefault(fmt, {})
 
+    def _affixes(self, role: str) -> tuple[str, str]:
+        """The prefix and suffix of a role's items."""
+        got = self.by_role.get(role)
+        if got is None:
+            got = self.by_role[role] = (self.pre.replace("{role}", role), self.post.replace("{role}", role))
+        return got
+
     def _pre(self, item: ContextItem | None) -> str:
-        return "" if item is None or item.role is None else self.pre.replace("{role}", item.role)
+        return "" if item is None or item.role is None else self._affixes(item.role)[0]
 
     def _post(self, item: ContextItem | None) -> str:
-        return "" if item is None or item.role is None else self.post.replace("{role}", item.role)
+        return "" if item is None or item.role is None else self._affixes(item.role)[1]
 
     def render(self, item: ContextItem) -> str:
         """The item as it appears in the prompt (with its role's prefix and suffix)."""
-        return self._pre(item) + item.content + self._post(item)
+        if item.role is None:
+            return item.content
+        pre, post = self._affixes(item.role)
+        return pre + item.content + post
 
     def joint(self, left: ContextItem | None, text: str, right: ContextItem | None) -> int:
         """Tokens that ``text`` between ``left`` and ``right`` adds to their stored counts."""
@@ -145,12 +158,18 @@ def cached_count(counter: TokenCounter, size: int = 65536) -> Callable[[str], in
 
 
 def check_pinned(
-    items: Sequence[ContextItem], options: BuildOptions, budget: int | None, count: Callable[[str], int]
+    items: Sequence[ContextItem],
+    options: BuildOptions,
+    budget: int | None,
+    count: Callable[[str], int],
+    memo: dict[str, Any] | None = None,
 ) -> None:
-    """``BudgetTooSmallError`` if the pinned units alone cannot fit (checked before anything else)."""
-    if budget is None or not any(i.pinned for i in items):
+    """``BudgetTooSmallError`` if the pinned units alone cannot fit (checked before anything
+    else); ``memo`` as for ``select.units_for``."""
+    units = units_for(items, memo)
+    if budget is None or not units.pinned:
         return
-    pinned = members(u for u in units_of(items) if u.pinned)
+    pinned = members(units.pinned)
     need = JointCosts(count, options).total(sorted(pinned, key=section_key))
     if need > budget:
         raise BudgetTooSmallError(need, budget)
@@ -174,12 +193,16 @@ def build(
     count: Callable[[str], int],
     relevance: Mapping[str, float] | None = None,
     memos: dict[Any, dict[Any, int]] | None = None,
+    memo: dict[str, Any] | None = None,
 ) -> Built:
     """Select whole units (pinned ones always, then candidates while they fit the budget) and
     render. ``count`` is the store's memoised ``counter.count``; ``counter`` counts exact totals;
-    ``relevance`` (item id -> score, for a query) ranks the scored items."""
+    ``relevance`` (item id -> score, for a query) ranks the scored items; ``memos`` keep costs
+    and ``memo`` the units (``select.units_for``) for the next build."""
     costs = JointCosts(count, options, tight=options.exact_tokens, memos=memos)
-    choice = choose(items, options, budget, lambda u: sum(map(costs.cost, u.items)), key=ranked_key(relevance))
+    ranked = ranked_key(relevance)
+    cost = lambda u: sum(map(costs.cost, u.items))  # noqa: E731
+    choice = choose(items, options, budget, cost, key=ranked, memo=memo, cost_key=costs.fmt)
     pinned = members(choice.pinned)
     chosen, excluded = list(choice.chosen), list(choice.excluded)
     key = render_key(options.order, relevance)

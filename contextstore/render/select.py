@@ -8,7 +8,9 @@ unit that does not fit is skipped whole.
 
 from __future__ import annotations
 
+from bisect import insort
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import msgspec
 
@@ -101,21 +103,124 @@ def _offer_key(unit: Unit, key: Key) -> tuple[float, ...]:
     return min(key(i) for i in unit.items)
 
 
-def candidates(units: Sequence[Unit], options: BuildOptions, key: Key = build_key) -> tuple[list[Unit], list[str]]:
+def offer_order(units: Iterable[Unit], key: Key = build_key) -> list[Unit]:
+    """``units`` in the order they are offered the budget."""
+    return sorted(units, key=lambda u: _offer_key(u, key))
+
+
+class Units:
+    """What a build chooses from, worked out once per listing of a window's items: its units,
+    the pinned ones, and the others in build-order offer order."""
+
+    __slots__ = ("all", "by_group", "costs", "items", "messages", "offers", "pinned")
+
+    def __init__(self, items: Sequence[ContextItem], units: list[Unit] | None = None) -> None:
+        #: the items these units were made of
+        self.items = items
+        #: every unit (``units_of``, unless given)
+        self.all = units_of(items) if units is None else units
+        #: group -> its unit
+        self.by_group = {u.items[0].group: u for u in self.all if u.items[0].group is not None}
+        #: the pinned units (in every build)
+        self.pinned = [u for u in self.all if u.pinned]
+        #: the other units, in the order ``build_key`` offers them the budget
+        self.offers = offer_order((u for u in self.all if not u.pinned), build_key)
+        #: how many messages the unpinned units hold
+        self.messages = sum(u.messages for u in self.offers)
+        #: a cost format's key -> unit -> its cost (``choose``'s ``cost_key``)
+        self.costs: dict[Any, dict[Unit, int]] = {}
+
+    def grown(self, items: Sequence[ContextItem], added: Sequence[ContextItem]) -> Units:
+        """The units of ``items``: these units' items and ``added`` (in arrival order). An added
+        item makes a new unit or joins its group's (which is then made anew); every other unit,
+        and its memoised costs, carries over."""
+        by_group = dict(self.by_group)
+        gone: set[int] = set()  # id() of the units made anew
+        new: list[Unit] = []
+        for item in added:
+            old = by_group.get(item.group) if item.group is not None else None
+            unit = Unit([item]) if old is None else Unit([*old.items, item])
+            if old is not None:
+                gone.add(id(old))
+            if item.group is not None:
+                by_group[item.group] = unit
+            new.append(unit)
+        grown = object.__new__(Units)
+        grown.items, grown.by_group = items, by_group
+        new = [u for u in new if id(u) not in gone]
+
+        def kept(units: Iterable[Unit]) -> list[Unit]:
+            return [u for u in units if id(u) not in gone] if gone else list(units)
+
+        grown.all, grown.pinned, grown.offers = kept(self.all) + new, kept(self.pinned), kept(self.offers)
+        for unit in new:
+            if unit.pinned:
+                grown.pinned.append(unit)
+            else:
+                insort(grown.offers, unit, key=lambda u: _offer_key(u, build_key))
+        grown.messages = sum(u.messages for u in grown.offers)
+        grown.costs = {k: {u: c for u, c in v.items() if id(u) not in gone} for k, v in self.costs.items()}
+        return grown
+
+
+def units_for(items: Sequence[ContextItem], memo: dict[str, Any] | None) -> Units:
+    """The ``Units`` of ``items``, kept in ``memo`` (the item cache's per-listing memo) and
+    reused while builds are given this very list (a listing, or the part of it that chat
+    messages can use: two lists at most)."""
+    if memo is None:
+        return Units(items)
+    kept: dict[int, Units] = memo.setdefault("units", {})
+    held = kept.get(id(items))
+    if held is None or held.items is not items:
+        if len(kept) >= 2:
+            kept.clear()
+        held = kept[id(items)] = _grown(items, memo) or Units(items)
+    return held
+
+
+def _grown(items: Sequence[ContextItem], memo: dict[str, Any]) -> Units | None:
+    """The units of ``items`` grown from the previous listing's (``memo["base"]``, left by
+    ``itemcache.ItemCache.extend``: this listing, the previous one, its memo, the added items),
+    when ``items`` is that listing and the previous units are known; else None."""
+    base = memo.get("base")
+    if base is None or base[0] is not items:
+        return None
+    del memo["base"]
+    _, previous, previous_memo, added = base
+    prev = previous_memo.get("units", {}).get(id(previous))
+    return prev.grown(items, added) if prev is not None and prev.items is previous else None
+
+
+def _takes_all(units: Units, options: BuildOptions) -> bool:
+    """True when the options let every unit compete."""
+    every_type = options.include_system_prompt and options.include_instructions and options.include_relevant_memory
+    if not every_type or not options.include_recent_history:
+        return False
+    return options.max_history_items >= units.messages
+
+
+def candidates(units: Units, options: BuildOptions, key: Key = build_key) -> tuple[list[Unit], list[str]]:
     """The unpinned units the options let compete for the budget (in the order they are offered
-    it), and the ids the options leave out, in arrival order."""
+    it: the conversation newest first, up to ``max_history_items`` messages), and the ids the
+    options leave out, in arrival order."""
+    if key is build_key and _takes_all(units, options):
+        return units.offers, []
+    order = units.offers if key is build_key else offer_order((u for u in units.all if not u.pinned), key)
     offered: list[Unit] = []
-    history = sorted((u for u in units if u.messages), key=lambda u: -u.newest)
+    left: list[ContextItem] = []
+    history, most = options.include_recent_history, options.max_history_items
     taken = 0
-    for unit in history:
-        if options.include_recent_history and taken + unit.messages <= options.max_history_items:
+    for unit in order:
+        if unit.messages:
+            fits = history and taken + unit.messages <= most
+            taken += unit.messages if fits else 0
+        else:
+            fits = all(_allowed(i.type, options) for i in unit.items)
+        if fits:
             offered.append(unit)
-            taken += unit.messages
-    offered += [u for u in units if not u.messages and all(_allowed(i.type, options) for i in u.items)]
-    kept = {id(u) for u in offered}
-    omitted = [i for u in units if id(u) not in kept for i in u.items]
-    ordered = sorted(offered, key=lambda u: _offer_key(u, key))
-    return ordered, [i.id or "" for i in sorted(omitted, key=lambda i: i.seq)]
+        else:
+            left += unit.items
+    return offered, [i.id or "" for i in sorted(left, key=lambda i: i.seq)]
 
 
 class Choice(msgspec.Struct):
@@ -135,20 +240,29 @@ def choose(
     cost: Callable[[Unit], int],
     base: int = 0,
     key: Key = build_key,
+    memo: dict[str, Any] | None = None,
+    cost_key: Any = None,
 ) -> Choice:
     """Pinned units first (their cost counted in ``used``), then candidates (in ``key`` order)
-    while ``cost`` fits the budget; ``base`` is what the build costs before any unit."""
-    units = units_of(items)
-    pinned = [u for u in units if u.pinned]
-    offered, omitted = candidates([u for u in units if not u.pinned], options, key)
+    while ``cost`` fits the budget; ``base`` is what the build costs before any unit; ``memo``
+    keeps the units of ``items`` for the next build (``units_for``), and with them the units'
+    costs under ``cost_key`` (a key naming everything ``cost`` depends on besides the unit)."""
+    units = units_for(items, memo)
+    pinned = units.pinned
+    offered, omitted = candidates(units, options, key)
+    known: dict[Unit, int] = units.costs.setdefault(cost_key, {}) if cost_key is not None else {}
     used = base + sum(cost(u) for u in pinned)
     chosen: list[Unit] = []
     excluded: list[str] = []
     for unit in offered:
-        c = cost(unit)
+        c = known.get(unit)
+        if c is None:
+            c = known[unit] = cost(unit)
         if budget is None or used + c <= budget:
             chosen.append(unit)
             used += c
+        elif len(unit.items) == 1:
+            excluded.append(unit.items[0].id or "")
         else:
             excluded += unit.ids()
     return Choice(pinned, chosen, excluded, omitted, used)
