@@ -176,10 +176,13 @@ def tool_link(item: NewItem) -> str:
     return f"R:{item.tool_call_id}" if item.tool_call_id else ""
 
 
-def add_args(cfg: WindowConfig, items: Sequence[NewItem], placeholder_tokens: int, replace: str = "") -> Args:
+def add_args(
+    cfg: WindowConfig, items: Sequence[NewItem], placeholder_tokens: int, replace: str = "", defer_after: int = 0
+) -> Args:
     """add.lua's ARGV: config, the cleared placeholder's tokens, what to replace ('' nothing,
-    'all', or the count of newest items), then the items."""
-    args = [*config_args(cfg), str(placeholder_tokens), replace, str(len(items))]
+    'all', or the count of newest items), most items a compaction inside the add may act on
+    before it asks to compact first (0: never), then the items."""
+    args = [*config_args(cfg), str(placeholder_tokens), replace, str(defer_after), str(len(items))]
     for item in items:
         args += item_args(item)
     return args
@@ -197,8 +200,21 @@ class AddReply(msgspec.Struct):
     items: list[ContextItem]
 
 
-def decode_add(reply: Sequence[Any]) -> AddReply:
-    """add.lua's reply: {'ok', added, evicted, compactions, trigger, freed, stored JSON...}."""
+class CompactFirst(msgspec.Struct):
+    """add.lua's answer when the caller should compact before the add (nothing was written): the
+    strategy and target percent of the compaction the add would have run, and the tokens in the
+    window then."""
+
+    strategy: str
+    target_percent: float
+    tokens: int
+
+
+def decode_add(reply: Sequence[Any]) -> AddReply | CompactFirst:
+    """add.lua's reply: {'ok', added, evicted, compactions, trigger, freed, stored JSON...}, or
+    {'compact', strategy, target percent, tokens}."""
+    if text(reply[0]) == "compact":
+        return CompactFirst(text(reply[1]), float(reply[2]), int(reply[3]))
     added, evicted, compactions, trigger, freed = (int(x) for x in reply[1:6])
     return AddReply(added, evicted, compactions, trigger, freed, [decode_item(j) for j in reply[6:]])
 

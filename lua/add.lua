@@ -4,7 +4,9 @@
 -- ARGV[1..N_CONFIG]: the caller's config (used only if the window does not exist).
 -- ARGV[N_CONFIG + 1]: tokens of the cleared-tool-result placeholder; ARGV[N_CONFIG + 2]: what
 --   to replace: '' (nothing: an add), 'all' (every item, pinned too) or k (the newest k items);
---   ARGV[N_CONFIG + 3]: n (0 only with a replace); then n groups of 8: id ('' = ctx-<seq>), body JSON ({"type":...}), type, token_count,
+--   ARGV[N_CONFIG + 3]: d, most items a compaction inside this call may act on before it asks the
+--   caller to compact first (0: never ask); ARGV[N_CONFIG + 4]: n (0 only with a replace); then
+--   n groups of 8: id ('' = ctx-<seq>), body JSON ({"type":...}), type, token_count,
 --   priority, pinned ('1'/'0'), group ('' = none, or for a tool result: its call's group),
 --   tool link ('C:<name>=<call id> ...' for a tool call, 'R:<call id>' for a result, or '').
 -- Reply: {'ok', added, evicted, compactions, trigger, freed, stored_json_1, ..., stored_json_n}
@@ -13,7 +15,11 @@
 --   (a replayed request returns the same). added counts the new items (one evicted by a later
 --   item of the same call still counts; an existing caller id with the same content returns
 --   the stored JSON, unchanged), or {'!', 'FULL', unit, current, max, requested} /
---   {'!', 'DUPLICATE', id} / {'!', 'TOOLCALL', problem, call id} / {'!', 'BADARG', what}.
+--   {'!', 'DUPLICATE', id} / {'!', 'TOOLCALL', problem, call id} / {'!', 'BADARG', what}, or
+--   {'compact', strategy, target percent, tokens} (nothing written): the first item crosses the
+--   threshold, its compaction would act on more than d items, and the add is sure to fit once the
+--   window is compacted to that target (see may_defer); the caller compacts (compact.lua, in
+--   short parts; clear_tool_results then remove_low_priority) and sends the same add again.
 -- A replace plans the replaced items away first (their ids, tool call ids and groups are free for
 -- the new items) and removes them (reason "replace") before the new items go in.
 -- The whole call is planned first (FIFO eviction of whole units at max_items, then compaction
@@ -21,7 +27,7 @@
 -- unless every item fits, so a failed add leaves the window exactly as it was. A group an item
 -- of this call joins is never evicted or compacted by this call.
 
-local BASE = N_CONFIG + 3
+local BASE = N_CONFIG + 4
 
 -- A tool call's ids must be new; a tool result answers a call of its group (stored or in this
 -- call) and takes that group when it has none. Returns an error reply or nil.
@@ -110,8 +116,36 @@ local function evictable(cfg, plan)
   end
 end
 
+-- Tokens no compaction takes (an upper bound): pinned units, and the keep_recent newest
+-- conversation units.
+local function untouchable_tokens(cfg, plan)
+  local units = kept_units(plan, cfg.keep_recent)
+  for _, id in ipairs(redis.call('SMEMBERS', K_PINNED)) do
+    units[unit_key(id, unpack_attrs(redis.call('HGET', K_ATTRS, id)))] = true
+  end
+  local tokens = 0
+  for key in pairs(units) do
+    local ids = string.sub(key, 1, 1) == 'g' and group_members(string.sub(key, 2)) or {string.sub(key, 2)}
+    for _, id in ipairs(ids) do tokens = tokens + unpack_attrs(redis.call('HGET', K_ATTRS, id)).tokens end
+  end
+  return tokens
+end
+
+-- Whether this add may ask its caller to compact first: it is the call's first item and no
+-- replace (evictions planned for it are dropped with the rest of the plan: the compaction frees
+-- items too), it joins no stored group, and it is sure to fit once the window is compacted to
+-- `target`: max(target, untouchable tokens) + the item <= max.
+local function may_defer(cfg, plan, it, target)
+  if plan.defer_after == 0 or cfg.new or #plan.added > 0 or #plan.dropped > 0 then return false end
+  for group in pairs(plan.joining) do
+    if redis.call('HEXISTS', K_GROUPS, group) == 1 then return false end
+  end
+  if redis.call('SCARD', K_PINNED) > 1000 then return false end
+  return math.max(target, untouchable_tokens(cfg, plan)) + it.tokens <= cfg.max_tokens
+end
+
 -- Plan room for one item: evict whole units at max_items, compact at the threshold; FULL if it
--- cannot fit.
+-- cannot fit; {'compact', ...} when the caller should compact first (see may_defer).
 local function make_room(cfg, plan, it, oldest)
   local current = plan.tokens
   while plan.count >= cfg.max_items do  -- a loop: a restored window may hold more than max_items
@@ -123,8 +157,14 @@ local function make_room(cfg, plan, it, oldest)
   end
   if cfg.max_tokens == 0 then return nil end
   if (plan.tokens + it.tokens) * 100 > cfg.threshold * cfg.max_tokens then
-    local target = math.floor(cfg.max_tokens * math.max(0, cfg.threshold - 15) / 100)
-    local acts, freed = plan_compaction(plan.strategy, plan.tokens, target, plan, cfg, plan.placeholder, nil, true)
+    local percent = math.max(0, cfg.threshold - 15)
+    local target = math.floor(cfg.max_tokens * percent / 100)
+    local defer = may_defer(cfg, plan, it, target)
+    local acts, freed = plan_compaction(plan.strategy, plan.tokens, target, plan, cfg, plan.placeholder,
+      defer and plan.defer_after or nil, true)
+    if defer and plan.limited then
+      return {'compact', plan.strategy, string.format('%.17g', percent), fmt(plan.tokens)}
+    end
     if #acts > 0 then
       for _, act in ipairs(acts) do
         if act[1] == 'clear' then
@@ -205,6 +245,8 @@ local cfg = read_config()
 if not cfg then return fail('BADARG', 'config') end
 local placeholder = tonumber(ARGV[N_CONFIG + 1])
 if not is_int(placeholder, 1, MAX_TOKENS) then return fail('BADARG', 'placeholder tokens') end
+local defer_after = tonumber(ARGV[N_CONFIG + 3])
+if not is_int(defer_after, 0, 1e6) then return fail('BADARG', 'defer') end
 local dropping, bad = replaced(cfg)
 if not dropping then return bad end
 local items, joining = parse_items(cfg, dropping)
@@ -213,7 +255,8 @@ if not items then return joining end  -- the error reply
 local plan = {count = cfg.items - #dropping.list, tokens = cfg.tokens - dropping.tokens, seq = cfg.seq,
   removed = dropping.ids, dropped = dropping.list, added = {}, cleared = {},
   actions = {}, evicted = 0, compactions = 0, freed = 0, joining = joining, blocked = {}, stored = not cfg.new,
-  placeholder = placeholder, strategy = SERVER_SIDE[cfg.strategy] and cfg.strategy or 'remove_low_priority'}
+  placeholder = placeholder, strategy = SERVER_SIDE[cfg.strategy] and cfg.strategy or 'remove_low_priority',
+  defer_after = defer_after}
 local oldest = evictable(cfg, plan)
 for _, it in ipairs(items) do
   if not it.existing then

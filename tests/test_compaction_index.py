@@ -13,6 +13,7 @@ import pytest
 import contextstore as cs
 from contextstore.layout import CLEARED_KEY
 from contextstore.plans import compaction as compaction_plans
+from contextstore.plans import items as item_plans
 from contextstore.types import HISTORY_TYPES
 
 PLAIN = ["user_message", "assistant_message", "retrieved_document", "code", "instruction", "tool_result", "custom"]
@@ -187,9 +188,16 @@ def test_compact_removes_what_the_reference_removes(
         assert w.verify().problems == []
 
 
+@pytest.mark.parametrize("first", [False, True], ids=["inside", "first"])
 @pytest.mark.parametrize("strategy", ["remove_oldest", "remove_low_priority", "clear_tool_results"])
 @pytest.mark.parametrize("seed", [11, 12, 13])
-def test_an_add_over_the_threshold_compacts_as_the_reference_says(redis_url, prefix, seed, strategy):
+def test_an_add_over_the_threshold_compacts_as_the_reference_says(
+    redis_url, prefix, monkeypatch, seed, strategy, first
+):
+    """Inside the add's script, or (``first``: a compaction of more than COMPACT_CHUNK items)
+    in parts before the add goes in: the same items go."""
+    monkeypatch.setattr(item_plans, "COMPACT_CHUNK", 7 if first else 10**5)
+    monkeypatch.setattr(compaction_plans, "COMPACT_CHUNK", 7)
     rng = random.Random(seed)
     with cs.ContextStore.from_url(redis_url, prefix=prefix, item_limit=5000) as store:
         w = store.window(f"ia{seed}", max_tokens=10**7, max_items=5000, keep_recent=seed % 4, default_strategy=strategy)
@@ -206,10 +214,14 @@ def test_an_add_over_the_threshold_compacts_as_the_reference_says(redis_url, pre
             seed,
             True,
         )
+        since = list(w.events("0"))[-1].id
         new = w.add("one more", token_count=30)
         removed, cleared = outcome(before, [it for it in w.items() if it.id != new.id])
         assert (removed, cleared) == expected
-        assert removed or cleared, "the add must have compacted"
+        assert len(removed) + len(cleared) > 7, "the compaction must take more than one part"
+        kinds = [e.kind for e in w.events(since)]
+        assert kinds[-1] == "item_added"  # after the compaction, in both ways
+        assert (kinds.count("compacted") > 1) == first  # parts, or one compaction inside the add
         assert w.verify().problems == []
 
 
@@ -231,4 +243,44 @@ def test_a_big_compaction_keeps_the_arrival_list_in_order(redis_url, prefix, mon
         seqs = [it.seq for it in w.items()]
         assert seqs == sorted(seqs) and len(seqs) == 9000
         assert all(it.priority >= 50 for it in w.items())
+        assert w.verify().problems == []
+
+
+def test_an_add_that_cannot_fit_after_compacting_fails_without_compacting(redis_url, prefix, monkeypatch):
+    """The add asks to compact first only when it is sure to fit then; otherwise it fails as one
+    script does: FULL, with the window unchanged."""
+    monkeypatch.setattr(item_plans, "COMPACT_CHUNK", 3)
+    monkeypatch.setattr(compaction_plans, "COMPACT_CHUNK", 3)
+    with cs.ContextStore.from_url(redis_url, prefix=prefix) as store:
+        w = store.window("nofit", max_tokens=1000, compaction_threshold=90, keep_recent=0)
+        w.add("rules", token_count=700, pinned=True)
+        for k in range(40):
+            w.add(f"note {k}", token_count=6)
+        before, events = w.items(), list(w.events("0"))
+        with pytest.raises(cs.ContextWindowFullError):
+            w.add("too big once the notes are gone", token_count=350)
+        assert w.items() == before and list(w.events("0")) == events
+        w.add("fits once the notes are gone", token_count=250)  # 700 + 250 <= 1000: compacts first
+        after = w.items()
+        assert after[-1].content == "fits once the notes are gone" and w.stats().current_tokens <= 1000
+        assert len(before) - len(after) + 1 > 3  # more than one part of 3 items went
+        assert [e.kind for e in w.events(events[-1].id)].count("compacted") > 1
+
+
+def test_an_add_at_max_items_over_the_threshold_compacts_first(redis_url, prefix, monkeypatch):
+    """At max_items too: the eviction the add planned goes with the rest of its plan; the parts
+    free the room, and the add goes in."""
+    monkeypatch.setattr(item_plans, "COMPACT_CHUNK", 3)
+    monkeypatch.setattr(compaction_plans, "COMPACT_CHUNK", 3)
+    with cs.ContextStore.from_url(redis_url, prefix=prefix) as store:
+        w = store.window("full", max_tokens=420, max_items=40, compaction_threshold=100, keep_recent=0)
+        for k in range(40):
+            w.add(f"note {k}", token_count=10, priority=k % 3)
+        w.configure(compaction_threshold=90)
+        since = list(w.events("0"))[-1].id
+        w.add("the newest", token_count=10)
+        kinds = [e.kind for e in w.events(since)]
+        last_part = len(kinds) - 1 - kinds[::-1].index("compacted")
+        assert kinds.count("compacted") > 1 and "item_added" in kinds[last_part:]
+        assert w.items()[-1].content == "the newest" and w.stats().current_tokens <= 420 * 75 // 100 + 10
         assert w.verify().problems == []

@@ -86,9 +86,10 @@ def test_add_sends_one_script_call_and_decodes_the_stored_items():
     assert list(call.args[: wire.CONFIG_ARGS]) == config
     rest = call.args[wire.CONFIG_ARGS :]
     # placeholder tokens, nothing replaced, one item, no caller id
-    assert rest[:4] == [str(words(CLEARED_PLACEHOLDER)), "", "1", ""]
-    assert rest[4].startswith(b'{"type":"user_message"')
-    assert rest[5:] == ["user_message", "3", "50", "0", "", ""]  # type, tokens, priority, pinned, group, link
+    # placeholder tokens, replace, most items compacted inside the add, item count, then the item
+    assert rest[:5] == [str(words(CLEARED_PLACEHOLDER)), "", str(compaction_plans.COMPACT_CHUNK), "1", ""]
+    assert rest[5].startswith(b'{"type":"user_message"')
+    assert rest[6:] == ["user_message", "3", "50", "0", "", ""]  # type, tokens, priority, pinned, group, link
     assert call.argv()[0].startswith(call.request + "|")  # the request and its argument fingerprint
     assert (reply.added, reply.evicted, reply.compactions, reply.trigger, reply.freed) == (1, 0, 0, 0, 0)
     assert reply.items[0].id == "ctx-1" and reply.items[0].role == "user"

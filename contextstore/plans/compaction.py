@@ -105,6 +105,21 @@ def _compact_inside(
     return freed
 
 
+def compact_for_add(settings: Settings, state: WindowState, ask: wire.CompactFirst) -> Plan[tuple[int, int]]:
+    """The compaction an add asked for before it goes in (add.lua's ``compact`` answer, when the
+    compaction inside the add would act on more than ``COMPACT_CHUNK`` items): the add's strategy
+    in parts, then after clear_tool_results remove_low_priority to the same target, as the add
+    falls back. Returns the compactions that freed something and the tokens they freed."""
+    chosen = CompactionStrategy(ask.strategy)
+    runs, freed = 0, 0
+    for strategy in (chosen, CompactionStrategy.REMOVE_LOW_PRIORITY):
+        got = yield from _compact_inside(settings, state, strategy, ask.target_percent, new_request("compact", None))
+        runs, freed = runs + (got > 0), freed + got
+        if chosen is not CompactionStrategy.CLEAR_TOOL_RESULTS:
+            break
+    return runs, freed
+
+
 def _units(pairs: list[Candidate], every: list[ContextItem], keep_recent: int) -> list[list[Candidate]]:
     """The candidates as whole units (a group, or one ungrouped item) that compaction may
     take: no member pinned, not among the ``keep_recent`` newest conversation units."""

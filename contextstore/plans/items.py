@@ -13,9 +13,14 @@ from ..layout import MAX_ITEM_LIMIT
 from ..stored import decode_item
 from ..types import ContextItem
 from .base import Plan, ScriptCall, Settings, WindowState, new_request
+from .compaction import COMPACT_CHUNK, compact_for_add
 from .reads import read
 
 log = logging.getLogger("contextstore")
+
+#: times an add may ask to compact first (other writers may fill the window again meanwhile);
+#: after that it compacts inside its own script, however long that takes
+COMPACT_FIRST_ROUNDS = 3
 
 #: the keywords an ``add_many`` dict may carry besides ``content``
 ITEM_FIELDS = frozenset({"type", "priority", "pinned", "role", "source_ref", "metadata", "token_count", "id", "group"})
@@ -91,24 +96,42 @@ def add(
     settings: Settings, state: WindowState, batch: Sequence[Entry], request_id: object = None, replacing: str = ""
 ) -> Plan[wire.AddReply]:
     """Add items all-or-nothing (add.lua): evict at ``max_items``, compact at the threshold,
-    or raise ``ContextWindowFullError`` with the window unchanged."""
+    or raise ``ContextWindowFullError`` with the window unchanged. A compaction larger than
+    ``COMPACT_CHUNK`` items runs first, in parts, when the add is sure to fit after it."""
     request = new_request("replace" if replacing else "add", request_id)
     items = _checked(settings, batch)
-    args = wire.add_args(state.config, items, settings.placeholder_tokens, replacing)
-    try:
-        reply = wire.decode_add(raise_for_reply((yield ScriptCall("add", state.keys, args, request))))
-    except ContextWindowFullError as full:
-        logs.window_full(state.window_id, full.current, full.max, full.requested)
-        raise
+    runs, trigger, freed = 0, 0, 0
+    for round in range(COMPACT_FIRST_ROUNDS + 1):
+        defer = COMPACT_CHUNK if round < COMPACT_FIRST_ROUNDS else 0
+        args = wire.add_args(state.config, items, settings.placeholder_tokens, replacing, defer)
+        got = yield from _add_call(state, args, request)
+        if isinstance(got, wire.AddReply):
+            break
+        ran, more = yield from compact_for_add(settings, state, got)
+        runs, trigger, freed = runs + ran, trigger or got.tokens, freed + more
+    if not isinstance(got, wire.AddReply):  # pragma: no cover - the last round never asks
+        raise AssertionError("add.lua asked to compact first although told not to")
+    reply = got
+    if runs:
+        reply.compactions, reply.trigger, reply.freed = reply.compactions + runs, trigger, reply.freed + freed
     if log.isEnabledFor(logging.DEBUG):
-        for got in reply.items:
-            logs.item_added(state.window_id, got)
+        for item in reply.items:
+            logs.item_added(state.window_id, item)
     if reply.compactions:
         limit = state.config.max_tokens or 0
         logs.compaction_triggered(state.window_id, reply.trigger * 100.0 / limit if limit else 0.0)
         strategy = state.config.default_strategy
         logs.compacted(state.window_id, strategy.value if strategy.server_side else "remove_low_priority", reply.freed)
     return reply
+
+
+def _add_call(state: WindowState, args: wire.Args, request: str) -> Plan[wire.AddReply | wire.CompactFirst]:
+    """One add.lua call, decoded; a FULL answer is logged and raised."""
+    try:
+        return wire.decode_add(raise_for_reply((yield ScriptCall("add", state.keys, args, request))))
+    except ContextWindowFullError as full:
+        logs.window_full(state.window_id, full.current, full.max, full.requested)
+        raise
 
 
 def get(state: WindowState, item_id: object) -> Plan[ContextItem | None]:

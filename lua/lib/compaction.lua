@@ -264,6 +264,8 @@ end
 -- ({'clear', item, tokens freed} or {'remove', unit, tokens}) of at most `limit` items, and the
 -- tokens they free. clear_tool_results clears nothing unless that frees clear_at_least; with
 -- `fallback` it goes on with remove_low_priority when clearing alone does not reach the target.
+-- Sets state.limited when the limit stopped it (the plan is then a part: without a limit it
+-- would act on more).
 local function plan_compaction(strategy, tokens, target, state, cfg, placeholder, limit, fallback)
   local actions, freed, n = {}, 0, 0
   if tokens <= target then return actions, 0 end
@@ -276,7 +278,8 @@ local function plan_compaction(strategy, tokens, target, state, cfg, placeholder
   if strategy == 'clear_tool_results' then
     local cleared = 0
     for a in clearable(state, kept, placeholder) do
-      if tokens - cleared <= target or n >= limit then break end
+      if tokens - cleared <= target then break end
+      if n >= limit then state.limited = true break end
       a.cleared_json = cleared_version(a, cfg, placeholder)
       if a.cleared_json then
         actions[#actions + 1], cleared, n = {'clear', a, a.tokens - placeholder}, cleared + a.tokens - placeholder, n + 1
@@ -292,7 +295,8 @@ local function plan_compaction(strategy, tokens, target, state, cfg, placeholder
     strategy = 'remove_low_priority'
   end
   for u in removable_units(strategy, state, kept) do
-    if tokens - freed <= target or n >= limit then break end
+    if tokens - freed <= target then break end
+    if n >= limit then state.limited = true break end
     actions[#actions + 1], freed, n = {'remove', u, u.tokens}, freed + u.tokens, n + #u.ids
   end
   return actions, freed
