@@ -132,9 +132,9 @@ def _message_units(items: list[ContextItem], memo: dict[str, Any] | None) -> tup
     if held is not None and held[0] is items:
         return held[1], held[2]
     units = units_for(items, memo).all
-    incomplete = [u for u in units if not messages.complete(u)]
-    ok = [i for u in units if messages.complete(u) for i in u.items] if incomplete else items
-    left_out = [i for u in incomplete for i in u.ids()]
+    complete = [messages.complete(u) for u in units]
+    ok = items if all(complete) else [i for u, c in zip(units, complete, strict=True) if c for i in u.items]
+    left_out = [i for u, c in zip(units, complete, strict=True) if not c for i in u.ids()]
     if memo is not None:
         memo["message_units"] = (items, ok, left_out)
     return ok, left_out
