@@ -27,7 +27,7 @@ def pack(args: list[Any]) -> bytes:
     return b"".join(out)
 
 
-def _conn_args(pool: Any) -> tuple[str, ...]:
+def conn_args(pool: Any) -> tuple[str, ...]:
     """redis-py 5.0 requires a command name for ``get_connection``; later versions deprecate it."""
     param = inspect.signature(pool.get_connection).parameters.get("command_name")
     return ("EVALSHA",) if param is not None and param.default is inspect.Parameter.empty else ()
@@ -40,7 +40,7 @@ class DirectEvalsha:
     def __init__(self, client: redis.Redis) -> None:
         self._client = client
         self._pool = client.connection_pool
-        self._conn_args = _conn_args(self._pool)
+        self._conn_args = conn_args(self._pool)
 
     def _call(self, sha: str, keys: list[str], argv: list[Any]) -> Any:
         conn: Any = self._pool.get_connection(*self._conn_args)  # untyped in redis-py
@@ -70,7 +70,7 @@ class AsyncDirectEvalsha:
     def __init__(self, client: redis.asyncio.Redis) -> None:
         self._client = client
         self._pool: Any = client.connection_pool
-        self._conn_args = _conn_args(self._pool)
+        self._conn_args = conn_args(self._pool)
 
     async def _call(self, sha: str, keys: list[str], argv: list[Any]) -> Any:
         conn: Any = await self._pool.get_connection(*self._conn_args)

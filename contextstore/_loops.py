@@ -62,8 +62,11 @@ def copy_client(client: Any) -> Any:
 class LoopClients:
     """The clients of one asyncio store, one per event loop that has used it."""
 
-    def __init__(self, first: Any, first_owned: bool, registry: Callable[[Any], Any]) -> None:
-        self._template = first  # its settings are copied for every later loop
+    def __init__(
+        self, first: Any, first_owned: bool, registry: Callable[[Any], Any], factory: Callable[[], Any] | None = None
+    ) -> None:
+        self._template = first  # its settings are copied for every later loop (or factory() made)
+        self._factory = factory
         self._unused: Any = first  # handed to the first loop that asks
         self._unused_owned = first_owned
         self._registry = registry
@@ -90,7 +93,7 @@ class LoopClients:
         if self._unused is not None:
             client, owned, self._unused = self._unused, self._unused_owned, None
         else:
-            client, owned = copy_client(self._template), True
+            client, owned = self._factory() if self._factory else copy_client(self._template), True
         return LoopClient(loop, client, self._registry(client), owned)
 
     async def _close_with_loop(self, entry: LoopClient) -> AsyncGenerator[None, None]:

@@ -23,7 +23,7 @@ def _ignored(exc: Exception, call: StreamCall) -> bool:
 
 
 def _call(store: ContextStore, call: StreamCall) -> Any:
-    attempt = 0
+    attempt, started = 0, 0.0
     while True:
         try:
             return getattr(store._client, call.method)(*call.args, **call.kwargs)
@@ -31,7 +31,8 @@ def _call(store: ContextStore, call: StreamCall) -> Any:
             if _ignored(exc, call):
                 return None
             attempt += 1
-            delay = store._retry_delay(exc, attempt, call)
+            started = time.monotonic() if attempt == 1 else started
+            delay = store._retry_delay(exc, attempt, call, started)
         time.sleep(delay)
 
 
@@ -52,7 +53,7 @@ def values(store: ContextStore, plan: StreamPlan) -> Iterator[Any]:
 
 async def _acall(store: AsyncContextStore, call: StreamCall) -> Any:
     client = (await store._loops.current()).client
-    attempt = 0
+    attempt, started = 0, 0.0
     while True:
         try:
             return await getattr(client, call.method)(*call.args, **call.kwargs)
@@ -60,7 +61,8 @@ async def _acall(store: AsyncContextStore, call: StreamCall) -> Any:
             if _ignored(exc, call):
                 return None
             attempt += 1
-            delay = store._retry_delay(exc, attempt, call)
+            started = time.monotonic() if attempt == 1 else started
+            delay = store._retry_delay(exc, attempt, call, started)
         except RuntimeError as exc:
             raise store._loop_error(exc) from exc
         await asyncio.sleep(delay)

@@ -10,15 +10,16 @@ from types import TracebackType
 from typing import Any, Literal, TypeVar
 
 import redis.asyncio
+import redis.asyncio.cluster
 import redis.asyncio.retry
 from typing_extensions import Unpack
 
-from . import _compacting, _streaming, compactor, streams
+from . import _compacting, _listing, _streaming, compactor, streams
 from ._loops import LoopClients
 from .config import StoreOptions
-from .errors import REDIS_EXCEPTIONS, ContextStoreError, from_redis
+from .durability import arun_replicated
+from .errors import REDIS_EXCEPTIONS, ContextStoreError
 from .events import Event, OtherEvent
-from .keys import meta_pattern
 from .plans import build as build_plans
 from .plans import compaction as compaction_plans
 from .plans import items as item_plans
@@ -52,6 +53,7 @@ class AsyncContextStore(StoreBase):
     from any event loop (one Redis client per loop, see ``docs/guide.md``)."""
 
     _redis_class = redis.asyncio.Redis
+    _cluster_class = redis.asyncio.cluster.RedisCluster
     _retry_class = redis.asyncio.retry.Retry
 
     def __init__(self, client: Any, **options: Unpack[StoreOptions]) -> None:
@@ -61,7 +63,7 @@ class AsyncContextStore(StoreBase):
     @property
     def _loops(self) -> LoopClients:
         if self._loop_clients is None:
-            self._loop_clients = LoopClients(self._client, self._owns_client, ScriptRegistry)
+            self._loop_clients = LoopClients(self._client, self._owns_client, ScriptRegistry, self._client_factory)
         return self._loop_clients
 
     async def _run(self, plan: Plan[T]) -> T:
@@ -76,17 +78,22 @@ class AsyncContextStore(StoreBase):
     async def _execute(self, request: ScriptCall | External) -> Any:
         if isinstance(request, External):
             return await request.acall()
-        keys, argv, attempt = list(request.keys), request.argv(), 0
+        keys, argv, attempt, started = list(request.keys), request.argv(), 0, 0.0
         current = await self._loops.current()
         scripts, direct = current.scripts, current.direct
+        durable = self._settings.durability if request.request else None
         while True:
             try:
+                if durable is not None:
+                    reply = await arun_replicated(current.client, scripts[request.name], keys, argv, durable)
+                    return self._answered(request, reply)
                 if direct is not None:
                     return self._answered(request, await direct.evalsha(scripts[request.name], keys, argv))
                 return self._answered(request, await scripts[request.name](keys=keys, args=argv))
             except REDIS_EXCEPTIONS as exc:
                 attempt += 1
-                delay = self._retry_delay(exc, attempt, request)
+                started = time.monotonic() if attempt == 1 else started
+                delay = self._retry_delay(exc, attempt, request, started)
             except RuntimeError as exc:  # a caller's client bound to another (or a closed) loop
                 raise self._loop_error(exc) from exc
             await asyncio.sleep(delay)
@@ -113,19 +120,7 @@ class AsyncContextStore(StoreBase):
 
     async def windows(self) -> list[str]:
         """Sorted ids of every window under this store's prefix (every primary of a cluster)."""
-        found: set[str] = set()
-        self._ensure_server()
-        client = (await self._loops.current()).client
-        try:
-            async for key in client.scan_iter(match=meta_pattern(self._settings.prefix), count=1000):
-                wid = self._window_id(key)
-                if wid is not None:
-                    found.add(wid)
-        except REDIS_EXCEPTIONS as exc:
-            raise from_redis(exc, self._where) from exc
-        except RuntimeError as exc:
-            raise self._loop_error(exc) from exc
-        return sorted(found)
+        return await _listing.awindows(self)
 
     def consume(
         self,

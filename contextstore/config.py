@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Annotated, Any, TypedDict
 
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
-from .errors import InvalidOptionsError
+from .errors import InvalidOptionsError, ReplicationTimeoutError
 from .layout import (
     DEFAULT_ARCHIVE_TTL_SECONDS,
     DEFAULT_WARN_PERCENT,
@@ -28,6 +29,7 @@ from .layout import (
 from .retry import RetryPolicy
 from .tokens import TokenCounter
 from .types import CompactionStrategy, WindowConfig
+from .validate import int_in
 
 #: what a window gets when its creator passes nothing
 DEFAULT_MAX_ITEMS = 50
@@ -153,3 +155,44 @@ class StoreOptions(TypedDict, total=False):
     retry: RetryPolicy | None
     #: an OpenTelemetry MeterProvider for the store's metrics (default: the global one)
     meter_provider: Any
+    #: "none" (default: a write is acknowledged once the primary has it) or "replicated"
+    durability: str
+    #: with durability="replicated": how many replicas must confirm each write (default 1)
+    replicas: int
+    #: with durability="replicated": how long a write waits for them (default 1000 ms)
+    timeout_ms: int
+
+
+#: the values of the ``durability`` store option
+DURABILITY_LEVELS = ("none", "replicated")
+#: how long a write waits for its replicas by default
+DEFAULT_TIMEOUT_MS = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Durability:
+    """Wait after each write until ``replicas`` replicas have it, at most ``timeout_ms``."""
+
+    replicas: int = 1
+    timeout_ms: int = DEFAULT_TIMEOUT_MS
+
+    def check(self, reply: Any, acknowledged: int) -> None:
+        """Raise ``ReplicationTimeoutError`` when a script that wrote (its reply is not an
+        error table) reached fewer replicas than asked."""
+        failed = isinstance(reply, list) and bool(reply) and reply[0] in (b"!", "!")
+        if acknowledged < self.replicas and not failed:
+            raise ReplicationTimeoutError(acknowledged, self.replicas, self.timeout_ms)
+
+
+def durability_of(level: object, replicas: object, timeout_ms: object) -> Durability | None:
+    """The store's durability from its options (None: acknowledge as soon as the primary has it)."""
+    if level not in DURABILITY_LEVELS:
+        raise InvalidOptionsError(f"durability must be one of {', '.join(DURABILITY_LEVELS)}, not {level!r}")
+    if level == "none":
+        if replicas is not None or timeout_ms is not None:
+            raise InvalidOptionsError('replicas and timeout_ms apply only with durability="replicated"')
+        return None
+    return Durability(
+        int_in("replicas", 1 if replicas is None else replicas, 1, 100),
+        int_in("timeout_ms", DEFAULT_TIMEOUT_MS if timeout_ms is None else timeout_ms, 1, 3_600_000),
+    )

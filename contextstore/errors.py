@@ -125,6 +125,21 @@ class StoreUnavailableError(ContextStoreError):
     """Redis could not be reached. The message names the URL without its password."""
 
 
+class ReplicationTimeoutError(ContextStoreError):
+    """A store with ``durability="replicated"`` applied a write, but fewer than ``required``
+    replicas confirmed it within ``timeout_ms`` (``WAIT``). The write is applied once and kept:
+    do not repeat it as new. ``acknowledged_by`` is how many replicas did confirm it."""
+
+    def __init__(self, acknowledged_by: int, required: int, timeout_ms: int) -> None:
+        self.acknowledged_by = acknowledged_by
+        self.required = required
+        self.timeout_ms = timeout_ms
+        super().__init__(
+            f"the write was applied but only {acknowledged_by} of {required} replica(s) confirmed it "
+            f"within {timeout_ms} ms"
+        )
+
+
 class StoreOutOfMemoryError(ContextStoreError):
     """Redis refused a write: it reached ``maxmemory`` and its policy evicts nothing
     (``noeviction``). The call changed nothing; free memory (remove, clear, compact, delete)
@@ -207,6 +222,12 @@ def _is_denied(exc: BaseException) -> bool:
     )
 
 
+def _is_cluster_unreachable(exc: BaseException) -> bool:
+    # no node answered while the cluster client re-read the slot map (a failover, a restart);
+    # its other RedisClusterExceptions (cross-slot keys, ...) are mistakes that retrying repeats
+    return isinstance(exc, rx.RedisClusterException) and "cannot be connected" in str(exc)
+
+
 def _is_busy(exc: BaseException) -> bool:
     # a script running too long elsewhere answers BUSY; it ends (or is killed) on its own
     return isinstance(exc, rx.ResponseError) and str(exc).startswith("BUSY")
@@ -221,6 +242,12 @@ _COME_BACK = (
     rx.ClusterDownError,
     rx.NoScriptError,
     OSError,
+    # a cluster client gave up following redirections (TTL exhausted: the slot is migrating or
+    # failing over) or found a slot no node serves yet: the command did not run
+    rx.ClusterError,
+    rx.SlotNotCoveredError,
+    # MOVED / ASK reached us: only from the node a replicated write talks to directly
+    rx.AskError,
 )
 
 #: redis-py exception (by predicate) -> (retryable, the exception to raise when giving up),
@@ -236,7 +263,7 @@ REDIS_ERRORS: list[tuple[Callable[[BaseException], bool], bool, Callable[[BaseEx
     (_is_denied, False, lambda e, where: PermissionDeniedError(f"Redis at {where} denied access: {e}")),
     (_is_busy, True, lambda e, where: ContextStoreError(f"Redis at {where} is busy running a script: {e}")),
     (
-        lambda e: isinstance(e, _COME_BACK),
+        lambda e: isinstance(e, _COME_BACK) or _is_cluster_unreachable(e),
         True,
         lambda e, where: StoreUnavailableError(f"Redis at {where} is unavailable: {e}"),
     ),
@@ -244,7 +271,7 @@ REDIS_ERRORS: list[tuple[Callable[[BaseException], bool], bool, Callable[[BaseEx
 ]
 
 #: what redis-py raises (the shells catch these and map them with ``from_redis``)
-REDIS_EXCEPTIONS = (rx.RedisError, OSError)
+REDIS_EXCEPTIONS = (rx.RedisError, rx.RedisClusterException, OSError)
 
 
 def _entry(exc: BaseException) -> tuple[bool, Callable[[BaseException, str], ContextStoreError]]:

@@ -6,21 +6,23 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable, Iterable
+from functools import partial
 from typing import Any, ClassVar, Generic, TypeVar, overload
 
 from typing_extensions import Unpack
 
-from .config import StoreLimits, StoreOptions, checked
+from .config import StoreLimits, StoreOptions, checked, durability_of
 from .embedded import EmbeddedServer
 from .errors import InvalidOptionsError, from_redis, is_retryable
-from .keys import validate_window_id, window_id_from_meta_key, window_id_of
+from .keys import meta_pattern, validate_window_id, window_id_from_meta_key, window_id_of
 from .metrics import Metrics
 from .plans.base import ScriptCall, Settings
 from .retry import RetryPolicy
 from .scripts import ScriptRegistry
 from .streams import StreamCall
 from .tokens import resolve_counter
-from .urls import describe_client, redact_url, scrub
+from .urls import cluster_url, describe_client, redact_url, scrub
 from .wire import unwrap_mutation
 
 S = TypeVar("S", bound="StoreBase")
@@ -48,6 +50,7 @@ def make_settings(options: StoreOptions) -> Settings:
         summarizer=options.get("summarizer"),
         relevance_scorer=options.get("relevance_scorer"),
         retry=retry,
+        durability=durability_of(options.get("durability", "none"), options.get("replicas"), options.get("timeout_ms")),
     )
 
 
@@ -60,6 +63,7 @@ class StoreBase:
     redis-py client class it uses (``redis.Redis`` or ``redis.asyncio.Redis``)."""
 
     _redis_class: ClassVar[Any]
+    _cluster_class: ClassVar[Any]
     _retry_class: ClassVar[Any]
 
     def __init__(self, client: Any, **options: Unpack[StoreOptions]) -> None:
@@ -68,6 +72,7 @@ class StoreBase:
         self._client = client
         self._owns_client = False
         self._server: EmbeddedServer | None = None
+        self._client_factory: Callable[[], Any] | None = None  # makes another client like ours
         self._where = describe_client(client)
         self._scripts = ScriptRegistry(client)
 
@@ -87,15 +92,21 @@ class StoreBase:
     @classmethod
     def from_url(cls: type[S], url: str, **options: Unpack[StoreOptions]) -> S:
         """Connect to a ``redis://``, ``rediss://`` or ``unix://`` URL (credentials included);
-        no I/O until the first operation."""
+        ``?cluster=true`` makes a Redis Cluster client (the URL names any node). No I/O until
+        the first operation."""
         try:
+            plain, cluster = cluster_url(str(url))
+            kind = cls._cluster_class if cluster else cls._redis_class
             # no retries inside redis-py: the store's RetryPolicy retries (safely, by request id)
-            client = cls._redis_class.from_url(url, retry=cls._no_retry())
+            client = kind.from_url(plain, retry=cls._no_retry())
+            factory = partial(kind.from_url, plain, retry=cls._no_retry())
         except (ValueError, TypeError) as exc:
             raise InvalidOptionsError(
                 f"invalid Redis URL {redact_url(str(url))}: {scrub(str(exc), str(url))}"
             ) from None
-        return cls._owning(client, redact_url(url), None, options)
+        store = cls._owning(client, redact_url(url), None, options)
+        store._client_factory = factory  # the asyncio store makes one client per event loop
+        return store
 
     @classmethod
     def embedded(cls: type[S], path: str | os.PathLike[str] | None = None, **options: Unpack[StoreOptions]) -> S:
@@ -111,13 +122,15 @@ class StoreBase:
         url = os.environ.get("CONTEXTSTORE_URL")
         return cls.from_url(url, **options) if url else cls.embedded(**options)
 
-    def _retry_delay(self, exc: Exception, attempt: int, call: ScriptCall | StreamCall) -> float:
-        """Seconds to wait before sending ``call`` again after its ``attempt``-th failure, or
-        raise the mapped error when ``exc`` is not retryable or the attempts are used up."""
+    def _retry_delay(self, exc: Exception, attempt: int, call: ScriptCall | StreamCall, started: float) -> float:
+        """Seconds to wait before sending ``call`` again after its ``attempt``-th failure (the
+        first at ``started``), or raise the mapped error when ``exc`` is not retryable or the
+        attempts or the policy's deadline are spent."""
         policy = self._settings.retry
         if policy is None or not is_retryable(exc):
             raise from_redis(exc, self._where) from exc
-        if attempt >= policy.attempts:
+        delay = policy.next_delay(attempt, started)
+        if delay is None:
             if attempt > 1:  # retries are routine (DEBUG); giving up is worth one WARNING
                 log.warning(
                     "gave up on %s on %s after %d attempts: %s: %s",
@@ -128,7 +141,6 @@ class StoreBase:
                     exc,
                 )
             raise from_redis(exc, self._where) from exc
-        delay = policy.delay(attempt)
         log.debug(
             "retrying %s on %s in %.3fs (attempt %d of %d failed: %s: %s)",
             _name(call),
@@ -153,8 +165,19 @@ class StoreBase:
         if self._server is not None and not self._server.started_here:
             self._server.ensure_running()  # blocking, once per process
 
-    def _window_id(self, key: bytes | str) -> str | None:
-        return window_id_from_meta_key(self._settings.prefix, key.decode() if isinstance(key, bytes) else key)
+    @property
+    def _meta_match(self) -> str:
+        """The SCAN pattern of this store's windows' meta keys."""
+        return meta_pattern(self._settings.prefix)
+
+    def _window_ids(self, keys: Iterable[bytes | str]) -> set[str]:
+        """The window ids of meta keys that SCAN found."""
+        found = set()
+        for key in keys:
+            wid = window_id_from_meta_key(self._settings.prefix, key.decode() if isinstance(key, bytes) else key)
+            if wid is not None:
+                found.add(wid)
+        return found
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._where}, prefix={self._settings.prefix!r})"

@@ -126,10 +126,16 @@ def _delivery(windows: dict[str, str], entries: Sequence[tuple[str, str, Any]]) 
     return got
 
 
+def _reads(windows: dict[str, str], start: str, one_call: bool) -> list[dict[str, str]]:
+    """The ``streams=`` of the XREADGROUP calls reading every window's stream from ``start``:
+    one call, or one per stream (a cluster's streams live in several slots)."""
+    return [dict.fromkeys(windows, start)] if one_call else [{k: start} for k in windows]
+
+
 def _new_rows(windows: dict[str, str], group_args: dict[str, Any], block: int | None, one_call: bool) -> RoundPlan:
     """One round of new events (XREADGROUP ``>``), delivered; returns whether any came."""
     got = False
-    for streams in [{k: ">" for k in windows}] if one_call else [{k: ">"} for k in windows]:
+    for streams in _reads(windows, ">", one_call):
         reply = yield StreamCall("xreadgroup", {**group_args, "streams": streams, "block": block if one_call else None})
         rows = _entries(reply)
         if rows:
@@ -188,9 +194,10 @@ def _consume(
             "xgroup_create", {"name": key, "groupname": group, "id": "0", "mkstream": True}, ignore=("BUSYGROUP",)
         )
     group_args = {"groupname": group, "consumername": consumer, "count": count}
-    own = _entries((yield StreamCall("xreadgroup", {**group_args, "streams": {k: "0" for k in windows}})))
-    if own:
-        yield Deliver(_delivery(windows, own))
+    for streams in _reads(windows, "0", one_call):  # what this consumer had pending
+        own = _entries((yield StreamCall("xreadgroup", {**group_args, "streams": streams})))
+        if own:
+            yield Deliver(_delivery(windows, own))
     waited = 0.0  # ms spent polling without a new event (several slots of a cluster)
     while True:
         claimed = yield from _claimed_rows(windows, group, consumer, count, claim_after_ms)

@@ -9,14 +9,15 @@ from types import TracebackType
 from typing import Any, Literal, TypeVar
 
 import redis
+import redis.cluster
 import redis.retry
 from typing_extensions import Unpack
 
-from . import _compacting, _streaming, compactor, streams
+from . import _compacting, _listing, _streaming, compactor, streams
 from ._direct import DirectEvalsha
-from .errors import REDIS_EXCEPTIONS, from_redis
+from .durability import run_replicated
+from .errors import REDIS_EXCEPTIONS
 from .events import Event, OtherEvent
-from .keys import meta_pattern
 from .plans import build as build_plans
 from .plans import compaction as compaction_plans
 from .plans import items as item_plans
@@ -53,6 +54,7 @@ class ContextStore(StoreBase):
     """
 
     _redis_class = redis.Redis
+    _cluster_class = redis.cluster.RedisCluster
     _retry_class = redis.retry.Retry
 
     @property
@@ -75,16 +77,20 @@ class ContextStore(StoreBase):
     def _execute(self, request: ScriptCall | External) -> Any:
         if isinstance(request, External):
             return request.call()
-        keys, argv, attempt = list(request.keys), request.argv(), 0
-        direct = self._direct
+        keys, argv, attempt, started = list(request.keys), request.argv(), 0, 0.0
+        direct, durable = self._direct, self._settings.durability if request.request else None
         while True:
             try:
+                if durable is not None:
+                    reply = run_replicated(self._client, self._scripts[request.name], keys, argv, durable)
+                    return self._answered(request, reply)
                 if direct is not None:
                     return self._answered(request, direct.evalsha(self._scripts[request.name], keys, argv))
                 return self._answered(request, self._scripts[request.name](keys=keys, args=argv))
             except REDIS_EXCEPTIONS as exc:
                 attempt += 1
-                delay = self._retry_delay(exc, attempt, request)
+                started = time.monotonic() if attempt == 1 else started
+                delay = self._retry_delay(exc, attempt, request, started)
             time.sleep(delay)
 
     def window(self, window_id: str, *, create: bool = True, **config: Unpack[WindowOptions]) -> ContextWindow:
@@ -104,16 +110,7 @@ class ContextStore(StoreBase):
 
     def windows(self) -> list[str]:
         """Sorted ids of every window under this store's prefix (every primary of a cluster)."""
-        found: set[str] = set()
-        self._ensure_server()
-        try:
-            for key in self._client.scan_iter(match=meta_pattern(self._settings.prefix), count=1000):
-                wid = self._window_id(key)
-                if wid is not None:
-                    found.add(wid)
-        except REDIS_EXCEPTIONS as exc:
-            raise from_redis(exc, self._where) from exc
-        return sorted(found)
+        return _listing.windows(self)
 
     def consume(
         self,

@@ -3,7 +3,23 @@
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+_TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
+
+
+def cluster_url(url: str) -> tuple[str, bool]:
+    """The URL without its ``cluster=`` query parameter, and whether that parameter asked for a
+    Redis Cluster client (``?cluster=true``). ``ValueError`` for another value."""
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    flags = [v.lower() for k, v in query if k == "cluster"]
+    if not flags:
+        return url, False
+    if any(f not in _TRUE + _FALSE for f in flags):
+        raise ValueError(f"cluster= must be true or false, not {flags[0]!r}")
+    rest = urlencode([(k, v) for k, v in query if k != "cluster"])
+    return urlunsplit(parts._replace(query=rest)), flags[-1] in _TRUE
 
 
 def _userinfo(url: str) -> tuple[str, str, str] | None:

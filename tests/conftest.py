@@ -19,7 +19,7 @@ import redis
 import contextstore as cs
 from contextstore.embedded import find_redis_server
 
-from support import RedisProcess, SyncProxy, redis7_binary, redis_version, testcontainers_url
+from support import RedisProcess, SyncProxy, raw_client, redis7_binary, redis_version, testcontainers_url
 
 # The version matrix: every test that uses the store runs once per server. REDIS_URL pins one.
 SERVERS = ["env"] if os.environ.get("REDIS_URL") else ["redis6.2", "redis7"]
@@ -57,7 +57,7 @@ def redis_url(redis_binary: str, request: pytest.FixtureRequest) -> Iterator[str
 @pytest.fixture
 def r(redis_url: str) -> Iterator[redis.Redis]:
     """A raw client, to look at keys the way redis-cli would."""
-    client = redis.Redis.from_url(redis_url)
+    client = raw_client(redis_url)
     yield client
     client.close()
 

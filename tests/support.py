@@ -19,10 +19,29 @@ from collections.abc import Iterator
 from typing import Any
 
 import redis
+import redis.asyncio
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+from redis.cluster import RedisCluster
 
 import contextstore as cs
 from contextstore.embedded import find_redis_server
 from contextstore.keys import window_keys
+from contextstore.urls import cluster_url
+
+
+def raw_client(url: str, kind: str = "sync", **options: Any) -> Any:
+    """A redis-py client of ``url`` (``kind`` "sync" or "async"), to look at keys the way
+    redis-cli would or to hand to a store: a cluster client for a ``?cluster=true`` URL
+    (``REDIS_URL`` may name a cluster), else a plain one."""
+    plain, cluster = cluster_url(url)
+    if kind == "sync":
+        return (RedisCluster if cluster else redis.Redis).from_url(plain, **options)
+    return (AsyncRedisCluster if cluster else redis.asyncio.Redis).from_url(plain, **options)
+
+
+def on_cluster(url: str) -> bool:
+    """True when ``url`` names a Redis Cluster (``?cluster=true``)."""
+    return cluster_url(url)[1]
 
 
 def key(prefix: str, window_id: str, name: str) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import os
 import threading
 import time
 
@@ -14,6 +15,8 @@ import redis.asyncio
 
 import contextstore as cs
 
+from support import on_cluster
+
 
 async def _add(store: cs.AsyncContextStore, wid: str, text: str) -> int:
     win = await store.window(wid)
@@ -21,8 +24,13 @@ async def _add(store: cs.AsyncContextStore, wid: str, text: str) -> int:
     return (await win.stats()).total_items
 
 
+# a caller's plain client is copied for other loops; a caller's cluster client cannot be (the
+# store says so), and one made by from_url(...?cluster=true) is made again per loop instead
+CALLERS_PLAIN_CLIENT = pytest.mark.skipif(on_cluster(os.environ.get("REDIS_URL", "")), reason="plain clients")
+
+
 def _named(url: str, name: str) -> str:
-    return f"{url}?client_name={name}"
+    return f"{url}{'&' if '?' in url else '?'}client_name={name}"
 
 
 def _no_clients(r, name: str, seconds: float = 5.0) -> bool:
@@ -89,7 +97,7 @@ def test_close_from_one_loop_closes_the_loops_still_running_elsewhere(redis_url,
     try:
         asyncio.run_coroutine_threadsafe(_add(store, "elsewhere", "from the thread's loop"), loop).result(30)
         assert asyncio.run(_add(store, "elsewhere", "from the main thread")) == 2
-        assert _clients(r, prefix) == 1  # the thread's loop still holds its connection
+        assert _clients(r, prefix) >= 1  # the thread's loop still holds its connection(s)
         asyncio.run(store.close())
         assert _no_clients(r, prefix)
     finally:
@@ -98,6 +106,7 @@ def test_close_from_one_loop_closes_the_loops_still_running_elsewhere(redis_url,
         loop.close()
 
 
+@CALLERS_PLAIN_CLIENT
 def test_a_callers_client_is_used_on_its_loop_and_copied_for_others(redis_url, prefix, r):
     async def main() -> tuple[cs.AsyncContextStore, redis.asyncio.Redis]:
         client = redis.asyncio.Redis.from_url(redis_url)
@@ -114,6 +123,7 @@ def test_a_callers_client_is_used_on_its_loop_and_copied_for_others(redis_url, p
     loop.close()
 
 
+@CALLERS_PLAIN_CLIENT
 def test_a_client_bound_to_another_loop_is_a_contextstore_error(redis_url, prefix):
     """A caller's client that redis-py already bound to another loop: a typed error that says
     what to do, not redis-py's RuntimeError (and no hang)."""

@@ -7,7 +7,6 @@ import json
 import multiprocessing as mp
 
 import pytest
-import redis
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
@@ -16,7 +15,7 @@ import contextstore as cs
 
 from _workers import tool_turns
 from chat_rules import check_anthropic, check_openai, groups_whole
-from support import events
+from support import events, raw_client
 
 STRATEGIES = ["remove_oldest", "remove_low_priority", "clear_tool_results"]
 PLAIN = ["user_message", "assistant_message", "retrieved_document", "code", "tool_result"]
@@ -204,5 +203,5 @@ def test_four_workers_run_tool_calling_turns_on_one_window(redis_url, r, prefix)
     assert set(added) == present | removed and not present & removed  # each item present or accounted for
     assert cleared and cleared <= set(added)
     assert {e["item_id"] for e in ev if e["event"] == "item_added"} == set(added)
-    client = redis.Redis.from_url(redis_url)
+    client = raw_client(redis_url)
     client.close()

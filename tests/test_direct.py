@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import os
+
+import pytest
 import redis
 import redis.asyncio
 
 import contextstore as cs
 from contextstore._direct import pack
+
+from support import on_cluster
+
+# the lean path serves plain clients only; a cluster client routes each call itself
+pytestmark = pytest.mark.skipif(on_cluster(os.environ.get("REDIS_URL", "")), reason="plain Redis only")
 
 
 def test_pack_is_resp_array_of_bulk_strings():

@@ -15,7 +15,7 @@ import redis.asyncio
 
 import contextstore as cs
 
-from support import key, open_store
+from support import key, open_store, raw_client
 
 
 @pytest.fixture
@@ -113,7 +113,7 @@ def test_from_env(monkeypatch, redis_url, server_path, prefix, kind):
     monkeypatch.setenv("CONTEXTSTORE_URL", redis_url)
     with open_store(kind, env=True, prefix=prefix) as s:
         s.window("env").add("x")
-    raw = redis.Redis.from_url(redis_url)
+    raw = raw_client(redis_url)
     assert raw.exists(key(prefix, "env", "meta"))
     raw.close()
     monkeypatch.delenv("CONTEXTSTORE_URL")
@@ -125,7 +125,7 @@ def test_from_env(monkeypatch, redis_url, server_path, prefix, kind):
 
 
 def _client(kind, url, **kw):
-    return (redis.Redis if kind == "sync" else redis.asyncio.Redis).from_url(url, **kw)
+    return raw_client(url, kind, **kw)
 
 
 @pytest.mark.parametrize("kind", ["sync", "async"])

@@ -36,6 +36,8 @@ def _sample(cls: type[cs.ContextStoreError]) -> cs.ContextStoreError:
         return cls("no-such-window")
     if cls is cs.SummaryNotFoundError:
         return cls("ctx-7.0", "its archive entry expired")
+    if cls is cs.ReplicationTimeoutError:
+        return cls(0, 1, 1000)
     return cls(f"{cls.__name__} happened: details 42")
 
 

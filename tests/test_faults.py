@@ -20,7 +20,7 @@ import contextstore as cs
 from _fault_workers import big_adds_forever, journal_adds, payload, stress
 from _proxy import CuttingProxy
 from _workers import add_sync
-from support import RedisProcess, events, open_store
+from support import RedisProcess, events, open_store, raw_client
 
 pytestmark = pytest.mark.slow
 SPAWN = mp.get_context("spawn")
@@ -207,7 +207,7 @@ def test_script_flush_under_load_loses_nothing(redis_url, r, prefix):
 
     def flusher() -> None:
         nonlocal flushes
-        other = redis.Redis.from_url(redis_url)
+        other = raw_client(redis_url)
         while not stop.is_set():
             other.script_flush()
             flushes += 1

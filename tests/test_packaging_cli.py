@@ -8,12 +8,11 @@ import zipfile
 from pathlib import Path
 
 import pytest
-import redis
 
 import contextstore as cs
 from contextstore import scripts
 
-from support import key
+from support import key, raw_client
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -83,7 +82,7 @@ def test_cli_demo_and_inspection(redis_url, prefix):
     missing = _cli("--url", redis_url, "--prefix", prefix, "verify", "nope")
     assert missing.returncode == 1 and "does not exist" in missing.stderr
     assert _cli("--url", redis_url, "--prefix", prefix, "windows").stdout.split() == ["demo"]  # not created
-    client = redis.Redis.from_url(redis_url)
+    client = raw_client(redis_url)
     client.hset(key(prefix, "demo", "meta"), "tokens", "1")  # break a counter
     client.close()
     broken = _cli("--url", redis_url, "--prefix", prefix, "verify", "demo")

@@ -7,14 +7,13 @@ import asyncio
 import itertools
 
 import pytest
-import redis
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
 import contextstore as cs
 
-from support import SyncProxy, check_invariants, dump_window
+from support import SyncProxy, check_invariants, dump_window, raw_client
 
 _n = itertools.count()
 
@@ -39,7 +38,7 @@ class WindowMachine(RuleBasedStateMachine):
     def __init__(self, url: str, prefix: str, api: str) -> None:
         super().__init__()
         self.prefix = prefix
-        self.raw = redis.Redis.from_url(url)
+        self.raw = raw_client(url)
         self.loop = asyncio.new_event_loop() if api == "async" else None
         helpers = {"summarizer": _summarize, "relevance_scorer": _score}
         if api == "sync":

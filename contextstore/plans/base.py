@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from .. import wire
+from ..config import Durability
 from ..errors import InvalidOptionsError, from_helper
 from ..itemcache import ItemCache
 from ..keys import WindowKeys
@@ -121,6 +122,7 @@ class Settings:
     summarizer: Any = None
     relevance_scorer: Any = None
     retry: RetryPolicy | None = None
+    durability: Durability | None = None  # durability="replicated": WAIT after each write
     joint_count: Callable[[str], int] = field(init=False)  # memoised counter.count (build joints)
     item_cache: ItemCache = field(init=False)  # the items builds have read (itemcache.py)
     _placeholder_tokens: int = field(init=False, default=0)

@@ -1,0 +1,83 @@
+"""``store.windows()``: SCAN every primary for the windows' meta keys, and scan again while a
+cluster's slots move (``topology.py``); a failed pass is retried under the store's policy, like
+a script call. The sync and asyncio forms differ only in awaiting."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Any
+
+from .errors import REDIS_EXCEPTIONS
+from .keys import is_cluster
+from .streams import StreamCall
+from .topology import WINDOW_SCAN_PASSES, Layout, layout_of
+
+if TYPE_CHECKING:
+    from .aio import AsyncContextStore
+    from .sync import ContextStore
+
+#: what ``windows()`` retries, as its log lines name it
+WINDOWS_SCAN = StreamCall("scan", {})
+_NODES = ("CLUSTER NODES",)
+
+
+def _layout(client: Any) -> Layout | None:
+    return layout_of(client.execute_command(*_NODES, target_nodes="primaries")) if is_cluster(client) else ()
+
+
+def _passes(store: ContextStore) -> list[str]:
+    found: set[str] = set()
+    client = store._client
+    for _ in range(WINDOW_SCAN_PASSES):
+        before = _layout(client)
+        found.update(store._window_ids(client.scan_iter(match=store._meta_match, count=1000)))
+        if before is not None and before == _layout(client):
+            break
+    return sorted(found)
+
+
+def windows(store: ContextStore) -> list[str]:
+    """Sorted ids of every window under the store's prefix (every primary of a cluster)."""
+    store._ensure_server()
+    attempt, started = 0, 0.0
+    while True:
+        try:
+            return _passes(store)
+        except REDIS_EXCEPTIONS as exc:
+            attempt += 1
+            started = time.monotonic() if attempt == 1 else started
+            delay = store._retry_delay(exc, attempt, WINDOWS_SCAN, started)
+        time.sleep(delay)
+
+
+async def _alayout(client: Any) -> Layout | None:
+    if not is_cluster(client):
+        return ()
+    return layout_of(await client.execute_command(*_NODES, target_nodes="primaries"))
+
+
+async def _apasses(store: AsyncContextStore, client: Any) -> list[str]:
+    found: set[str] = set()
+    for _ in range(WINDOW_SCAN_PASSES):
+        before = await _alayout(client)
+        found.update(store._window_ids([k async for k in client.scan_iter(match=store._meta_match, count=1000)]))
+        if before is not None and before == await _alayout(client):
+            break
+    return sorted(found)
+
+
+async def awindows(store: AsyncContextStore) -> list[str]:
+    """``windows`` for the asyncio store."""
+    store._ensure_server()
+    attempt, started = 0, 0.0
+    while True:
+        try:
+            return await _apasses(store, (await store._loops.current()).client)
+        except REDIS_EXCEPTIONS as exc:
+            attempt += 1
+            started = time.monotonic() if attempt == 1 else started
+            delay = store._retry_delay(exc, attempt, WINDOWS_SCAN, started)
+        except RuntimeError as exc:
+            raise store._loop_error(exc) from exc
+        await asyncio.sleep(delay)

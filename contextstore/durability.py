@@ -1,0 +1,119 @@
+"""``durability="replicated"``: a mutation is acknowledged only once replicas have it.
+
+Redis replicates asynchronously, so a primary that fails right after answering can take an
+acknowledged write with it. With this option every mutating script is followed, on the same
+connection and in the same write (a pipeline of two commands), by ``WAIT <replicas>
+<timeout_ms>``, which returns how many replicas have everything that connection wrote. Fewer
+than asked raises ``ReplicationTimeoutError``: the write is applied (once), it is only not known
+to be on a replica. WAIT must run on the connection that ran the script, so on a cluster the pair
+goes to the node that owns the window's slot, over that node's own connection pool.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis.exceptions as rx
+
+from ._direct import conn_args, pack
+from .config import Durability
+from .keys import is_cluster
+
+
+def _request(script: Any, keys: list[str], argv: list[Any], d: Durability) -> bytes:
+    return pack(["EVALSHA", script.sha, len(keys), *keys, *argv]) + pack(["WAIT", d.replicas, d.timeout_ms])
+
+
+def _outcome(replies: list[Any]) -> tuple[Any, int]:
+    """The script's reply and the WAIT count; the first error raised once both were read."""
+    for r in replies:
+        if isinstance(r, Exception):
+            raise r
+    return replies[0], int(replies[1])
+
+
+def _sync_target(client: Any, key: str) -> Any:
+    """The ``redis.Redis`` that serves ``key``: the client, or its slot's primary on a cluster."""
+    return client.get_node_from_key(key).redis_connection if is_cluster(client) else client
+
+
+def _sync_pair(target: Any, script: Any, keys: list[str], argv: list[Any], d: Durability) -> tuple[Any, int]:
+    pool = target.connection_pool
+    conn = pool.get_connection(*conn_args(pool))
+    try:
+        conn.send_packed_command([_request(script, keys, argv, d)])
+        replies: list[Any] = []
+        for _ in range(2):
+            try:
+                replies.append(conn.read_response())
+            except rx.ResponseError as exc:  # a whole reply was read: keep reading
+                replies.append(exc)
+    except BaseException:
+        conn.disconnect()
+        raise
+    finally:
+        pool.release(conn)
+    return _outcome(replies)
+
+
+def run_replicated(client: Any, script: Any, keys: list[str], argv: list[Any], d: Durability) -> Any:
+    """Run ``script`` and WAIT on one connection of the node that owns ``keys``; its reply."""
+    target = _sync_target(client, keys[0])
+    try:
+        try:
+            reply, acked = _sync_pair(target, script, keys, argv, d)
+        except rx.NoScriptError:
+            target.script_load(script.script)
+            reply, acked = _sync_pair(target, script, keys, argv, d)
+    except (rx.AskError, rx.ConnectionError, rx.TimeoutError):
+        if is_cluster(client):
+            client.nodes_manager.initialize()  # the slot moved or its node failed: look again
+        raise
+    d.check(reply, acked)
+    return reply
+
+
+async def _async_pair(client: Any, script: Any, keys: list[str], argv: list[Any], d: Durability) -> tuple[Any, int]:
+    if is_cluster(client):
+        node = client.get_node_from_key(keys[0])
+        conn, release = node.acquire_connection(), node.release
+    else:
+        conn = await client.connection_pool.get_connection(*conn_args(client.connection_pool))
+        release = client.connection_pool.release
+    try:
+        await conn.send_packed_command(_request(script, keys, argv, d))
+        replies: list[Any] = []
+        for _ in range(2):
+            try:
+                replies.append(await conn.read_response())
+            except rx.ResponseError as exc:
+                replies.append(exc)
+    except BaseException:
+        await conn.disconnect()
+        raise
+    finally:
+        released = release(conn)
+        if released is not None:
+            await released
+    return _outcome(replies)
+
+
+async def arun_replicated(client: Any, script: Any, keys: list[str], argv: list[Any], d: Durability) -> Any:
+    """``run_replicated`` for the asyncio clients."""
+    if is_cluster(client):
+        await client.initialize()
+    try:
+        try:
+            reply, acked = await _async_pair(client, script, keys, argv, d)
+        except rx.NoScriptError:
+            if is_cluster(client):
+                await client.get_node_from_key(keys[0]).execute_command("SCRIPT", "LOAD", script.script)
+            else:
+                await client.script_load(script.script)
+            reply, acked = await _async_pair(client, script, keys, argv, d)
+    except (rx.AskError, rx.ConnectionError, rx.TimeoutError):
+        if is_cluster(client):
+            await client.nodes_manager.initialize()
+        raise
+    d.check(reply, acked)
+    return reply

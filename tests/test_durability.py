@@ -1,0 +1,125 @@
+"""``durability="replicated"`` (WAIT after every write, on the connection that wrote), the retry
+policy's deadline, and ``from_url(...?cluster=true)``, on servers the tests start themselves."""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import socket
+import time
+from collections.abc import Iterator
+
+import pytest
+import redis
+from cluster_support import LocalCluster
+
+import contextstore as cs
+from contextstore.retry import RetryPolicy
+
+from support import RedisProcess, key, open_store
+
+
+@pytest.fixture
+def replicated(redis_binary: str) -> Iterator[tuple[RedisProcess, RedisProcess]]:
+    """A primary and one replica of it, in sync."""
+    primary = RedisProcess(binary=redis_binary).start()
+    replica = RedisProcess("--replicaof", "127.0.0.1", str(primary.port), binary=redis_binary).start()
+    with redis.Redis(port=replica.port) as c:
+        deadline = time.monotonic() + 20
+        while c.info("replication").get("master_link_status") != "up":
+            assert time.monotonic() < deadline, "replica did not sync"
+            time.sleep(0.05)
+    yield primary, replica
+    replica.stop()
+    primary.stop()
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_replicated_write_is_on_the_replica_when_acknowledged(replicated, kind):
+    primary, replica = replicated
+    with open_store(kind, url=primary.url, prefix="dur", durability="replicated", timeout_ms=5000) as store:
+        w = store.window("w", max_items=100)
+        items = [w.add(f"message {i}", type="user_message", role="user") for i in range(20)]
+        with redis.Redis(port=replica.port) as r:  # read right away: WAIT already saw it there
+            assert r.hlen(key("dur", "w", "items")) == 20
+            assert r.hget(key("dur", "w", "items"), items[-1].id)
+        assert w.pin(items[0].id or "") is True and w.remove(items[1].id or "") is True
+        assert w.build()  # reads do not wait
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_write_no_replica_confirms_raises_but_is_applied_once(replicated, kind):
+    primary, replica = replicated
+    with open_store(kind, url=primary.url, prefix="dur", durability="replicated", timeout_ms=300) as store:
+        w = store.window("w", max_items=100)
+        w.add("before")
+        replica.stop()
+        with pytest.raises(cs.ReplicationTimeoutError) as info:
+            w.add("after")
+        err = info.value
+        assert (err.acknowledged_by, err.required, err.timeout_ms) == (0, 1, 300)
+        again = pickle.loads(pickle.dumps(err))
+        assert (again.acknowledged_by, again.required, again.timeout_ms, str(again)) == (0, 1, 300, str(err))
+        assert [i.content for i in w.items()] == ["before", "after"]  # applied, once
+        assert w.verify().ok
+
+
+def test_durability_options_are_checked(redis_url):
+    for bad in (
+        {"durability": "sync"},
+        {"durability": "replicated", "replicas": 0},
+        {"durability": "replicated", "timeout_ms": 0},
+        {"replicas": 2},
+    ):
+        with pytest.raises(cs.InvalidOptionsError):
+            cs.ContextStore.from_url(redis_url, **bad)
+    with pytest.raises(cs.InvalidOptionsError, match="cluster"):
+        cs.ContextStore.from_url(redis_url + "?cluster=maybe")
+
+
+def test_retry_policy_deadline():
+    policy = RetryPolicy(attempts=50, base=1.0, cap=1.0, deadline_s=0.5)
+    started = time.monotonic()
+    assert policy.next_delay(50, started) is None  # attempts spent
+    assert 0 <= (policy.next_delay(1, started) or 0) <= 0.5  # never sleeps past the deadline
+    assert policy.next_delay(1, started - 0.6) is None  # time spent
+    for bad in ({"deadline_s": -1}, {"attempts": 0}, {"deadline_s": True}):
+        with pytest.raises(cs.InvalidOptionsError):
+            RetryPolicy(**bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_retries_stop_at_the_deadline(kind, caplog):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    policy = RetryPolicy(attempts=10_000, base=0.01, cap=0.02, deadline_s=0.6)
+    started = time.monotonic()
+    with (
+        caplog.at_level(logging.DEBUG, logger="contextstore"),
+        open_store(kind, url=f"redis://127.0.0.1:{port}/0", retry=policy) as store,
+        pytest.raises(cs.StoreUnavailableError),
+    ):
+        store.window("w")
+    elapsed = time.monotonic() - started
+    retries = [r for r in caplog.records if r.getMessage().startswith("retrying")]
+    assert 0.5 <= elapsed < 20 and len(retries) > 5  # many tries, then the deadline ended them
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_from_url_with_cluster_true_makes_a_cluster_client(redis_binary, kind):
+    cluster = LocalCluster(primaries=3, binary=redis_binary).start()
+    try:
+        with open_store(kind, url=cluster.url(), prefix="u") as store:
+            ids = [f"agent-{i}" for i in range(9)]
+            for wid in ids:
+                store.window(wid).add(f"hello from {wid}")
+            assert store.windows() == sorted(ids)
+            assert "Cluster" in type(getattr(store, "_store", store)._client).__name__
+        with open_store(kind, url=cluster.url(), prefix="u", durability="replicated", timeout_ms=200) as store:
+            with pytest.raises(cs.ReplicationTimeoutError):  # this cluster has no replicas
+                store.window("agent-0").add("unreplicated")
+            assert [i.content for i in store.window("agent-0").items()][-1] == "unreplicated"
+    finally:
+        cluster.stop()
