@@ -4,11 +4,9 @@ a script call. The sync and asyncio forms differ only in awaiting."""
 
 from __future__ import annotations
 
-import asyncio
-import time
 from typing import TYPE_CHECKING, Any
 
-from .errors import REDIS_EXCEPTIONS
+from ._streaming import aretried, retried
 from .keys import is_cluster
 from .streams import StreamCall
 from .topology import WINDOW_SCAN_PASSES, Layout, layout_of
@@ -40,15 +38,7 @@ def _passes(store: ContextStore) -> list[str]:
 def windows(store: ContextStore) -> list[str]:
     """Sorted ids of every window under the store's prefix (every primary of a cluster)."""
     store._ensure_server()
-    attempt, started = 0, 0.0
-    while True:
-        try:
-            return _passes(store)
-        except REDIS_EXCEPTIONS as exc:
-            attempt += 1
-            started = time.monotonic() if attempt == 1 else started
-            delay = store._retry_delay(exc, attempt, WINDOWS_SCAN, started)
-        time.sleep(delay)
+    return retried(store, WINDOWS_SCAN, lambda: _passes(store))  # type: ignore[no-any-return]
 
 
 async def _alayout(client: Any) -> Layout | None:
@@ -70,14 +60,5 @@ async def _apasses(store: AsyncContextStore, client: Any) -> list[str]:
 async def awindows(store: AsyncContextStore) -> list[str]:
     """``windows`` for the asyncio store."""
     store._ensure_server()
-    attempt, started = 0, 0.0
-    while True:
-        try:
-            return await _apasses(store, (await store._loops.current()).client)
-        except REDIS_EXCEPTIONS as exc:
-            attempt += 1
-            started = time.monotonic() if attempt == 1 else started
-            delay = store._retry_delay(exc, attempt, WINDOWS_SCAN, started)
-        except RuntimeError as exc:
-            raise store._loop_error(exc) from exc
-        await asyncio.sleep(delay)
+    client = (await store._loops.current()).client
+    return await aretried(store, WINDOWS_SCAN, lambda: _apasses(store, client))  # type: ignore[no-any-return]

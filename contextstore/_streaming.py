@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from . import streams
@@ -22,11 +22,13 @@ def _ignored(exc: Exception, call: StreamCall) -> bool:
     return any(str(exc).startswith(prefix) for prefix in call.ignore)
 
 
-def _call(store: ContextStore, call: StreamCall) -> Any:
+def retried(store: ContextStore, call: StreamCall, run: Callable[[], Any]) -> Any:
+    """``run()`` under the store's retry policy (``call`` names it and lists the error texts
+    that answer None)."""
     attempt, started = 0, 0.0
     while True:
         try:
-            return getattr(store._client, call.method)(*call.args, **call.kwargs)
+            return run()
         except REDIS_EXCEPTIONS as exc:
             if _ignored(exc, call):
                 return None
@@ -34,6 +36,10 @@ def _call(store: ContextStore, call: StreamCall) -> Any:
             started = time.monotonic() if attempt == 1 else started
             delay = store._retry_delay(exc, attempt, call, started)
         time.sleep(delay)
+
+
+def _call(store: ContextStore, call: StreamCall) -> Any:
+    return retried(store, call, lambda: getattr(store._client, call.method)(*call.args, **call.kwargs))
 
 
 def values(store: ContextStore, plan: StreamPlan) -> Iterator[Any]:
@@ -53,10 +59,15 @@ def values(store: ContextStore, plan: StreamPlan) -> Iterator[Any]:
 
 async def _acall(store: AsyncContextStore, call: StreamCall) -> Any:
     client = (await store._loops.current()).client
+    return await aretried(store, call, lambda: getattr(client, call.method)(*call.args, **call.kwargs))
+
+
+async def aretried(store: AsyncContextStore, call: StreamCall, run: Callable[[], Awaitable[Any]]) -> Any:
+    """``retried`` for the asyncio store; a client bound to another loop is a ContextStoreError."""
     attempt, started = 0, 0.0
     while True:
         try:
-            return await getattr(client, call.method)(*call.args, **call.kwargs)
+            return await run()
         except REDIS_EXCEPTIONS as exc:
             if _ignored(exc, call):
                 return None
