@@ -208,7 +208,7 @@ def build(
     key = render_key(options.order, relevance)
     while True:
         ordered = sorted(pinned + members(chosen), key=key)
-        content = options.section_separator.join(costs.render(i) for i in ordered)
+        content = options.section_separator.join([costs.render(i) for i in ordered])
         total = counter.count(content) if options.exact_tokens else costs.total(ordered)
         if budget is None or total <= budget:
             return Built(content, total, ordered, excluded, choice.omitted)

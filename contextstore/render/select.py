@@ -8,6 +8,7 @@ unit that does not fit is skipped whole.
 
 from __future__ import annotations
 
+import sys
 from bisect import insort
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -112,7 +113,7 @@ class Units:
     """What a build chooses from, worked out once per listing of a window's items: its units,
     the pinned ones, and the others in build-order offer order."""
 
-    __slots__ = ("all", "by_group", "costs", "items", "messages", "offers", "pinned")
+    __slots__ = ("all", "by_group", "costs", "items", "messages", "offers", "pinned", "tables")
 
     def __init__(self, items: Sequence[ContextItem], units: list[Unit] | None = None) -> None:
         #: the items these units were made of
@@ -129,6 +130,8 @@ class Units:
         self.messages = sum(u.messages for u in self.offers)
         #: a cost format's key -> unit -> its cost (``choose``'s ``cost_key``)
         self.costs: dict[Any, dict[Unit, int]] = {}
+        #: a cost format's key -> the ``OfferTable`` of ``offers`` under it
+        self.tables: dict[Any, OfferTable] = {}
 
     def grown(self, items: Sequence[ContextItem], added: Sequence[ContextItem]) -> Units:
         """The units of ``items``: these units' items and ``added`` (in arrival order). An added
@@ -160,6 +163,7 @@ class Units:
                 insort(grown.offers, unit, key=lambda u: _offer_key(u, build_key))
         grown.messages = sum(u.messages for u in grown.offers)
         grown.costs = {k: {u: c for u, c in v.items() if id(u) not in gone} for k, v in self.costs.items()}
+        grown.tables = {}
         return grown
 
 
@@ -223,6 +227,40 @@ def candidates(units: Units, options: BuildOptions, key: Key = build_key) -> tup
     return offered, [i.id or "" for i in sorted(left, key=lambda i: i.seq)]
 
 
+class OfferTable:
+    """The offered units' costs laid out for one pass of ``choose``: ``costs[i]`` is unit i's
+    cost, ``floor[i]`` the cheapest cost from unit i on (so once the room left is below it,
+    every later unit is excluded at once), and ``ids[starts[i]:]`` the ids of unit i onwards."""
+
+    __slots__ = ("costs", "floor", "ids", "starts")
+
+    def __init__(self, offered: Sequence[Unit], known: dict[Unit, int], cost: Callable[[Unit], int]) -> None:
+        self.costs = [known[u] if u in known else known.setdefault(u, cost(u)) for u in offered]
+        floor = [0] * (len(offered) + 1)
+        floor[-1] = sys.maxsize
+        for i in range(len(offered) - 1, -1, -1):
+            floor[i] = min(self.costs[i], floor[i + 1])
+        self.floor = floor
+        self.ids: list[str] = []
+        self.starts: list[int] = []
+        for unit in offered:
+            self.starts.append(len(self.ids))
+            self.ids += unit.ids()
+        self.starts.append(len(self.ids))
+
+
+def _table(units: Units, offered: list[Unit], cost_key: Any, cost: Callable[[Unit], int]) -> OfferTable:
+    """The ``OfferTable`` of ``offered``, kept with ``units`` when it is their every unpinned unit
+    (the usual build) and ``cost_key`` names the costs."""
+    known: dict[Unit, int] = units.costs.setdefault(cost_key, {}) if cost_key is not None else {}
+    if cost_key is None or offered is not units.offers:
+        return OfferTable(offered, known, cost)
+    table = units.tables.get(cost_key)
+    if table is None:
+        table = units.tables[cost_key] = OfferTable(offered, known, cost)
+    return table
+
+
 class Choice(msgspec.Struct):
     """What a build takes: pinned units, chosen units (in the order chosen), excluded ids."""
 
@@ -250,21 +288,22 @@ def choose(
     units = units_for(items, memo)
     pinned = units.pinned
     offered, omitted = candidates(units, options, key)
-    known: dict[Unit, int] = units.costs.setdefault(cost_key, {}) if cost_key is not None else {}
     used = base + sum(cost(u) for u in pinned)
+    table = _table(units, offered, cost_key, cost)
+    costs, floor, ids, starts = table.costs, table.floor, table.ids, table.starts
+    if budget is None:
+        return Choice(pinned, list(offered), [], omitted, used + sum(costs))
     chosen: list[Unit] = []
     excluded: list[str] = []
-    for unit in offered:
-        c = known.get(unit)
-        if c is None:
-            c = known[unit] = cost(unit)
-        if budget is None or used + c <= budget:
-            chosen.append(unit)
+    for i, c in enumerate(costs):
+        if used + c <= budget:
+            chosen.append(offered[i])
             used += c
-        elif len(unit.items) == 1:
-            excluded.append(unit.items[0].id or "")
-        else:
-            excluded += unit.ids()
+            continue
+        if budget - used < floor[i + 1]:  # no later unit fits either
+            excluded += ids[starts[i] :]
+            break
+        excluded += ids[starts[i] : starts[i + 1]]
     return Choice(pinned, chosen, excluded, omitted, used)
 
 

@@ -1,0 +1,79 @@
+"""The budget pass of a build (``render.select.choose``) against the rule it implements, written
+the plain way: offer each candidate unit in turn, take it if it fits, else exclude it. ``choose``
+stops early once nothing later can fit and keeps its cost table between builds; neither may change
+what is chosen or excluded. Pure: no store is involved."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from contextstore import BuildOptions, ContextItem, ItemType
+from contextstore.render.select import Unit, candidates, choose, units_for
+
+TYPES = [ItemType.USER_MESSAGE, ItemType.ASSISTANT_MESSAGE, ItemType.RETRIEVED_DOCUMENT, ItemType.CODE]
+
+
+@st.composite
+def windows(draw: st.DrawFn) -> tuple[list[ContextItem], dict[int, int]]:
+    """Items (some pinned, some in groups of several) and a token cost per item seq."""
+    n = draw(st.integers(0, 40))
+    items, costs = [], {}
+    for seq in range(1, n + 1):
+        group = draw(st.sampled_from([None, None, None, "g1", "g2", "g3"]))
+        items.append(
+            ContextItem(
+                content=f"item {seq}",
+                type=draw(st.sampled_from(TYPES)),
+                priority=draw(st.integers(0, 100)),
+                pinned=draw(st.booleans()) and draw(st.booleans()),
+                group=group,
+                id=f"ctx-{seq}",
+                seq=seq,
+            )
+        )
+        costs[seq] = draw(st.integers(1, 60))
+    return items, costs
+
+
+def _plain(offered: list[Unit], budget: int | None, cost: Any, used: int) -> tuple[list[Unit], list[str], int]:
+    chosen: list[Unit] = []
+    excluded: list[str] = []
+    for unit in offered:
+        c = cost(unit)
+        if budget is None or used + c <= budget:
+            chosen.append(unit)
+            used += c
+        else:
+            excluded += unit.ids()
+    return chosen, excluded, used
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    window=windows(),
+    budgets=st.lists(st.one_of(st.none(), st.integers(0, 1500)), min_size=1, max_size=4),
+    history=st.integers(0, 40),
+)
+def test_choose_takes_and_excludes_exactly_what_offering_each_unit_in_turn_does(
+    window: tuple[list[ContextItem], dict[int, int]], budgets: list[int | None], history: int
+) -> None:
+    items, costs = window
+    options = BuildOptions(max_history_items=history)
+
+    def cost(unit: Unit) -> int:
+        return sum(costs[i.seq] for i in unit.items)
+
+    memo: dict[str, Any] = {}  # one listing built several times, as the item cache does
+    for budget in budgets:
+        got = choose(items, options, budget, cost, base=3, memo=memo, cost_key="costs")
+        units = units_for(items, memo)
+        offered, omitted = candidates(units, options)
+        chosen, excluded, used = _plain(offered, budget, cost, 3 + sum(cost(u) for u in units.pinned))
+        assert [u.ids() for u in got.chosen] == [u.ids() for u in chosen]
+        assert got.excluded == excluded
+        assert got.omitted == omitted
+        assert got.used == used
+        assert got.pinned == units.pinned
