@@ -13,6 +13,7 @@ from cluster_support import LocalCluster
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
+from redis.exceptions import AskError, TryAgainError
 
 import contextstore as cs
 
@@ -100,3 +101,32 @@ def test_a_consumer_group_over_windows_in_several_slots(cluster):
             seen.extend(e.window_id for e in batch if e.kind == "item_added")
             batch.ack()
         assert sorted(seen) == ids  # one read per stream: a cluster refuses cross-slot XREADGROUP
+
+
+def test_why_scripts_declare_every_key_a_script_creating_an_undeclared_key_in_a_migrating_slot_fails_midway(
+    redis_binary,
+):
+    """The reason scripts declare all of a window's keys, present or not (docs/scaling.md): on
+    the node a slot is migrating from, a script may run when all of its declared keys exist,
+    but a command inside it that creates an undeclared key is refused *after* the script's
+    earlier writes stayed applied (Redis has no rollback). Declaring the missing key instead
+    makes Redis refuse the whole call before anything runs, which the store retries."""
+    c = LocalCluster(primaries=2, binary=redis_binary).start()
+    try:
+        meta, pinned = "cs:{w}:meta", "cs:{w}:pinned"
+        slot = key_slot(meta.encode())
+        source = c.owner(slot)
+        target = next(p for p in c.ports if p != source)
+        node = c.node(source)
+        node.hset(meta, "seq", 1)
+        c.node(target).execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", c.node_id(source))
+        node.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", c.node_id(target))
+        creates = "redis.call('HSET', KEYS[1], 'seq', 2); return redis.call('SADD', ARGV[1], 'ctx-1')"
+        with pytest.raises(redis.ResponseError, match="non local key"):
+            node.eval(creates, 1, meta, pinned)
+        assert node.hget(meta, "seq") == b"2"  # the first write stayed: half a script ran
+        with pytest.raises((AskError, TryAgainError)):  # declared: refused before it runs
+            node.eval("redis.call('HSET', KEYS[1], 'seq', 3); return 1", 2, meta, pinned)
+        assert node.hget(meta, "seq") == b"2"
+    finally:
+        c.stop()
