@@ -15,7 +15,7 @@ import jsonschema
 import pytest
 import yaml
 
-from contextstore.cli import parser
+from contextstore.cli import cli
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -76,7 +76,9 @@ def test_the_demo_services_run_a_command_that_parses(compose, service, url, prof
     script = _flat(s["command"])
     assert "pip install" in script
     argv = shlex.split(script[script.index("contextstore ") :])[1:]
-    args = parser().parse_args(argv)
-    assert args.cmd == "demo" and args.url == url and args.workers == 4
+    verb = argv.index("demo")  # global options, the verb, its options
+    top = cli.make_context("contextstore", argv[:verb])
+    sub = cli.commands["demo"].make_context("demo", argv[verb + 1 :], parent=top)
+    assert top.params["url"] == url and sub.params["workers"] == 4
     target = "cluster-init" if profile == "cluster" else "redis"
     assert target in s["depends_on"]

@@ -73,8 +73,8 @@ def test_cli_demo_and_inspection(redis_url, prefix):
     assert _cli("--url", redis_url, "--prefix", prefix, "windows").stdout.split() == ["demo"]
     stats = _cli("--url", redis_url, "--prefix", prefix, "stats", "demo", "--json")
     assert '"total_items"' in stats.stdout
-    items = _cli("--url", redis_url, "--prefix", prefix, "items", "demo", "--limit", "3").stdout
-    assert len(items.strip().splitlines()) == 3
+    items = _cli("--url", redis_url, "--prefix", prefix, "items", "demo", "--limit", "3").stdout  # the old name
+    assert len([line for line in items.splitlines() if line.startswith("ctx-")]) == 3
     assert _cli("--url", redis_url, "--prefix", prefix, "markdown", "demo").stdout.startswith("## Context\n\n")
     assert "You are a helpful" in _cli("--url", redis_url, "--prefix", prefix, "build", "demo", "--reserve", "0").stdout
     ok = _cli("--url", redis_url, "--prefix", prefix, "verify", "demo")

@@ -3,18 +3,35 @@ the built prompt, the stats and the verify() result are printed."""
 
 from __future__ import annotations
 
-import argparse
 import multiprocessing as mp
 import random
 import time
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any
+
+from rich.console import Console
 
 from ..embedded import EmbeddedServer
 from ..errors import ContextWindowFullError
 from ..sync import ContextStore, ContextWindow
 from ..types import BuildOptions, ItemType
-from .commands import EXIT_ERROR, EXIT_OK, format_stats
+from .app import EXIT_ERROR, EXIT_OK
+from .views import stats_view
+
+
+@dataclass(frozen=True)
+class DemoOptions:
+    """What ``contextstore demo`` runs: where, how many workers, how many adds each."""
+
+    url: str | None
+    path: str | None
+    prefix: str
+    window: str
+    workers: int
+    items: int
+    max_tokens: int
+
 
 _TOPICS = [
     "the flaky integration test",
@@ -81,7 +98,7 @@ def _demo_worker(url: str, prefix: str, window_id: str, worker: int, n: int, see
     return added, refused
 
 
-def _run_workers(url: str, args: argparse.Namespace) -> tuple[int, int, float]:
+def _run_workers(url: str, args: DemoOptions) -> tuple[int, int, float]:
     ctx = mp.get_context("spawn")
     barrier = ctx.Barrier(args.workers)
     t0 = time.perf_counter()
@@ -92,7 +109,7 @@ def _run_workers(url: str, args: argparse.Namespace) -> tuple[int, int, float]:
     return sum(a for a, _ in results), sum(r for _, r in results), time.perf_counter() - t0
 
 
-def cmd_demo(args: argparse.Namespace) -> int:
+def cmd_demo(args: DemoOptions) -> int:
     """Several worker processes add to one window while it compacts; then build and stats."""
     server = None
     url = args.url
@@ -124,7 +141,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _demo_report(
-    store: ContextStore, win: ContextWindow, args: argparse.Namespace, added: int, refused: int, elapsed: float
+    store: ContextStore, win: ContextWindow, args: DemoOptions, added: int, refused: int, elapsed: float
 ) -> bool:
     items = win.items()
     stats = win.stats()
@@ -148,7 +165,7 @@ def _demo_report(
         f"{args.max_tokens} - {reserve} reserved); {len(built.excluded_item_ids)} did not fit, "
         f"{len(built.omitted_item_ids)} left out by the options (max_history_items=6)\n"
     )
-    print(format_stats(stats))
+    Console().print(stats_view(stats))
     kinds = Counter(e.kind for e in win.events(since="0"))
     print("events: " + ", ".join(f"{k}={v}" for k, v in sorted(kinds.items())))
     print(

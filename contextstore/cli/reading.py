@@ -1,0 +1,251 @@
+"""The reading verbs: ``ls``, ``show``, ``stats``, ``build``, ``snapshot``, ``verify`` and
+``events`` (and the old names ``windows``, ``items``, ``markdown``). None of them creates a
+window: a missing one is an error (exit 1)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Literal, cast
+
+import click
+import msgspec
+from rich.console import Console
+
+from ..types import BuildOptions, ItemType
+from .app import BadInput, Env, cli, emit_json, json_option, pass_env, window_argument
+from .views import event_line, items_table, stats_view, windows_table
+
+TYPE_NAMES = [t.value for t in ItemType]
+Order = Literal["sections", "priority", "arrival"]
+ChatFormat = Literal["openai", "anthropic"]
+
+
+@cli.command("ls")
+@json_option
+@pass_env
+def ls(env: Env, as_json: bool) -> None:
+    """List windows with items, tokens and usage."""
+    store = env.store()
+    rows = []
+    for wid in store.windows():
+        stats = store.window(wid, create=False).stats()
+        rows.append(
+            {
+                "window_id": wid,
+                "items": stats.total_items,
+                "tokens": stats.current_tokens,
+                "max_tokens": stats.max_tokens,
+                "usage_percent": stats.usage_percent,
+            }
+        )
+    if as_json:
+        emit_json(rows)
+    else:
+        Console().print(windows_table(rows))
+
+
+@cli.command("windows", hidden=True)
+@pass_env
+def windows(env: Env) -> None:
+    """The window ids, one per line (the old name of ``ls``)."""
+    for wid in env.store().windows():
+        click.echo(wid)
+
+
+def _types_option(fn: click.decorators.FC) -> click.decorators.FC:
+    return click.option(
+        "--type", "types", multiple=True, type=click.Choice(TYPE_NAMES), help="only items of this type (repeatable)"
+    )(fn)
+
+
+@cli.command("show")
+@window_argument
+@click.option(
+    "--order",
+    type=click.Choice(["build", "arrival"]),
+    default="build",
+    show_default=True,
+    help="build order (type rank, priority, seq) or arrival order",
+)
+@_types_option
+@click.option("--limit", type=click.IntRange(min=0), help="only the N most recent items (arrival order)")
+@json_option
+@pass_env
+def show(env: Env, window: str, order: str, types: tuple[str, ...], limit: int | None, as_json: bool) -> None:
+    """Show a window's items as a table.
+
+    Columns: id, type, priority, tokens, pinned, group, age and the first line of content."""
+    win = env.window(window)
+    if order == "arrival" or limit is not None:
+        found = win.items(types=list(types) or None, limit=limit)
+        if order == "build":
+            found.sort(key=lambda i: (i.type.rank, -i.priority, i.seq))
+    else:
+        found = win.ordered_items(types=list(types) or None)
+    if as_json:
+        emit_json(found)
+    else:
+        console = Console()
+        console.print(items_table(found, title=f"{window} ({order} order)", width=console.width))
+
+
+@cli.command("items", hidden=True)
+@window_argument
+@_types_option
+@click.option("--limit", type=click.IntRange(min=0), help="only the N most recent items")
+@json_option
+@click.pass_context
+def items(ctx: click.Context, window: str, types: tuple[str, ...], limit: int | None, as_json: bool) -> None:
+    """A window's items in arrival order (the old name of ``show --order arrival``)."""
+    ctx.invoke(show, window=window, order="arrival", types=types, limit=limit, as_json=as_json)
+
+
+@cli.command("stats")
+@window_argument
+@json_option
+@pass_env
+def stats(env: Env, window: str, as_json: bool) -> None:
+    """Show usage, counters and tokens per type."""
+    found = env.window(window).stats()
+    if as_json:
+        emit_json(found)
+    else:
+        Console().print(stats_view(found))
+
+
+@cli.command("build")
+@window_argument
+@click.option("--max-tokens", type=click.IntRange(min=1), help="token limit of this build (default: the window's)")
+@click.option(
+    "--reserve", type=click.IntRange(min=0), default=1000, show_default=True, help="tokens kept free for the response"
+)
+@click.option(
+    "--max-history",
+    type=click.IntRange(min=0),
+    default=10,
+    show_default=True,
+    help="most recent user/assistant messages to consider",
+)
+@click.option(
+    "--order",
+    type=click.Choice(["sections", "priority", "arrival"]),
+    default="sections",
+    show_default=True,
+    help="how the prompt is ordered",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "markdown", "openai", "anthropic"]),
+    default="text",
+    show_default=True,
+    help="a prompt string, the window as markdown, or chat messages",
+)
+@click.option("--language", help="with --format markdown: the language word on every code fence")
+@json_option
+@pass_env
+def build(
+    env: Env,
+    window: str,
+    max_tokens: int | None,
+    reserve: int,
+    max_history: int,
+    order: str,
+    fmt: str,
+    language: str | None,
+    as_json: bool,
+) -> None:
+    """Print the prompt or chat messages a build gives.
+
+    --format text or markdown prints a prompt; openai or anthropic the chat messages (JSON)."""  # fmt: skip
+    win = env.window(window)
+    if fmt == "markdown":
+        text = win.to_markdown(language=language)
+        if as_json:
+            emit_json({"markdown": text})
+        else:
+            sys.stdout.write(text)
+        return
+    limit = max_tokens if max_tokens is not None else win.stats().max_tokens
+    if limit is not None and reserve >= limit:
+        raise BadInput(
+            f"--reserve {reserve} leaves no room for a prompt within {limit} tokens (window {window!r}): "
+            f"pass --reserve N with N < {limit}, or a larger --max-tokens"
+        )
+    opts = BuildOptions(
+        max_tokens=max_tokens, reserve_for_response=reserve, max_history_items=max_history, order=cast(Order, order)
+    )
+    if fmt == "text":
+        built = win.build_structured(opts)
+        if as_json:
+            emit_json(built)
+        else:
+            click.echo(built.content)
+        return
+    messages = win.build_messages_structured(opts, format=cast(ChatFormat, fmt))
+    emit_json(messages if as_json else messages.messages)
+
+
+@cli.command("markdown", hidden=True)
+@window_argument
+@click.option("--language", help="language word on every code fence (default: from each item's metadata)")
+@click.pass_context
+def markdown(ctx: click.Context, window: str, language: str | None) -> None:
+    """The window as markdown (the old name of ``build --format markdown``)."""
+    ctx.invoke(build, window=window, fmt="markdown", language=language)
+
+
+@cli.command("snapshot")
+@window_argument
+@click.option(
+    "-o", "--output", type=click.Path(dir_okay=False, writable=True), help="write to this file instead of stdout"
+)
+@pass_env
+def snapshot(env: Env, window: str, output: str | None) -> None:
+    """Print or write a JSON snapshot of a window.
+
+    ``restore`` takes it back, into any window id."""
+    data = msgspec.json.encode(env.window(window).snapshot())
+    if output:
+        Path(output).write_bytes(data + b"\n")
+        click.echo(f"wrote {output}", err=True)
+    else:
+        click.echo(data.decode())
+
+
+@cli.command("verify")
+@window_argument
+@json_option
+@pass_env
+def verify(env: Env, window: str, as_json: bool) -> int:
+    """Check a window against every invariant.
+
+    Exit status 1 when one is broken."""
+    report = env.window(window).verify()
+    if as_json:
+        emit_json(report)
+    elif report.ok:
+        click.echo(
+            f"OK: window {report.window_id}: {report.items} items, {report.tokens} tokens, every invariant holds"
+        )
+    else:
+        click.echo(f"BROKEN: window {report.window_id}: {len(report.problems)} problem(s)")
+        for problem in report.problems:
+            click.echo(f"  - {problem}")
+    return 0 if report.ok else 1
+
+
+@cli.command("events")
+@window_argument
+@click.option("--since", default="0", show_default=True, help="stream entry id to start after (0: the oldest kept)")
+@click.option("-f", "--follow", is_flag=True, help="keep printing new events until interrupted")
+@json_option
+@pass_env
+def events(env: Env, window: str, since: str, follow: bool, as_json: bool) -> None:
+    """Print a window's events; --follow waits for more.
+
+    One line per event, or JSON lines with --json; events never hold item content."""
+    win = env.window(window)
+    for event in win.events(since=since, block_ms=0 if follow else None):
+        click.echo(msgspec.json.encode(event).decode() if as_json else event_line(event))

@@ -1,0 +1,134 @@
+"""Rich renderables of the ``contextstore`` command: the item table, the usage bar and per-type
+breakdown, the list of windows and event lines. ``show``, ``stats``, ``ls``, ``events`` and
+``watch`` draw with these, so every view of a window looks the same."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+import msgspec
+from rich import box
+from rich.console import Group, RenderableType
+from rich.progress_bar import ProgressBar
+from rich.table import Table
+from rich.text import Text
+
+from ..types import ContextItem, ContextWindowStats
+
+#: how much of an item's first line the item table shows
+CONTENT_WIDTH = 60
+#: the item table's columns
+ITEM_COLUMNS = ("id", "type", "pri", "tokens", "pin", "group", "age", "content")
+
+
+def age(at: datetime | None, now: datetime) -> str:
+    """How long ago ``at`` was, in its largest unit (``42s``, ``5m``, ``3h``, ``2d``)."""
+    if at is None:
+        return "-"
+    seconds = max(0, int((now - at).total_seconds()))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def first_line(content: str, width: int = CONTENT_WIDTH) -> str:
+    """The first non-blank line of ``content``, cut to ``width`` characters."""
+    line = next((ln.strip() for ln in content.splitlines() if ln.strip()), "")
+    return line if len(line) <= width else line[: width - 3] + "..."
+
+
+def items_table(items: Sequence[ContextItem], title: str | None = None, width: int = 100) -> Table:
+    """One row per item, in the order given: id, type, priority, tokens, pinned, group, age and
+    the first line of the content, cut so that a row fits ``width`` columns."""
+    now = datetime.now(timezone.utc)
+    rows = [
+        (
+            item.id or "",
+            item.type.value,
+            str(item.priority),
+            str(item.token_count),
+            "yes" if item.pinned else "",
+            (item.group or "")[:16],
+            age(item.added_at, now),
+            first_line(item.content),
+        )
+        for item in items
+    ]
+    widths = [max([len(name), *(len(r[i]) for r in rows)]) for i, name in enumerate(ITEM_COLUMNS)]
+    room = max(10, width - sum(widths[:-1]) - 2 * len(ITEM_COLUMNS))  # a space and a divider each
+    table = Table(
+        title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, collapse_padding=True
+    )
+    for name, widest in zip(ITEM_COLUMNS, widths, strict=True):
+        right = name in ("pri", "tokens", "age")
+        table.add_column(name, justify="right" if right else "left", no_wrap=True, min_width=min(widest, room))
+    for row in rows:
+        table.add_row(*row[:-1], first_line(row[-1], room))
+    return table
+
+
+def usage_bar(stats: ContextWindowStats, width: int = 40) -> RenderableType:
+    """The window's token usage as a bar with its numbers (items when it has no token limit)."""
+    if stats.max_tokens:
+        used, limit, unit = stats.current_tokens, stats.max_tokens, "tokens"
+    else:
+        used, limit, unit = stats.total_items, stats.max_items, "items"
+    share = 100.0 * used / limit if limit else 0.0
+    style = "red" if share >= stats.compaction_threshold else "yellow" if share >= 75 else "green"
+    bar = ProgressBar(total=limit or 1, completed=min(used, limit or 1), width=width, complete_style=style)
+    line = Table.grid(padding=(0, 1))
+    line.add_row(bar, Text(f"{used}/{limit} {unit} ({share:.1f}%)", style=style))
+    return line
+
+
+def stats_view(stats: ContextWindowStats) -> RenderableType:
+    """The usage bar, the window's counters and a per-type breakdown."""
+    head = Text(
+        f"window {stats.window_id}: {stats.total_items} items ({stats.pinned_items} pinned), "
+        f"max_items {stats.max_items}, threshold {stats.compaction_threshold}%, "
+        f"strategy {stats.default_strategy.value}\n"
+        f"compactions {stats.compaction_count}, tokens freed {stats.total_tokens_freed}"
+    )
+    by_type = Table(expand=False, pad_edge=False)
+    by_type.add_column("type")
+    by_type.add_column("items", justify="right")
+    by_type.add_column("tokens", justify="right")
+    by_type.add_column("share", justify="right")
+    total = stats.current_tokens or 1
+    for kind, count in sorted(stats.items_by_type.items(), key=lambda kv: (kv[0].rank, kv[0].value)):
+        tokens = stats.tokens_by_type.get(kind, 0)
+        by_type.add_row(kind.value, str(count), str(tokens), f"{100.0 * tokens / total:.1f}%")
+    return Group(usage_bar(stats), head, by_type)
+
+
+def windows_table(rows: Iterable[dict[str, Any]]) -> Table:
+    """The windows under the prefix: id, items, tokens, limit and usage."""
+    table = Table(expand=False, pad_edge=False)
+    table.add_column("window", no_wrap=True)
+    for name in ("items", "tokens", "max_tokens", "usage"):
+        table.add_column(name, justify="right", no_wrap=True)
+    for row in rows:
+        limit = row["max_tokens"]
+        table.add_row(
+            row["window_id"],
+            str(row["items"]),
+            str(row["tokens"]),
+            "-" if limit is None else str(limit),
+            f"{row['usage_percent']:.1f}%",
+        )
+    return table
+
+
+def event_line(event: object) -> str:
+    """One event as a line: its time, kind and fields (no item content is ever in an event)."""
+    data = msgspec.to_builtins(event)
+    at = getattr(event, "at", None)
+    when = at.strftime("%H:%M:%S.%f")[:-3] if isinstance(at, datetime) else "-"
+    kind = data.pop("kind", "?")
+    for name in ("id", "window_id", "at"):
+        data.pop(name, None)
+    fields = " ".join(f"{k}={v}" for k, v in data.items() if v not in (None, "", [], {}))
+    return f"{when} {kind} {fields}".rstrip()

@@ -1,0 +1,65 @@
+"""``contextstore watch`` in a real terminal: tmux runs it, another process adds items, the
+screen (``capture-pane``) shows them, and ``q`` (``send-keys``) ends it with exit status 0."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+import contextstore as cs
+
+pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed (apt-get install tmux)")
+
+
+def _tmux(*args: str) -> str:
+    return subprocess.run(["tmux", *args], capture_output=True, text=True, check=True, timeout=30).stdout
+
+
+def _screen_until(session: str, wanted: str, timeout: float = 20.0) -> str:
+    """The pane's text once it shows ``wanted`` (fails with the last screen if it never does)."""
+    deadline = time.monotonic() + timeout
+    screen = ""
+    while time.monotonic() < deadline:
+        screen = _tmux("capture-pane", "-p", "-t", session)
+        if wanted in screen:
+            return screen
+        time.sleep(0.2)
+    pytest.fail(f"the screen never showed {wanted!r}:\n{screen}")
+
+
+def test_watch_redraws_as_another_process_adds_and_quits_on_q(redis_url, prefix, tmp_path):
+    with cs.ContextStore.from_url(redis_url, prefix=prefix) as store:
+        win = store.window("live", max_tokens=2000)
+        win.add("Be brief.", type="system_prompt", pinned=True)
+    session = f"cs-watch-{uuid.uuid4().hex[:8]}"
+    status = tmp_path / "status"
+    command = (
+        f"{sys.executable} -m contextstore --url '{redis_url}' --prefix {prefix} watch live --interval 0.2; "
+        f"echo $? > {status}; sleep 60"
+    )
+    _tmux("new-session", "-d", "-s", session, "-x", "120", "-y", "45", command)
+    try:
+        first = _screen_until(session, "Be brief.")
+        assert "live" in first and "q quits" in first and "/2000 tokens" in first
+        added = subprocess.run(
+            [sys.executable, "-m", "contextstore", "--url", redis_url, "--prefix", prefix, "add", "live",
+             "tmux note 42", "--type", "working_memory"],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert added.returncode == 0, added.stderr
+        later = _screen_until(session, "tmux note 42")
+        assert f"item_added item_id={added.stdout.strip()}" in later  # the event pane shows it too
+        assert later != first
+        _tmux("send-keys", "-t", session, "q")
+        deadline = time.monotonic() + 15
+        while not status.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert status.read_text().strip() == "0"
+        assert "Traceback" not in _tmux("capture-pane", "-p", "-t", session)
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True, timeout=30)
