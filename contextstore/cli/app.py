@@ -106,11 +106,7 @@ class _Group(click.Group):
         return sorted(self.commands, key=lambda name: rank.get(name, len(rank)))
 
 
-@click.group(
-    cls=_Group,
-    no_args_is_help=False,
-    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
-)
+@click.group(cls=_Group, no_args_is_help=False, context_settings=_CONTEXT)
 @click.version_option(__version__, prog_name="contextstore", message="%(prog)s %(version)s")
 @click.option(
     "--url", envvar="CONTEXTSTORE_URL", help="Redis URL (default: $CONTEXTSTORE_URL, else the embedded server)"

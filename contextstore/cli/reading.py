@@ -12,6 +12,7 @@ import click
 import msgspec
 from rich.console import Console
 
+from ..render.select import build_key
 from ..types import BuildOptions, ItemType
 from .app import BadInput, Env, cli, emit_json, json_option, pass_env, window_argument
 from .views import event_line, items_table, stats_view, windows_table
@@ -80,7 +81,7 @@ def show(env: Env, window: str, order: str, types: tuple[str, ...], limit: int |
     if order == "arrival" or limit is not None:
         found = win.items(types=list(types) or None, limit=limit)
         if order == "build":
-            found.sort(key=lambda i: (i.type.rank, -i.priority, i.seq))
+            found.sort(key=build_key)
     else:
         found = win.ordered_items(types=list(types) or None)
     if as_json:
