@@ -3,6 +3,7 @@ screen (``capture-pane``) shows them, and ``q`` (``send-keys``) ends it with exi
 
 from __future__ import annotations
 
+import io
 import shutil
 import subprocess
 import sys
@@ -10,8 +11,10 @@ import time
 import uuid
 
 import pytest
+from rich.console import Console
 
 import contextstore as cs
+from contextstore.cli.watch import WatchView
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed (apt-get install tmux)")
 
@@ -46,6 +49,8 @@ def test_watch_redraws_as_another_process_adds_and_quits_on_q(redis_url, prefix,
     try:
         first = _screen_until(session, "Be brief.")
         assert "live" in first and "q quits" in first and "/2000 tokens" in first
+        # drawn for the pane's 120 columns, not the COLUMNS=80 tmux puts in the environment
+        assert max(len(line) for line in first.splitlines()) == 120
         added = subprocess.run(
             [sys.executable, "-m", "contextstore", "--url", redis_url, "--prefix", prefix, "add", "live",
              "tmux note 42", "--type", "working_memory"],
@@ -63,3 +68,17 @@ def test_watch_redraws_as_another_process_adds_and_quits_on_q(redis_url, prefix,
         assert "Traceback" not in _tmux("capture-pane", "-p", "-t", session)
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True, timeout=30)
+
+
+@pytest.mark.parametrize("rows", [30, 34, 40])
+def test_the_view_fits_the_terminal_and_keeps_its_footer(redis_url, prefix, rows):
+    """Items that do not fit are cut (the title says how many show), never the footer."""
+    kinds = ["system_prompt", "instruction", "code", "retrieved_document", "working_memory", "user_message"]
+    console = Console(width=118, height=rows, record=True, file=io.StringIO())
+    with cs.ContextStore.from_url(redis_url, prefix=prefix) as store:
+        win = store.window("tight", max_tokens=8000)
+        win.add_many([{"content": f"item {n}", "type": kinds[n % len(kinds)]} for n in range(25)])
+        console.print(WatchView(win).refresh(rows, 118))
+    screen = console.export_text().rstrip("\n").split("\n")
+    assert len(screen) == rows, "\n".join(screen)
+    assert "q quits" in screen[-1] and "of 25)" in "\n".join(screen)

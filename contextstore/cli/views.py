@@ -15,12 +15,20 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from ..types import ContextItem, ContextWindowStats
+from ..types import ContextItem, ContextWindowStats, ItemType
 
 #: how much of an item's first line the item table shows
 CONTENT_WIDTH = 60
 #: the item table's columns
 ITEM_COLUMNS = ("id", "type", "pri", "tokens", "pin", "group", "age", "content")
+#: the colour of a type's name, by its rank (system text, documents, memory, tool output,
+#: the user, the assistant); errors are red whatever their rank
+RANK_STYLES = {0: "magenta", 1: "magenta", 2: "cyan", 3: "blue", 4: "yellow", 5: "green", 6: "bright_white"}
+
+
+def type_text(kind: ItemType) -> Text:
+    """An item type's name in its rank's colour."""
+    return Text(kind.value, style="red" if kind is ItemType.ERROR else RANK_STYLES.get(kind.rank, ""))
 
 
 def age(at: datetime | None, now: datetime) -> str:
@@ -65,8 +73,9 @@ def items_table(items: Sequence[ContextItem], title: str | None = None, width: i
     for name, widest in zip(ITEM_COLUMNS, widths, strict=True):
         right = name in ("pri", "tokens", "age")
         table.add_column(name, justify="right" if right else "left", no_wrap=True, min_width=min(widest, room))
-    for row in rows:
-        table.add_row(*row[:-1], first_line(row[-1], room))
+    for item, row in zip(items, rows, strict=True):
+        pin = Text(row[4], style="bold yellow")
+        table.add_row(row[0], type_text(item.type), *row[2:4], pin, *row[5:-1], first_line(row[-1], room))
     return table
 
 
@@ -100,7 +109,7 @@ def stats_view(stats: ContextWindowStats) -> RenderableType:
     total = stats.current_tokens or 1
     for kind, count in sorted(stats.items_by_type.items(), key=lambda kv: (kv[0].rank, kv[0].value)):
         tokens = stats.tokens_by_type.get(kind, 0)
-        by_type.add_row(kind.value, str(count), str(tokens), f"{100.0 * tokens / total:.1f}%")
+        by_type.add_row(type_text(kind), str(count), str(tokens), f"{100.0 * tokens / total:.1f}%")
     return Group(usage_bar(stats), head, by_type)
 
 

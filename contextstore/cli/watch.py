@@ -25,6 +25,10 @@ from .views import event_line, items_table, stats_view
 
 #: how many of the latest events the view shows
 EVENT_LINES = 8
+#: the view's lines besides the item rows, the per-type rows and the events: the stats' three
+#: lines and the type table's frame (4), the item table's title, header and rule (3), the events'
+#: frame (2) and the footer (1)
+FIXED_LINES = 13
 
 
 class Keys:
@@ -57,6 +61,16 @@ def terminal_keys() -> Iterator[Keys]:
         termios.tcsetattr(fd, termios.TCSADRAIN, saved)
 
 
+def screen_size(console: Console) -> tuple[int, int]:
+    """The terminal's (columns, rows) as the terminal says now: a full-screen view must not trust
+    ``COLUMNS`` / ``LINES`` from the environment (tmux and some shells export stale ones)."""
+    try:
+        size = os.get_terminal_size(sys.stdout.fileno())
+    except (OSError, ValueError):
+        return console.size.width, console.size.height
+    return size.columns, size.lines
+
+
 class WatchView:
     """What the screen shows of one window; ``refresh()`` reads the window again."""
 
@@ -72,7 +86,7 @@ class WatchView:
             self.events.append(event_line(event))
         stats = self.win.stats()
         items = self.win.ordered_items()
-        room = max(1, rows - 12 - len(stats.items_by_type) - EVENT_LINES)
+        room = max(1, rows - FIXED_LINES - len(stats.items_by_type) - EVENT_LINES)
         shown = items[:room]
         more = f" (first {len(shown)} of {len(items)})" if len(shown) < len(items) else ""
         events = Text("\n".join(self.events) or "(no events yet)", no_wrap=True, overflow="ellipsis")
@@ -99,6 +113,7 @@ def watch(env: Env, window: str, interval: float) -> None:
     console = Console()
     with terminal_keys() as keys, Live(console=console, screen=True, auto_refresh=False) as live:
         while True:
+            console.size = screen_size(console)
             live.update(view.refresh(console.size.height, console.size.width), refresh=True)
             if keys.wait(interval) in ("q", "Q"):
                 return
