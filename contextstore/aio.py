@@ -49,7 +49,7 @@ T = TypeVar("T")
 
 
 class AsyncContextStore(StoreBase):
-    """The asyncio twin of :class:`contextstore.ContextStore`: same names, awaitable. Usable
+    """The asyncio twin of ``ContextStore``: same names, awaitable. Usable
     from any event loop (one Redis client per loop, see ``docs/guide.md``)."""
 
     _redis_class = redis.asyncio.Redis
@@ -171,7 +171,7 @@ class AsyncContextStore(StoreBase):
 
 
 class AsyncContextWindow:
-    """The asyncio twin of :class:`contextstore.ContextWindow`; read its numbers from
+    """The asyncio twin of ``ContextWindow``; read its numbers from
     ``await win.stats()``."""
 
     def __init__(self, store: AsyncContextStore, state: WindowState) -> None:

@@ -68,7 +68,7 @@ def _locked(path: Path) -> Iterator[None]:
 
 
 class EmbeddedServer:
-    """A ``redis-server`` with AOF on, data in ``path``, reachable at :attr:`url`."""
+    """A ``redis-server`` with AOF on, data in ``path``, reachable at ``url``."""
 
     def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
         self.path = Path(path if path is not None else default_path()).expanduser().absolute()

@@ -1,6 +1,6 @@
 """The exception tree, and the one place where failures become exceptions.
 
-Every error the library raises derives from :class:`ContextStoreError`, and every exception
+Every error the library raises derives from ``ContextStoreError``, and every exception
 pickles with its fields (``unit``, ``current``, ``conflicts``, ...), so it crosses
 ``multiprocessing`` pools and task queues intact. Below the tree, two tables map what can fail
 to these exceptions: ``SCRIPT_ERRORS`` (the status codes the Lua scripts answer) and

@@ -118,7 +118,7 @@ class StoreBase:
 
     @classmethod
     def from_env(cls: type[S], **options: Unpack[StoreOptions]) -> S:
-        """``CONTEXTSTORE_URL`` if it is set, else :meth:`embedded`."""
+        """``CONTEXTSTORE_URL`` if it is set, else ``embedded()``."""
         url = os.environ.get("CONTEXTSTORE_URL")
         return cls.from_url(url, **options) if url else cls.embedded(**options)
 

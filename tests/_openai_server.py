@@ -3,8 +3,9 @@
 
 ``mode`` decides the answers: ``"ok"`` summarizes by counting (``"summary of N lines: <first
 words of each line>"``), ``"500"`` fails with an internal server error, ``"slow"`` answers after
-``delay`` seconds, ``"empty"`` answers with no content. Every request body is kept in
-``requests``.
+``delay`` seconds, ``"empty"`` answers with no content, ``"chat"`` answers a chat turn with how
+many messages it was sent and the last user question (``"seen N messages; re: <question>"``).
+Every request body is kept in ``requests``.
 """
 
 from __future__ import annotations
@@ -42,6 +43,9 @@ class FakeChatServer:
 
     def answer(self, body: dict[str, Any]) -> str:
         """The summary the ``ok`` mode gives: how many transcript lines, and their first words."""
+        if self.mode == "chat":
+            messages = body["messages"]
+            return f"seen {len(messages)} messages; re: {messages[-1]['content']}"
         text = body["messages"][-1]["content"].split("\n\n", 1)[1]
         lines = text.splitlines()
         return f"summary of {len(lines)} lines: " + "; ".join(" ".join(x.split()[:3]) for x in lines)

@@ -13,10 +13,10 @@ import contextstore as cs
 from support import key
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCS = [ROOT / "README.md", ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
 
-@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_links_stay_inside_the_repository_and_resolve(doc):
     text = doc.read_text()
     assert "shared/" not in text and "contract.md" not in text
@@ -28,7 +28,7 @@ def test_links_stay_inside_the_repository_and_resolve(doc):
         assert path.exists(), f"{doc.name} links to a missing file: {target}"
 
 
-@pytest.mark.parametrize("doc", [d for d in DOCS if d.name != "CHANGELOG.md"], ids=lambda p: p.name)
+@pytest.mark.parametrize("doc", [d for d in DOCS if d.name != "CHANGELOG.md"], ids=lambda p: str(p.relative_to(ROOT)))
 def test_no_internal_jargon(doc):
     text = doc.read_text()
     assert not re.search(r"\bseed \d|§|\bthe contract\b", text, re.I), doc.name
