@@ -19,6 +19,8 @@ import yaml
 import contextstore as cs
 from contextstore.cli import app
 
+from support import RedisProcess
+
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 SCREENSHOTS = ("cli-show.png", "cli-stats.png", "cli-watch.png")
@@ -95,3 +97,19 @@ def test_the_screenshot_script_captures_real_runs(tmp_path):
             assert image.width > 800 and image.height > 200
             colours = image.convert("RGB").getcolors(maxcolors=100_000) or []
             assert len(colours) > 10, f"{name} is blank"
+
+
+@pytest.mark.parametrize("page", ["index.md", "quickstart.md"])
+def test_the_first_pages_python_runs_as_shown(page, monkeypatch, capsys):
+    """The code a newcomer copies first runs unchanged, against a fresh server (CONTEXTSTORE_URL)."""
+    blocks = re.findall(r"```python\n(.*?)```", (DOCS / page).read_text(), re.S)
+    assert blocks
+    server = RedisProcess().start()
+    try:
+        monkeypatch.setenv("CONTEXTSTORE_URL", server.url)
+        for block in blocks:
+            exec(compile(block, f"docs/{page}", "exec"), {})
+        with cs.ContextStore.from_url(server.url) as store:
+            assert [i.type.value for i in store.window("agent-7", create=False).items()][-1] == "user_message"
+    finally:
+        server.stop()
