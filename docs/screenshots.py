@@ -127,6 +127,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "img")
     out = parser.parse_args().out
+    out.mkdir(parents=True, exist_ok=True)
     if shutil.which("tmux") is None:
         raise SystemExit("tmux is not installed (apt-get install tmux)")
     home = tempfile.mkdtemp(prefix="cs-shots-")

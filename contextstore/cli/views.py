@@ -55,7 +55,7 @@ def items_table(items: Sequence[ContextItem], title: str | None = None, width: i
     rows = [
         (
             item.id or "",
-            item.type.value,
+            type_text(item.type),
             str(item.priority),
             str(item.token_count),
             "yes" if item.pinned else "",
@@ -72,10 +72,12 @@ def items_table(items: Sequence[ContextItem], title: str | None = None, width: i
     )
     for name, widest in zip(ITEM_COLUMNS, widths, strict=True):
         right = name in ("pri", "tokens", "age")
-        table.add_column(name, justify="right" if right else "left", no_wrap=True, min_width=min(widest, room))
-    for item, row in zip(items, rows, strict=True):
-        pin = Text(row[4], style="bold yellow")
-        table.add_row(row[0], type_text(item.type), *row[2:4], pin, *row[5:-1], first_line(row[-1], room))
+        style = "bold yellow" if name == "pin" else None
+        table.add_column(
+            name, justify="right" if right else "left", no_wrap=True, min_width=min(widest, room), style=style
+        )
+    for row in rows:
+        table.add_row(*row[:-1], first_line(row[-1], room))
     return table
 
 
