@@ -42,6 +42,10 @@ PRIORITY_WEIGHT = 10**10
 #: the fields of an ``:attrs`` value, in order, joined by ``|``; then ``|<flags>|<group>`` when
 #: either is set (flags: ``c`` once a tool result's content was cleared)
 ATTRS_FIELDS = ("seq", "token_count", "priority", "type")
+#: how a stored item's JSON (an ``:items`` value) begins: ``{"added_at_us":<µs>,`` then the
+#: client-encoded body (content, role, source_ref, metadata). What ``:attrs`` and ``:pinned`` hold
+#: is not repeated in it; a window written by 0.1 spells every field (``lua/lib/items.lua``).
+STORED_HEAD = '{"added_at_us":'
 #: what CLEAR_TOOL_RESULTS puts in place of a tool result's content
 CLEARED_PLACEHOLDER = "[tool result cleared to save context]"
 #: the metadata key a cleared tool result gets: {"tokens": <its tokens before>}
@@ -130,6 +134,7 @@ def lua_constants() -> str:
             f"local CONFIG_DEFAULTS = {_lua_table(Meta.DEFAULTS)}",
             f"local ARCHIVE_INDEX = '{ARCHIVE_INDEX}'",
             f"local CLEARED_PLACEHOLDER, CLEARED_KEY = '{CLEARED_PLACEHOLDER}', '{CLEARED_KEY}'",
+            f"local STORED_HEAD = '{STORED_HEAD}'",
             "",
         ]
     )

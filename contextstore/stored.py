@@ -1,9 +1,10 @@
-"""The stored JSON of an item (a value of the ``:items`` hash).
+"""An item's JSON: as stored (a value of the ``:items`` hash), and whole, as the scripts send it.
 
-Its fields come in a fixed order: the scripts write the head (``priority``, ``pinned``, ``seq``,
-``id``, ``added_at_us``) themselves and change ``priority`` / ``pinned`` by rewriting that head
-of the string, never by re-encoding the rest; the client encodes the body (``ItemBody``) once,
-before the add, and the scripts append it to the head.
+Stored, an item holds only what no other key of its window does: ``{"added_at_us":<µs>,`` (the
+script writes it, ``layout.STORED_HEAD``) then the body the client encodes once before the add
+(``ItemBody``: content, role, source_ref, metadata; nulls left out). Its seq, token count,
+priority, type and group live in ``:attrs``, its pin in ``:pinned``, its id is the hash field. A
+script sends the whole item (``full_json`` in lua/lib/items.lua), which ``decode_item`` reads.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 import msgspec
 
+from .layout import STORED_HEAD
 from .types import ContextItem, ItemType
 from .validate import NewItem
 
@@ -20,66 +22,48 @@ _encoder = msgspec.json.Encoder()
 
 
 class ItemBody(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """The client-encoded tail of a stored item: everything the client knows before the add.
-    Fields that are None are left out (a window written by 0.1 spells them ``null``; both read
-    the same); ``group``, when present, comes last (``with_group`` in lua/lib/items.lua)."""
+    """The client-encoded part of a stored item. Fields that are None are left out (a window
+    written by 0.1 spells them ``null``; both read the same)."""
 
-    type: str
-    token_count: int
     content: str
     role: str | None = None
     source_ref: str | None = None
     metadata: dict[str, Any] | None = None
-    group: str | None = None
 
 
 class StoredItem(ItemBody, kw_only=True, omit_defaults=False):
-    """A whole stored item, as decoded (the head fields, then the body)."""
+    """A whole item, as the scripts send it (``full_json`` in lua/lib/items.lua)."""
 
     priority: int
     pinned: bool
     seq: int
     id: str
     added_at_us: int
+    type: str
+    token_count: int
+    group: str | None = None
 
 
 _decoder = msgspec.json.Decoder(StoredItem)
 
 
 def body_json(item: NewItem | ContextItem) -> bytes:
-    """The body of an item's stored JSON (a complete JSON object starting ``{"type":"``)."""
+    """The client-encoded body of an item's stored JSON (a JSON object starting ``{"content":``)."""
     return _encoder.encode(
-        ItemBody(
-            group=item.group,
-            type=item.type.value,
-            token_count=item.token_count,
-            content=item.content,
-            role=item.role,
-            source_ref=item.source_ref,
-            metadata=item.metadata,
-        )
+        ItemBody(content=item.content, role=item.role, source_ref=item.source_ref, metadata=item.metadata)
     )
 
 
 def stored_json(item: ContextItem) -> bytes:
-    """A complete item (from a snapshot) in the stored layout: head, then body."""
+    """A complete item (from a snapshot) as ``:items`` stores it: its time, then its body."""
     added = item.added_at or datetime.now(timezone.utc)
     if added.tzinfo is None:
         added = added.replace(tzinfo=timezone.utc)
-    head = _encoder.encode(
-        {
-            "priority": item.priority,
-            "pinned": item.pinned,
-            "seq": item.seq,
-            "id": item.id or "",
-            "added_at_us": int(added.timestamp() * 1_000_000),
-        }
-    )
-    return head[:-1] + b"," + body_json(item)[1:]
+    return f"{STORED_HEAD}{int(added.timestamp() * 1_000_000)},".encode() + body_json(item)[1:]
 
 
 def decode_item(raw: bytes | str) -> ContextItem:
-    """A stored item's JSON as a ``ContextItem``."""
+    """A whole item's JSON, as the scripts send it, as a ``ContextItem``."""
     s = _decoder.decode(raw)
     return ContextItem(
         content=s.content,

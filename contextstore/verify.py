@@ -16,6 +16,8 @@ from .layout import ATTRS_FIELDS, CLEARED_KEY, Meta
 from .types import TYPE_RANKS
 
 _TYPES = {t.value for t in TYPE_RANKS}
+#: what an item's stored JSON may hold (stored.py); the rest is in :attrs, :pinned, the hash field
+_STORED_FIELDS = {"added_at_us", "content", "role", "source_ref", "metadata"}
 Say = Callable[[str], None]
 
 
@@ -54,7 +56,6 @@ _FIELD_CHECKS: tuple[tuple[str, Callable[[dict[str, Any]], bool]], ...] = (
     ("token_count", lambda it: isinstance(it.get("token_count"), int) and it["token_count"] >= 1),
     ("priority", lambda it: isinstance(it.get("priority"), int) and 0 <= it["priority"] <= 100),
     ("type", lambda it: it.get("type") in _TYPES),
-    ("pinned", lambda it: isinstance(it.get("pinned"), bool)),
     (
         "content",
         lambda it: (
@@ -66,22 +67,64 @@ _FIELD_CHECKS: tuple[tuple[str, Callable[[dict[str, Any]], bool]], ...] = (
 )
 
 
-def _decoded_items(raw_items: dict[str, str], say: Say) -> dict[str, dict[str, Any]]:
-    """The items whose JSON parses and whose fields are sound (each other one reported)."""
+def _attrs_fields(value: str) -> dict[str, Any] | None:
+    """An ``:attrs`` value as item fields (None when it does not parse)."""
+    parts = value.split("|", 5)
+    if len(parts) not in (4, 6) or not all(p.isdigit() for p in parts[:3]):
+        return None
+    fields: dict[str, Any] = dict(zip(ATTRS_FIELDS[:3], map(int, parts[:3]), strict=True))
+    fields.update(type=parts[3], flags=parts[4] if len(parts) == 6 else "")
+    fields["group"] = (parts[5] or None) if len(parts) == 6 else None
+    return fields
+
+
+def _whole_item(
+    iid: str, raw: str, attrs: dict[str, str], pinned: set[str], say: Say
+) -> tuple[dict[str, Any], list[str]] | None:
+    """One item as the scripts send it (its stored JSON with its :attrs and pin) and its bad
+    stored fields; None (and said) when either does not parse, None (unsaid: a structure check
+    reports it) without attrs."""
+    try:
+        it = msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        say(f"item {iid!r}: its JSON does not parse")
+        return None
+    if not isinstance(it, dict):
+        say(f"item {iid!r}: bad field(s) object")
+        return None
+    if iid not in attrs:
+        return None
+    fields = _attrs_fields(attrs[iid])
+    if fields is None:
+        say(f":attrs of {iid!r} ({attrs[iid]!r}) does not parse")
+        return None
+    written_by_0_1 = "priority" in it  # 0.1 spelled every field in the JSON; :attrs holds them now
+    bad = ["id"] if written_by_0_1 and it.get("id") != iid else []
+    if not written_by_0_1:
+        bad += [] if isinstance(it.get("added_at_us"), int) else ["added_at_us"]
+        twice = sorted(set(it) - _STORED_FIELDS)
+        if twice:
+            say(f"item {iid!r}: its stored JSON repeats {', '.join(twice)}, which other keys hold")
+    it.update(fields, id=iid, pinned=iid in pinned)
+    return it, bad
+
+
+def _decoded_items(
+    raw_items: dict[str, str], attrs: dict[str, str], pinned: set[str], say: Say
+) -> dict[str, dict[str, Any]]:
+    """The items whose JSON and attrs parse and whose fields are sound (each other one reported)."""
     items: dict[str, dict[str, Any]] = {}
     for iid, raw in raw_items.items():
-        try:
-            it = msgspec.json.decode(raw)
-        except msgspec.DecodeError:
-            say(f"item {iid!r}: its JSON does not parse")
+        whole = _whole_item(iid, raw, attrs, pinned, say)
+        if whole is None:
             continue
-        if not isinstance(it, dict):
-            say(f"item {iid!r}: bad field(s) object")
-            continue
-        bad = ([] if it.get("id") == iid else ["id"]) + [name for name, ok in _FIELD_CHECKS if not ok(it)]
+        it, bad = whole
+        bad += [name for name, ok in _FIELD_CHECKS if not ok(it)]
         if bad:
             say(f"item {iid!r}: bad field(s) {', '.join(bad)}")
             continue
+        if ("c" in it["flags"]) != (CLEARED_KEY in (it.get("metadata") or {})):
+            say(f":attrs of {iid!r} and its metadata disagree on whether it was cleared")
         items[iid] = it
         if iid.startswith("ctx-") and iid[4:].isdigit() and int(iid[4:]) != it["seq"]:
             say(f"item {iid!r}: generated id does not match its seq {it['seq']}")
@@ -94,35 +137,27 @@ def _check_structures(
     order: dict[str, float],
     pinned: set[str],
     attrs: dict[str, str],
-    items: dict[str, dict[str, Any]],
     say: Say,
 ) -> None:
-    """Every structure lists exactly the stored ids; pins agree with the items' flags."""
+    """Every structure lists exactly the stored ids (:pinned: only stored ids)."""
     if len(fifo) != len(set(fifo)):
         say(":fifo lists an id twice")
-    for name, got in ((":fifo", set(fifo)), (":order", set(order)), (":attrs", set(attrs))):
+    for name, got in ((":fifo", set(fifo)), (":order", set(order)), (":attrs", set(attrs)), (":pinned", pinned)):
         if got - ids:
             say(f"{name} has ids that are not in :items: {sorted(got - ids)[:5]}")
-        if ids - got:
+        if ids - got and name != ":pinned":
             say(f"{name} lacks ids that are in :items: {sorted(ids - got)[:5]}")
-    want = {i for i, it in items.items() if it["pinned"]}
-    if pinned != want:
-        say(
-            f":pinned disagrees with the items' pinned flags (extra {sorted(pinned - want)[:5]}, "
-            f"missing {sorted(want - pinned)[:5]})"
-        )
 
 
 def _check_order(
     meta: dict[str, str],
     fifo: list[str],
     order: dict[str, float],
-    attrs: dict[str, str],
     scores: dict[str, str],
     items: dict[str, dict[str, Any]],
     say: Say,
 ) -> None:
-    """Arrival order, seqs, :attrs and build-order scores agree with the items."""
+    """Arrival order, seqs and build-order scores agree with the items."""
     seqs = [items[i]["seq"] for i in fifo if i in items]
     if any(a >= b for a, b in pairwise(seqs)):
         say(":fifo is not in strictly increasing seq order")
@@ -131,14 +166,8 @@ def _check_order(
     top = _int(meta.get(Meta.SEQ, "0"))
     if top is not None and any(it["seq"] > top for it in items.values()):
         say(f"the seq counter ({top}) is behind an item's seq")
-    for iid, it in items.items():
-        want = "|".join(str(it[f]) for f in ATTRS_FIELDS)
-        flags = "c" if CLEARED_KEY in (it.get("metadata") or {}) else ""
-        if flags or it.get("group"):
-            want += f"|{flags}|{it.get('group') or ''}"
-        if iid in attrs and attrs[iid] != want:
-            say(f":attrs of {iid!r} is {attrs[iid]!r}, the item says {want!r}")
-        elif iid in order and iid in scores and order[iid] != float(scores[iid]):
+    for iid in items:
+        if iid in order and iid in scores and order[iid] != float(scores[iid]):
             say(f":order score of {iid!r} is {order[iid]:.0f}, its type, priority and seq give {scores[iid]}")
 
 
@@ -206,9 +235,9 @@ def inspect_window(window_id: str, reply: Sequence[Any]) -> VerifyReport:
     for f in (Meta.MAX_ITEMS, Meta.ITEM_LIMIT, Meta.THRESHOLD, Meta.STRATEGY, Meta.TOKENS, Meta.ITEMS, Meta.SEQ):
         if f not in meta:
             say(f":meta lacks the field {f!r}")
-    items = _decoded_items(raw_items, say)
-    _check_structures(set(raw_items), fifo, order, pinned, attrs, items, say)
-    _check_order(meta, fifo, order, attrs, scores, items, say)
+    items = _decoded_items(raw_items, attrs, pinned, say)
+    _check_structures(set(raw_items), fifo, order, pinned, attrs, say)
+    _check_order(meta, fifo, order, scores, items, say)
     _check_groups(items, _pairs(reply[8]), _pairs(reply[9]), say)
     stale = {_text(x) for x in reply[10]} - set(raw_items)
     if stale:

@@ -6,15 +6,16 @@
 --   to replace: '' (nothing: an add), 'all' (every item, pinned too) or k (the newest k items);
 --   ARGV[N_CONFIG + 3]: d, most items a compaction inside this call may act on before it asks the
 --   caller to compact first (0: never ask); ARGV[N_CONFIG + 4]: n (0 only with a replace); then
---   n groups of 8: id ('' = ctx-<seq>), body JSON ({"type":...}), type, token_count,
+--   n groups of 8: id ('' = ctx-<seq>), body JSON ({"content":...}), type, token_count,
 --   priority, pinned ('1'/'0'), group ('' = none, or for a tool result: its call's group),
 --   tool link ('C:<name>=<call id> ...' for a tool call, 'R:<call id>' for a result, or '').
--- Reply: {'ok', added, evicted, compactions, trigger, freed, stored_json_1, ..., stored_json_n}
+-- Reply: {'ok', added, evicted, compactions, trigger, freed, item_json_1, ..., item_json_n} (each
+--   the whole item, full_json in lib/items.lua)
 --   in call order (trigger: the tokens in the window when the first compaction began, 0 if none;
 --   freed: tokens the compactions freed)
 --   (a replayed request returns the same). added counts the new items (one evicted by a later
 --   item of the same call still counts; an existing caller id with the same content returns
---   the stored JSON, unchanged), or {'!', 'FULL', unit, current, max, requested} /
+--   its JSON, unchanged), or {'!', 'FULL', unit, current, max, requested} /
 --   {'!', 'DUPLICATE', id} / {'!', 'TOOLCALL', problem, call id} / {'!', 'BADARG', what}, or
 --   {'compact', strategy, target percent, tokens} (nothing written): the first item crosses the
 --   threshold, its compaction would act on more than d items, and the add is sure to fit once the
@@ -46,7 +47,7 @@ local function link_tool_calls(it, batch_calls, dropping)
     end
     if not group then return fail('TOOLCALL', 'unknown', it.answers) end
     if it.group ~= '' and it.group ~= group then return fail('TOOLCALL', 'group', it.answers) end
-    if it.group == '' then it.group, it.resolved, it.tail = group, group, with_group(it.tail, group) end
+    if it.group == '' then it.group, it.resolved = group, group end
   end
   return nil
 end
@@ -66,7 +67,7 @@ local function parse_items(cfg, dropping)
       if cjson.decode(existing).content ~= cjson.decode(it.body).content then
         return nil, fail('DUPLICATE', it.id)
       end
-      it.existing = existing
+      it.existing = full_item(it.id)
     else
       local err = link_tool_calls(it, batch_calls, dropping)
       if err then return nil, err end
@@ -232,7 +233,8 @@ local function reply(items, plan)
     local body_at = BASE + (i - 1) * 8 + 2
     if it.existing then
       out[#out + 1] = it.existing
-      rec[#rec + 1] = {'=', string.match(it.existing, '^(.-,)"type":"'), body_at, it.id}
+      rec[#rec + 1] = {'=', string.match(it.existing, '^(.-,)"content":'), body_at, it.id,
+        cjson.decode(it.existing).group}
     else
       out[#out + 1] = it.json
       rec[#rec + 1] = {'+', fmt(it.seq), fmt(it.ts), body_at - 2, it.resolved}

@@ -29,7 +29,7 @@ local function checked_items()
   local ids, attrs, chosen = {}, {}, {}
   for i = 1, n do
     local id, sha = ARGV[A + 1 + 2 * i], ARGV[A + 2 + 2 * i]
-    local json = redis.call('HGET', K_ITEMS, id)
+    local json = full_item(id)
     if not json or redis.sha1hex(json) ~= sha or redis.call('SISMEMBER', K_PINNED, id) == 1 then
       return nil, id
     end

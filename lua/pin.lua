@@ -6,14 +6,9 @@
 local cfg = read_config()
 if cfg == nil or cfg.new then return 0 end
 local id, pin = ARGV[N_CONFIG + 1], ARGV[N_CONFIG + 2] == '1'
-local json = redis.call('HGET', K_ITEMS, id)
-if not json then return 0 end
-local _, e, pr = string.find(json, '^{"priority":(%d+),"pinned":%a+,')
-if not e then return fail('CORRUPT', id) end
+if redis.call('HEXISTS', K_ITEMS, id) == 0 then return 0 end
 local was = redis.call('SISMEMBER', K_PINNED, id) == 1
 if was == pin then return 1 end
-redis.call('HSET', K_ITEMS, id, '{"priority":' .. pr .. ',"pinned":' .. (pin and 'true' or 'false')
-  .. ',' .. string.sub(json, e + 1))
 new_epoch()
 if pin then
   redis.call('SADD', K_PINNED, id)

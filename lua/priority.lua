@@ -8,17 +8,15 @@ local p = tonumber(ARGV[N_CONFIG + 2])
 if not is_int(p, 0, MAX_PRIORITY) then return fail('BADARG', 'priority') end
 if cfg == nil or cfg.new then return 0 end
 local id = ARGV[N_CONFIG + 1]
-local json = redis.call('HGET', K_ITEMS, id)
-if not json then return 0 end
-local _, e, old = string.find(json, '^{"priority":(%d+),')
-if not e then return fail('CORRUPT', id) end
-if tonumber(old) == p then return 1 end
-local a = unpack_attrs(redis.call('HGET', K_ATTRS, id))
-redis.call('HSET', K_ITEMS, id, '{"priority":' .. fmt(p) .. ',' .. string.sub(json, e + 1))
+local packed = redis.call('HGET', K_ATTRS, id)
+if not packed then return 0 end
+local a = unpack_attrs(packed)
+local old = a.priority
+if old == p then return 1 end
 a.priority = p
 new_epoch()
 redis.call('HSET', K_ATTRS, id, pack_attrs(a))
 redis.call('ZADD', K_ORDER, score(a.type, p, a.seq), id)
-event('priority_changed', 'item_id', id, 'priority', fmt(p), 'previous_priority', old)
+event('priority_changed', 'item_id', id, 'priority', fmt(p), 'previous_priority', fmt(old))
 rearm_ttl(cfg)
 return 1

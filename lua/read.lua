@@ -17,8 +17,9 @@
 --   'meta' (no items), 'get' (ARGV[2] = one id), 'archived' (ARGV[2] = a summary id: the items it
 --     replaced, none when the archive has no unexpired entry for it) or 'all' (every key, raw:
 --     see below).
+-- An item stored in a shape no script writes makes the reply {'!', 'CORRUPT', id}.
 -- Reply: {meta as a flat field/value array (empty if the window does not exist), pinned count,
---         {item JSON...}}; the four listing modes add {listed id...}, {deferred id...}, next:
+--         {item JSON...}} (each the whole item: full_json in lib/items.lua); the four listing modes add {listed id...}, {deferred id...}, next:
 --         the JSON is that of the wanted ids (all listed ids, or for 'build' those the client
 --         lacks) up to the byte limit, in listing order, and the rest of them are deferred (to
 --         'fetch'); next is the index of the next page, -1 when the listing is complete. A
@@ -30,7 +31,7 @@ local mode = ARGV[1]
 local npinned = redis.call('SCARD', K_PINNED)
 if mode == 'meta' then return {meta, npinned, {}} end
 if mode == 'all' then
-  -- every key as it is, for verify(): {meta, npinned, items, fifo, order, pinned, attrs,
+  -- every key as it is (:items as stored), for verify(): {meta, npinned, items, fifo, order, pinned, attrs,
   -- scores, groups, calls, ids with a cached vector}; scores: id -> the build-order score its :attrs give (score() owns
   -- the formula)
   local attrs, scores = redis.call('HGETALL', K_ATTRS), {}
@@ -48,36 +49,44 @@ if mode == 'all' then
 end
 if mode == 'archived' then
   local out = {}
-  for i, row in ipairs(archive_get(ARGV[2]) or {}) do out[i] = row[1] end
+  for i, row in ipairs(archive_get(ARGV[2]) or {}) do out[i] = archived_json(row) end
   return {meta, npinned, out}
 end
 if mode == 'get' then
-  local j = redis.call('HGET', K_ITEMS, ARGV[2])
-  return {meta, npinned, j and {j} or {}}
+  local found, corrupt = full_items({ARGV[2]})
+  if corrupt then return fail('CORRUPT', corrupt) end
+  return {meta, npinned, found[1] and found or {}}
 end
 
--- The JSON of `ids`, in order, while it fits `budget` bytes (0: any; at least one is sent);
--- returns the JSON and the ids left over.
+-- The whole JSON of `ids`, in order, while their stored JSON fits `budget` bytes (0: any; at
+-- least one is sent); returns the JSON, the ids left over, and the first id stored in a shape
+-- no script writes (nil if none).
 local function contents(ids, budget)
-  local out, rest, used = {}, {}, 0
+  if budget <= 0 then
+    local out, corrupt = full_items(ids)
+    return out, {}, corrupt
+  end
+  local sent, rest, used = {}, {}, 0
   for _, id in ipairs(ids) do
     if #rest == 0 then
-      local n = budget > 0 and redis.call('HSTRLEN', K_ITEMS, id) or 0
-      if budget > 0 and used > 0 and used + n > budget then
+      local n = redis.call('HSTRLEN', K_ITEMS, id)
+      if used > 0 and used + n > budget then
         rest[1] = id
       else
-        used = used + n
-        out[#out + 1] = redis.call('HGET', K_ITEMS, id) or false
+        used, sent[#sent + 1] = used + n, id
       end
     else
       rest[#rest + 1] = id
     end
   end
-  return out, rest
+  local out, corrupt = full_items(sent)
+  return out, rest, corrupt
 end
 
 if mode == 'fetch' then
-  return {meta, npinned, (contents({unpack(ARGV, 3)}, tonumber(ARGV[2]) or 0))}
+  local out, _, corrupt = contents({unpack(ARGV, 3)}, tonumber(ARGV[2]) or 0)
+  if corrupt then return fail('CORRUPT', corrupt) end
+  return {meta, npinned, out}
 end
 
 -- where the page after this one starts, -1 when this one ends the listing
@@ -122,7 +131,8 @@ if mode == 'build' then
     if ARGV[3] == stamp[F.SEQ] and ARGV[7] == stamp[F.ITEMS] then return {meta, npinned, {}, {}, {}, -2} end
     local added = appended(known, tonumber(ARGV[7]))
     if added then
-      local out, deferred = contents(added, budget)
+      local out, deferred, corrupt = contents(added, budget)
+      if corrupt then return fail('CORRUPT', corrupt) end
       return {meta, npinned, out, added, deferred, -3}
     end
   end
@@ -178,5 +188,6 @@ else
     return {meta, npinned, {}, listed, listed, next_page(first, page, total)}
   end
 end
-local out, deferred = contents(wanted, budget)
+local out, deferred, corrupt = contents(wanted, budget)
+if corrupt then return fail('CORRUPT', corrupt) end
 return {meta, npinned, out, listed, deferred, next_page(first, page, total)}

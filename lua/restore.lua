@@ -21,7 +21,7 @@ local function parse_rows(n)
     local link = ARGV[b + 10]
     if it.id == '' or seen[it.id] or not RANK[it.type] or not is_int(it.seq, 1, 1e13)
         or not is_int(it.tokens, 1, MAX_TOKENS) or not is_int(it.priority, 0, MAX_PRIORITY)
-        or string.sub(it.json, 1, 12) ~= '{"priority":' then
+        or string.sub(it.json, 1, #STORED_HEAD) ~= STORED_HEAD then
       return nil, i
     end
     if string.sub(link, 1, 2) == 'C:' then

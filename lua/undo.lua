@@ -20,7 +20,7 @@ local summary = unpack_attrs(packed)
 -- an archived row as store_item takes it
 local function item_of(row)
   local it, doc = unpack_attrs(row[2]), cjson.decode(row[1])
-  it.id, it.json, it.pinned, it.calls = doc.id, row[1], false, {}
+  it.id, it.json, it.pinned, it.calls = archived_id(row), lean_json(row[1]), false, {}
   local meta = doc.metadata
   if it.group ~= '' and type(meta) == 'table' and type(meta.tool_calls) == 'table' then
     for _, call in ipairs(meta.tool_calls) do it.calls[#it.calls + 1] = {id = call.id, name = call['function'].name} end

@@ -9,6 +9,7 @@ import json
 from datetime import datetime, timezone
 from typing import Any
 
+import msgspec
 import pytest
 
 import contextstore as cs
@@ -20,7 +21,7 @@ from contextstore.plans import build as build_plans
 from contextstore.plans import compaction as compaction_plans
 from contextstore.plans import items as item_plans
 from contextstore.plans.base import External, ScriptCall, Settings, WindowState
-from contextstore.stored import stored_json
+from contextstore.stored import StoredItem
 from contextstore.tokens import resolve_counter
 
 
@@ -54,7 +55,28 @@ def stored(n: int, content: str, **fields: Any) -> bytes:
     added = datetime(2026, 11, 22, tzinfo=timezone.utc)
     fields.setdefault("token_count", words(content))
     fields["type"] = cs.ItemType(fields.get("type", "code"))
-    return stored_json(cs.ContextItem(content=content, id=f"ctx-{n}", seq=n, added_at=added, **fields))
+    item = cs.ContextItem(content=content, id=f"ctx-{n}", seq=n, added_at=added, **fields)
+    return whole_json(item)
+
+
+def whole_json(item: cs.ContextItem) -> bytes:
+    """An item as the scripts send it (full_json in lua/lib/items.lua)."""
+    return msgspec.json.encode(
+        StoredItem(
+            content=item.content,
+            role=item.role,
+            source_ref=item.source_ref,
+            metadata=item.metadata,
+            priority=item.priority,
+            pinned=item.pinned,
+            seq=item.seq or 0,
+            id=item.id or "",
+            added_at_us=int(item.added_at.timestamp() * 1_000_000) if item.added_at else 0,
+            type=item.type.value,
+            token_count=item.token_count,
+            group=item.group,
+        )
+    )
 
 
 def meta(**fields: object) -> list[str]:
@@ -88,7 +110,7 @@ def test_add_sends_one_script_call_and_decodes_the_stored_items():
     # placeholder tokens, nothing replaced, one item, no caller id
     # placeholder tokens, replace, most items compacted inside the add, item count, then the item
     assert rest[:5] == [str(words(CLEARED_PLACEHOLDER)), "", str(compaction_plans.COMPACT_CHUNK), "1", ""]
-    assert rest[5].startswith(b'{"type":"user_message"')
+    assert rest[5] == b'{"content":"hello big world","role":"user"}'  # what :items stores, after its time
     assert rest[6:] == ["user_message", "3", "50", "0", "", ""]  # type, tokens, priority, pinned, group, link
     assert call.argv()[0].startswith(call.request + "|")  # the request and its argument fingerprint
     assert (reply.added, reply.evicted, reply.compactions, reply.trigger, reply.freed) == (1, 0, 0, 0, 0)

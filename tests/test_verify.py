@@ -33,6 +33,12 @@ def _set_item(r: redis.Redis, base: str, iid: str, **changes: object) -> None:
     r.hset(base + "items", iid, json.dumps(it))
 
 
+def _set_attrs(r: redis.Redis, base: str, iid: str, at: int, value: str) -> None:
+    parts = r.hget(base + "attrs", iid).decode().split("|")
+    parts[at] = value
+    r.hset(base + "attrs", iid, "|".join(parts))
+
+
 Corruption = Callable[[redis.Redis, str], object]
 CASES: list[tuple[str, Corruption, str]] = [
     ("tokens counter", lambda r, b: r.hincrby(b + "meta", "tokens", 5), ":meta tokens is"),
@@ -52,27 +58,24 @@ CASES: list[tuple[str, Corruption, str]] = [
     ),
     ("id missing from order", lambda r, b: r.zrem(b + "order", "tool-1"), ":order lacks ids"),
     ("wrong order score", lambda r, b: r.zincrby(b + "order", 5, "ctx-2"), ":order score of 'ctx-2'"),
-    ("attrs disagree", lambda r, b: r.hset(b + "attrs", "ctx-2", "2|999|50|user_message"), ":attrs of 'ctx-2'"),
+    ("attrs tokens off", lambda r, b: _set_attrs(r, b, "ctx-2", 1, "999"), ":meta tokens is 35, the items sum to 1033"),
+    ("attrs do not parse", lambda r, b: r.hset(b + "attrs", "ctx-2", "2|x|50"), "('2|x|50') does not parse"),
     ("attrs missing", lambda r, b: r.hdel(b + "attrs", "ctx-4"), ":attrs lacks ids"),
-    ("pinned set without flag", lambda r, b: r.sadd(b + "pinned", "ctx-2"), ":pinned disagrees"),
+    ("pinned id not stored", lambda r, b: r.sadd(b + "pinned", "ghost"), ":pinned has ids that are not in :items"),
     ("group members wrong", lambda r, b: r.hset(b + "groups", "call_1", "ctx-5"), ":groups of 'call_1'"),
     ("stray group", lambda r, b: r.hset(b + "groups", "ghost", "ctx-2"), ":groups of 'ghost'"),
     ("tool call missing", lambda r, b: r.hdel(b + "calls", "call_1"), ":calls of 'call_1'"),
-    ("attrs lose the group", lambda r, b: r.hset(b + "attrs", "ctx-6", "6|2|50|tool_result"), ":attrs of 'ctx-6'"),
-    ("flag without pinned set", lambda r, b: r.srem(b + "pinned", "ctx-1"), ":pinned disagrees"),
+    ("attrs lose the group", lambda r, b: r.hset(b + "attrs", "ctx-6", "6|2|50|tool_result"), ":groups of 'call_1'"),
+    ("cleared flag without mark", lambda r, b: _set_attrs(r, b, "ctx-6", 4, "c"), "disagree on whether it was cleared"),
     ("unparseable JSON", lambda r, b: r.hset(b + "items", "ctx-2", "{not json"), "does not parse"),
-    ("bad priority", lambda r, b: _set_item(r, b, "ctx-2", priority=500), "bad field(s) priority"),
+    ("bad priority", lambda r, b: _set_attrs(r, b, "ctx-2", 2, "500"), "bad field(s) priority"),
+    ("bad type", lambda r, b: _set_attrs(r, b, "ctx-2", 3, "gossip"), "bad field(s) type"),
+    ("no time", lambda r, b: _set_item(r, b, "ctx-2", added_at_us=None), "bad field(s) added_at_us"),
+    ("a field twice", lambda r, b: _set_item(r, b, "ctx-6", group="call_1"), "its stored JSON repeats group"),
     ("empty content", lambda r, b: _set_item(r, b, "ctx-2", content=" "), "bad field(s) content"),
-    ("id differs from key", lambda r, b: _set_item(r, b, "ctx-2", id="ctx-9"), "bad field(s) id"),
-    (
-        "generated id vs seq",
-        lambda r, b: (
-            r.hset(b + "items", "ctx-7", r.hget(b + "items", "ctx-2").replace(b'"id":"ctx-2"', b'"id":"ctx-7"')),
-            r.hdel(b + "items", "ctx-2"),
-        ),
-        "does not match its seq",
-    ),
-    ("two items share a seq", lambda r, b: _set_item(r, b, "tool-1", seq=2), "share a seq"),
+    ("0.1 item: id not its key", lambda r, b: _set_item(r, b, "ctx-2", priority=5, id="ctx-9"), "bad field(s) id"),
+    ("generated id vs seq", lambda r, b: _set_attrs(r, b, "ctx-2", 0, "9"), "does not match its seq 9"),
+    ("two items share a seq", lambda r, b: _set_attrs(r, b, "tool-1", 0, "2"), "share a seq"),
     ("over capacity", lambda r, b: r.hset(b + "meta", "max_items", "2"), "max_items is 2"),
     ("half-deleted", lambda r, b: r.delete(b + "meta"), "without a :meta hash"),
 ]

@@ -1,8 +1,8 @@
 -- lib/archive.lua: the items a summary replaced, kept in :archive until archive_ttl passes.
 -- needs: items
 --
--- :archive holds, per summary id, {"items": [[stored JSON, attrs], ...]} (the replaced items in
--- arrival order), and under ARCHIVE_INDEX when each entry expires: "<summary id>=<server ms> ...".
+-- :archive holds, per summary id, {"items": [[stored JSON, attrs, id], ...]} (the replaced items in
+-- arrival order; 0.1 kept no id, its JSON holds it), and under ARCHIVE_INDEX when each entry expires: "<summary id>=<server ms> ...".
 -- Expired entries are never answered, and are dropped whenever the archive is written.
 
 local function archive_expiries()
@@ -37,7 +37,7 @@ local function archive_put(summary_id, ids, ttl)
   end
   local rows = {}
   for i, id in ipairs(ids) do
-    rows[i] = {redis.call('HGET', K_ITEMS, id), redis.call('HGET', K_ATTRS, id)}
+    rows[i] = {redis.call('HGET', K_ITEMS, id), redis.call('HGET', K_ATTRS, id), id}
   end
   redis.call('HSET', K_ARCHIVE, summary_id, cjson.encode({items = rows}))
   expiries[summary_id] = now + ttl * 1000
@@ -50,6 +50,16 @@ local function archive_get(summary_id)
   if not ms or ms <= now_ms() then return nil end
   local raw = redis.call('HGET', K_ARCHIVE, summary_id)
   return raw and cjson.decode(raw).items or nil
+end
+
+-- An archived row's id (a 0.1 row's JSON holds it).
+local function archived_id(row)
+  return row[3] or cjson.decode(row[1]).id
+end
+
+-- An archived row as the client decodes an item (unpinned: a summary never takes pinned items).
+local function archived_json(row)
+  return full_json(archived_id(row), row[1], unpack_attrs(row[2]), false)
 end
 
 local function archive_drop(summary_id)

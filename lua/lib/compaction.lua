@@ -257,7 +257,7 @@ end
 local function cleared_version(a, cfg, placeholder)
   local json = redis.call('HGET', K_ITEMS, a.id)
   if next(cfg.excluded) and cfg.excluded[tool_of(cjson.decode(json)) or ''] then return nil end
-  return cleared_json(json, a.tokens, placeholder)
+  return cleared_json(json, a)
 end
 
 -- Plan a compaction of `state`'s window from `tokens` down to `target`: a list of actions

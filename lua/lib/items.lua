@@ -16,21 +16,87 @@ end
 
 local function unpack_attrs(v)
   local seq, tok, pr, ty = string.match(v, '^(%d+)|(%d+)|(%d+)|(.*)$')
+  if not seq then return {flags = '', group = ''} end  -- never written so (verify() reports it)
   local flags, group = nil, nil
   if string.find(ty, '|', 1, true) then ty, flags, group = string.match(ty, '^([%w_]+)|(%a*)|(.*)$') end
   return {seq = tonumber(seq), tokens = tonumber(tok), priority = tonumber(pr), type = ty,
     flags = flags or '', group = group or ''}
 end
 
--- The head of a stored item's JSON: the fields the scripts write themselves, in the stored
--- order (contextstore/stored.py); `it.tail` (client-encoded) completes the object.
-local function item_head(it)
-  return '{"priority":' .. fmt(it.priority) .. ',"pinned":' .. (it.pinned and 'true' or 'false')
-    .. ',"seq":' .. fmt(it.seq) .. ',"id":' .. cjson.encode(it.id) .. ',"added_at_us":' .. fmt(it.ts)
-    .. ','
+-- :items holds per item only what no other key does: STORED_HEAD, its time (microseconds,
+-- the server's clock), then the client-encoded body: '{"added_at_us":<µs>,"content":...}'
+-- (role, source_ref, metadata follow when set). Its seq, tokens, priority, type, flags and
+-- group live in :attrs, its pin in :pinned, its id is the hash field. full_json puts them back
+-- for the client (contextstore/stored.py decodes that).
+
+-- A 0.1 item's body without its group (0.1 spelled it last, `null` or a string; :attrs holds
+-- it now): a `,"group":` inside metadata is never followed by a JSON value and the closing brace.
+local function without_group(rest)
+  local at, p = nil, 1
+  while true do
+    local q = string.find(rest, ',"group":', p, true)
+    if not q then break end
+    at, p = q, q + 1
+  end
+  if at then
+    local ok, g = pcall(cjson.decode, string.sub(rest, at + 9, -2))
+    if ok and (g == cjson.null or type(g) == 'string') then return string.sub(rest, 1, at - 1) .. '}' end
+  end
+  return rest
 end
 
--- Parse one item from ARGV[b+1..b+8]: id or '', body JSON, type, tokens, priority, pinned,
+-- An item's stored JSON in the lean layout (as it is, or made from a 0.1 item's, which spells
+-- every field: the ones :attrs and :pinned hold may be stale there); nil if it is neither.
+local function lean_json(json)
+  if string.sub(json, 1, #STORED_HEAD) == STORED_HEAD then return json end
+  local _, e, ts = string.find(json, ',"added_at_us":(%d+),"type":"[%w_]+","token_count":%d+,"content":')
+  if not e then return nil end
+  return STORED_HEAD .. ts .. ',"content":' .. without_group(string.sub(json, e + 1))
+end
+
+-- A whole item's JSON with `group` (if not '') as its last field.
+local function with_group(json, group)
+  if group == '' then return json end
+  return string.sub(json, 1, -2) .. ',"group":' .. cjson.encode(group) .. '}'
+end
+
+-- The whole item as the client decodes it: the stored JSON of `id` with its attrs `a` and its
+-- pin put back (nil when the JSON or the attrs are in no known layout).
+local function full_json(id, json, a, pinned)
+  local lean = lean_json(json)
+  if not lean or not a.seq then return nil end
+  local comma = string.find(lean, ',', #STORED_HEAD + 1, true)
+  local head = '{"priority":' .. fmt(a.priority) .. ',"pinned":' .. (pinned and 'true' or 'false')
+    .. ',"seq":' .. fmt(a.seq) .. ',"id":' .. cjson.encode(id) .. ',"added_at_us":'
+    .. string.sub(lean, #STORED_HEAD + 1, comma - 1) .. ',"type":"' .. a.type .. '","token_count":'
+    .. fmt(a.tokens) .. ','
+  return with_group(head .. string.sub(lean, comma + 1), a.group)
+end
+
+-- The whole JSON of `ids`, in order (false for an id the window does not hold), and the first
+-- of them stored in a shape no script writes (nil if none).
+local function full_items(ids)
+  local out, corrupt = {}, nil
+  for i = 1, #ids, 500 do
+    local chunk = {unpack(ids, i, math.min(i + 499, #ids))}
+    local jsons = redis.call('HMGET', K_ITEMS, unpack(chunk))
+    local attrs = redis.call('HMGET', K_ATTRS, unpack(chunk))
+    local pins = redis.call('SMISMEMBER', K_PINNED, unpack(chunk))
+    for j, id in ipairs(chunk) do
+      local json = jsons[j] and attrs[j] and full_json(id, jsons[j], unpack_attrs(attrs[j]), pins[j] == 1)
+      if jsons[j] and not json then corrupt = corrupt or id end
+      out[#out + 1] = json or false
+    end
+  end
+  return out, corrupt
+end
+
+-- The whole JSON of one item (nil when the window does not hold it, or it is corrupt).
+local function full_item(id)
+  return full_items({id})[1] or nil
+end
+
+-- Parse one item from ARGV[b+1..b+8]: id or '', body JSON ('{"content":...}'), type, tokens, priority, pinned,
 -- group or '', tool link ('C:<name>=<call id> ...' for a tool call, 'R:<call id>' for a result).
 local function parse_item(b)
   local it = {
@@ -40,7 +106,7 @@ local function parse_item(b)
   }
   local link = ARGV[b + 8] or ''
   if not RANK[it.type] or not is_int(it.tokens, 1, MAX_TOKENS)
-      or not is_int(it.priority, 0, MAX_PRIORITY) or string.sub(it.body, 1, 9) ~= '{"type":"' then
+      or not is_int(it.priority, 0, MAX_PRIORITY) or string.sub(it.body, 1, 11) ~= '{"content":' then
     return nil
   end
   if string.sub(link, 1, 2) == 'C:' then
@@ -54,13 +120,6 @@ local function parse_item(b)
   end
   it.tail = string.sub(it.body, 2)
   return it
-end
-
--- A body tail given the group `group` (the client leaves a group it does not know out; a body
--- from 0.1 spells it null, last).
-local function with_group(tail, group)
-  if string.sub(tail, -14) == ',"group":null}' then tail = string.sub(tail, 1, -15) .. '}' end
-  return string.sub(tail, 1, -2) .. ',"group":' .. cjson.encode(group) .. '}'
 end
 
 local function group_members(group)
@@ -100,12 +159,12 @@ local function count_added(it)
 end
 
 -- Store one new item: it = {id, seq, ts, tail, type, tokens, priority, pinned, group, calls},
--- last in arrival order or just before the id `before`. Returns the stored JSON.
+-- last in arrival order or just before the id `before`. Returns its whole JSON.
 local function insert_item(it, before)
-  local json = item_head(it) .. it.tail
+  local json = STORED_HEAD .. fmt(it.ts) .. ',' .. it.tail
   store_item(it, json, before)
   count_added(it)
-  return json
+  return full_json(it.id, json, it, it.pinned)
 end
 
 -- The position in :fifo of `id` (seq s), searched in [lo, hi] by bisection on seq (:fifo is in
@@ -229,30 +288,31 @@ local function string_end(json, from)
   end
 end
 
--- A tool result's stored JSON with its content replaced by the placeholder, its token_count by
--- `tokens`, and metadata[CLEARED_KEY] = {tokens = its tokens before}; nil if it is not in the
--- stored layout.
-local function cleared_json(json, before, tokens)
-  local s, e = string.find(json, ',"type":"tool_result","token_count":%d+,"content":"')
-  local close = s and string_end(json, e + 1)
+-- A tool result's stored JSON (either layout; `a` its attrs) in the lean layout with its content
+-- replaced by the placeholder and metadata[CLEARED_KEY] = {tokens = its tokens before}; nil if
+-- it is in no known layout. metadata is the body's last field when it is set.
+local function cleared_json(json, a)
+  local lean = lean_json(json)
+  if not lean then return nil end
+  local s, e = string.find(lean, '^{"added_at_us":%d+,"content":"')
+  local close = s and string_end(lean, e + 1)
   if not close then return nil end
-  local rest = string.sub(json, close + 1)
+  local rest = string.sub(lean, close + 1)
   local ms, me = string.find(rest, ',"metadata":', 1, true)
-  if not ms then  -- no metadata stored (None is left out): give it one, before the group if any
-    local gs = string.find(rest, ',"group":', 1, true) or #rest
-    rest = string.sub(rest, 1, gs - 1) .. ',"metadata":null' .. string.sub(rest, gs)
-    ms, me = string.find(rest, ',"metadata":', 1, true)
-  end
-  local mark, meta = '"' .. CLEARED_KEY .. '":{"tokens":' .. fmt(before) .. '}', string.sub(rest, me + 1)
-  if string.sub(meta, 1, 4) == 'null' then
-    meta = '{' .. mark .. '}' .. string.sub(meta, 5)
-  elseif string.sub(meta, 1, 2) == '{}' then
-    meta = '{' .. mark .. '}' .. string.sub(meta, 3)
+  local mark, meta = '"' .. CLEARED_KEY .. '":{"tokens":' .. fmt(a.tokens) .. '}', nil
+  if not ms then
+    rest, meta = string.sub(rest, 1, -2), '{' .. mark .. '}}'
   else
-    meta = '{' .. mark .. ',' .. string.sub(meta, 2)
+    meta, rest = string.sub(rest, me + 1), string.sub(rest, 1, ms - 1)
+    if string.sub(meta, 1, 4) == 'null' then
+      meta = '{' .. mark .. '}' .. string.sub(meta, 5)
+    elseif string.sub(meta, 1, 2) == '{}' then
+      meta = '{' .. mark .. '}' .. string.sub(meta, 3)
+    else
+      meta = '{' .. mark .. ',' .. string.sub(meta, 2)
+    end
   end
-  return string.sub(json, 1, s - 1) .. ',"type":"tool_result","token_count":' .. fmt(tokens) .. ',"content":'
-    .. cjson.encode(CLEARED_PLACEHOLDER) .. string.sub(rest, 1, ms - 1) .. ',"metadata":' .. meta
+  return string.sub(lean, 1, e - 1) .. cjson.encode(CLEARED_PLACEHOLDER) .. rest .. ',"metadata":' .. meta
 end
 
 -- Store a cleared tool result (`json` from cleared_json, `tokens` its new count); keeps the
@@ -273,22 +333,22 @@ local function clear_content(id, json, tokens)
 end
 
 -- add's request record keeps, per new item, its seq and time and where its arguments start;
--- a replay rebuilds the stored JSON from the replayed call's own arguments (the same request
+-- a replay rebuilds the item's JSON from the replayed call's own arguments (the same request
 -- carries the same arguments), so any item costs the log ~40 bytes. An item that existed
--- before the call (a safe retry of a caller id) keeps its stored head and is returned as it is
--- stored now, if it still exists.
+-- before the call (a safe retry of a caller id) is returned as it is stored now if it still
+-- exists, else from the head it had then (up to its content) and the call's body.
 REPLAYS.add = function(rec)
   local out = {'ok', rec[1], rec[2], rec[3], rec[4], rec[5]}
   for i = 6, #rec do
     local r = rec[i]
     if r[1] == '=' then
-      out[#out + 1] = redis.call('HGET', K_ITEMS, r[4]) or (r[2] .. string.sub(ARGV[r[3]], 2))
+      out[#out + 1] = full_item(r[4]) or with_group(r[2] .. string.sub(ARGV[r[3]], 2), r[5] or '')
     else
       local it = parse_item(r[4])
       it.seq, it.ts = tonumber(r[2]), tonumber(r[3])
-      if r[5] then it.tail = with_group(it.tail, r[5]) end
+      if r[5] then it.group = r[5] end
       if it.id == '' then it.id = 'ctx-' .. r[2] end
-      out[#out + 1] = item_head(it) .. it.tail
+      out[#out + 1] = full_json(it.id, STORED_HEAD .. r[3] .. ',' .. it.tail, it, it.pinned)
     end
   end
   return out
