@@ -60,17 +60,21 @@ local function with_group(json, group)
   return string.sub(json, 1, -2) .. ',"group":' .. cjson.encode(group) .. '}'
 end
 
+-- The whole item from its parts: its time `ts` (text), `tail` (the stored body without its
+-- opening brace), its attrs `a` and its pin.
+local function whole_json(id, ts, tail, a, pinned)
+  return with_group('{"priority":' .. fmt(a.priority) .. ',"pinned":' .. (pinned and 'true' or 'false')
+    .. ',"seq":' .. fmt(a.seq) .. ',"id":' .. cjson.encode(id) .. ',"added_at_us":' .. ts
+    .. ',"type":"' .. a.type .. '","token_count":' .. fmt(a.tokens) .. ',' .. tail, a.group)
+end
+
 -- The whole item as the client decodes it: the stored JSON of `id` with its attrs `a` and its
 -- pin put back (nil when the JSON or the attrs are in no known layout).
 local function full_json(id, json, a, pinned)
   local lean = lean_json(json)
   if not lean or not a.seq then return nil end
   local comma = string.find(lean, ',', #STORED_HEAD + 1, true)
-  local head = '{"priority":' .. fmt(a.priority) .. ',"pinned":' .. (pinned and 'true' or 'false')
-    .. ',"seq":' .. fmt(a.seq) .. ',"id":' .. cjson.encode(id) .. ',"added_at_us":'
-    .. string.sub(lean, #STORED_HEAD + 1, comma - 1) .. ',"type":"' .. a.type .. '","token_count":'
-    .. fmt(a.tokens) .. ','
-  return with_group(head .. string.sub(lean, comma + 1), a.group)
+  return whole_json(id, string.sub(lean, #STORED_HEAD + 1, comma - 1), string.sub(lean, comma + 1), a, pinned)
 end
 
 -- The whole JSON of `ids`, in order (false for an id the window does not hold), and the first
@@ -161,10 +165,9 @@ end
 -- Store one new item: it = {id, seq, ts, tail, type, tokens, priority, pinned, group, calls},
 -- last in arrival order or just before the id `before`. Returns its whole JSON.
 local function insert_item(it, before)
-  local json = STORED_HEAD .. fmt(it.ts) .. ',' .. it.tail
-  store_item(it, json, before)
+  store_item(it, STORED_HEAD .. fmt(it.ts) .. ',' .. it.tail, before)
   count_added(it)
-  return full_json(it.id, json, it, it.pinned)
+  return whole_json(it.id, fmt(it.ts), it.tail, it, it.pinned)
 end
 
 -- The position in :fifo of `id` (seq s), searched in [lo, hi] by bisection on seq (:fifo is in
@@ -348,7 +351,7 @@ REPLAYS.add = function(rec)
       it.seq, it.ts = tonumber(r[2]), tonumber(r[3])
       if r[5] then it.group = r[5] end
       if it.id == '' then it.id = 'ctx-' .. r[2] end
-      out[#out + 1] = full_json(it.id, STORED_HEAD .. r[3] .. ',' .. it.tail, it, it.pinned)
+      out[#out + 1] = whole_json(it.id, r[3], it.tail, it, it.pinned)
     end
   end
   return out
