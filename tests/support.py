@@ -58,8 +58,16 @@ def free_port() -> int:
 class RedisProcess:
     """A redis-server this test run starts and stops itself, on 127.0.0.1."""
 
-    def __init__(self, *extra: str, binary: str | None = None, port: int | None = None, dir: str | None = None) -> None:
+    def __init__(
+        self,
+        *extra: str,
+        binary: str | None = None,
+        port: int | None = None,
+        dir: str | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.binary = binary or find_redis_server()
+        self.env = env  # the server's environment (None: this process's)
         self.dir = dir or tempfile.mkdtemp(prefix="cs-redis-")
         self.port = port or free_port()
         self.extra = extra
@@ -89,7 +97,7 @@ class RedisProcess:
         if tls_ca:
             args[1:3] = ["--port", "0"]
         log = open(os.path.join(self.dir, "server.log"), "wb")  # noqa: SIM115
-        self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=self.env)
         log.close()
         ssl_kw: dict[str, Any] = {"ssl": True, "ssl_ca_certs": tls_ca} if tls_ca else {}
         client = redis.Redis(host="127.0.0.1", port=self.port, password=password, **ssl_kw)

@@ -5,6 +5,9 @@ every field in the item JSON, reads the same and stays true under every kind of 
 from __future__ import annotations
 
 import json
+import re
+import time
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +19,28 @@ from contextstore.layout import STORED_HEAD
 
 from support import check_invariants, key
 
-FIXTURE = json.loads((Path(__file__).parent / "data" / "window_0_1.json").read_text())
+FIXTURE_TEXT = (Path(__file__).parent / "data" / "window_0_1.json").read_text()
+
+
+def fixture_at(now_ms: int) -> dict[str, Any]:
+    """The 0.1 window as if it had been written at ``now_ms``. The file keeps no absolute time:
+    ``@ms±N@``, ``@us±N@`` and ``@iso±N@`` are offsets (ms, us, us) from when 0.1 created the
+    window, so its archive entry (expiring a day after) is never expired when a test loads it."""
+
+    def absolute(m: re.Match[str]) -> str:
+        unit, offset = m.group(1), int(m.group(2))
+        if unit == "ms":
+            return str(now_ms + offset)
+        us = now_ms * 1000 + offset
+        if unit == "us":
+            return str(us)
+        return msgspec.json.encode(datetime.fromtimestamp(us // 1_000_000, timezone.utc).replace(
+            microsecond=us % 1_000_000)).decode().strip('"')
+
+    return json.loads(re.sub(r"@(ms|us|iso)([-+]\d+)@", absolute, FIXTURE_TEXT))
+
+
+FIXTURE = fixture_at(int(time.time() * 1000))
 BODY_FIELDS = {"added_at_us", "content", "role", "source_ref", "metadata"}
 CALL = {"id": "call_9", "type": "function", "function": {"name": "grep", "arguments": "{}"}}
 
