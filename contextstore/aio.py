@@ -159,6 +159,7 @@ class AsyncContextStore(StoreBase):
     async def close(self) -> None:
         """Close the clients this store made (one per event loop that used it); a client the
         caller brought stays open."""
+        self._metrics.close()
         await self._loops.close()
 
     async def __aenter__(self) -> AsyncContextStore:

@@ -151,6 +151,7 @@ class ContextStore(StoreBase):
 
     def close(self) -> None:
         """Close the client if this store made it (a caller's client stays open)."""
+        self._metrics.close()
         if self._owns_client:
             self._client.close()
 
