@@ -29,6 +29,7 @@ from .errors import (
     SummarizerError,
     SummaryNotFoundError,
     ToolCallLinkError,
+    VersionConflictError,
     WindowNotFoundError,
 )
 from .events import Event, OtherEvent
@@ -104,6 +105,7 @@ __all__ = [
     "TiktokenCounter",
     "TokenCounter",
     "ToolCallLinkError",
+    "VersionConflictError",
     "VerifyReport",
     "WindowNotFoundError",
     "WindowOptions",

@@ -160,6 +160,12 @@ class ScriptError(ContextStoreError):
     """A script answered a status code this version does not know (a mismatched deployment)."""
 
 
+class VersionConflictError(ContextStoreError):
+    """A conditional write found that the window moved on since the caller read it (the newest
+    items are no longer the ones it expected to replace); nothing was written. Read again and
+    decide again."""
+
+
 class CommitConflict(ContextStoreError):
     """Internal: items changed between the read and the commit of an outside-Redis compaction
     (the plan reads again and decides again)."""
@@ -181,6 +187,7 @@ SCRIPT_ERRORS: dict[str, ErrorFactory] = {
     "FULL": lambda d, _: ContextWindowFullError(d[0], int(d[1]), int(d[2]), int(d[3])),
     "DUPLICATE": lambda d, _: DuplicateItemError(f"item id {d[0]!r} exists with other content"),
     "CONFLICT": lambda d, _: CommitConflict(d[0] if d else ""),
+    "MOVED": lambda d, _: VersionConflictError(f"the window moved on: {' '.join(d)}"),
     "REUSED": lambda d, _: InvalidOptionsError(f"request id {d[0]!r} was already used for a different call"),
     "BADARG": lambda d, badarg: badarg(f"rejected by the server: {' '.join(d)}"),
     "CORRUPT": lambda d, _: CorruptWindowError(f"item {d[0]!r} is stored in a shape the scripts never write"),

@@ -40,11 +40,26 @@ def number_in(name: str, value: object, low: float, high: float) -> float:
     return float(value)
 
 
+def is_generated_id(value: str) -> bool:
+    """Whether ``value`` is of the form the store generates (``ctx-<digits>``)."""
+    return _GENERATED_ID.fullmatch(value) is not None
+
+
 def item_id(value: object) -> str:
     """An item id argument (of get/remove/pin/...): a non-empty str."""
     if not isinstance(value, str) or not value:
         raise InvalidItemError(f"item id must be a non-empty str, not {value!r}")
     return value
+
+
+def id_list(name: str, value: object) -> list[str]:
+    """A non-empty list of item ids (each a non-empty str without whitespace), as given."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise InvalidOptionsError(f"{name} must be a list of item ids, not {value!r}")
+    ids = list(value)
+    if not ids or not all(isinstance(i, str) and i and not _WHITESPACE.search(i) for i in ids):
+        raise InvalidOptionsError(f"{name} must be a non-empty list of item ids, not {value!r}")
+    return ids
 
 
 def request_id(value: object) -> str:

@@ -3,7 +3,9 @@
 -- KEYS: the window keys (see lib/core.lua).
 -- ARGV[1..N_CONFIG]: the caller's config (used only if the window does not exist).
 -- ARGV[N_CONFIG + 1]: tokens of the cleared-tool-result placeholder; ARGV[N_CONFIG + 2]: what
---   to replace: '' (nothing: an add), 'all' (every item, pinned too) or k (the newest k items);
+--   to replace: '' (nothing: an add), 'all' (every item, pinned too), k (the newest k items) or
+--   '=<id> <id> ...' (exactly these newest items, in arrival order: {'!', 'MOVED', ...} when the
+--   newest items are others);
 --   ARGV[N_CONFIG + 3]: d, most items a compaction inside this call may act on before it asks the
 --   caller to compact first (0: never ask); ARGV[N_CONFIG + 4]: n (0 only with a replace); then
 --   n groups of 8: id ('' = ctx-<seq>), body JSON ({"content":...}), type, token_count,
@@ -16,7 +18,8 @@
 --   (a replayed request returns the same). added counts the new items (one evicted by a later
 --   item of the same call still counts; an existing caller id with the same content returns
 --   its JSON, unchanged), or {'!', 'FULL', unit, current, max, requested} /
---   {'!', 'DUPLICATE', id} / {'!', 'TOOLCALL', problem, call id} / {'!', 'BADARG', what}, or
+--   {'!', 'DUPLICATE', id} / {'!', 'TOOLCALL', problem, call id} / {'!', 'BADARG', what} /
+--   {'!', 'MOVED', what} (a replace of expected items that are no longer the newest), or
 --   {'compact', strategy, target percent, tokens} (nothing written): the first item crosses the
 --   threshold, its compaction would act on more than d items, and the add is sure to fit once the
 --   window is compacted to that target (see may_defer); the caller compacts (compact.lua, in
@@ -191,8 +194,16 @@ end
 local function replaced(cfg)
   local what = ARGV[N_CONFIG + 2]
   local out = {replace = what ~= '', list = {}, ids = {}, calls = {}, tokens = 0}
+  local expected = string.sub(what, 1, 1) == '=' and words(string.sub(what, 2)) or nil
+  if expected then
+    if #expected == 0 or #expected > MAX_ITEM_LIMIT then return nil, fail('BADARG', 'replace') end
+    local now = cfg.new and {} or redis.call('LRANGE', K_FIFO, -#expected, -1)
+    local same = #now == #expected
+    for i = 1, #expected do same = same and now[i] == expected[i] end
+    if not same then return nil, fail('MOVED', 'the newest items are not the ones to replace') end
+  end
   if what == '' or cfg.new then return out end
-  local k = what == 'all' and 0 or tonumber(what)
+  local k = (what == 'all' and 0) or (expected and #expected) or tonumber(what)
   if not is_int(k, 0, MAX_ITEM_LIMIT) or (what ~= 'all' and k == 0) then return nil, fail('BADARG', 'replace') end
   out.list = redis.call('LRANGE', K_FIFO, what == 'all' and 0 or -k, -1)
   for _, id in ipairs(out.list) do

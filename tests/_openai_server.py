@@ -6,6 +6,10 @@ words of each line>"``), ``"500"`` fails with an internal server error, ``"slow"
 ``delay`` seconds, ``"empty"`` answers with no content, ``"chat"`` answers a chat turn with how
 many messages it was sent and the last user question (``"seen N messages; re: <question>"``).
 Every request body is kept in ``requests``.
+
+It also speaks enough of the Responses API for openai-agents: ``/v1/responses`` answers with one
+assistant message (``"seen N items"``), ``/v1/responses/compact`` with one opaque compaction item
+(``COMPACTED``) standing for everything it was sent.
 """
 
 from __future__ import annotations
@@ -60,6 +64,11 @@ class FakeChatServer:
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 owner.requests.append(body)
+                if self.path == "/v1/responses/compact":
+                    return self._send(200, {"id": "cmp_local", "object": "response.compaction",
+                                            "created_at": 1, "output": [COMPACTED]})  # fmt: skip
+                if self.path == "/v1/responses":
+                    return self._send(200, _response(body))
                 if self.path != "/v1/chat/completions":
                     return self._send(404, {"error": {"message": "not found"}})
                 if owner.mode == "500":
@@ -85,6 +94,28 @@ class FakeChatServer:
                     pass
 
         return Handler
+
+
+#: what ``/v1/responses/compact`` answers with: one opaque item for the whole history
+COMPACTED = {"id": "cmp_local_1", "type": "compaction", "encrypted_content": "opaque-summary"}
+
+
+def _response(body: dict[str, Any]) -> dict[str, Any]:
+    """A completed Responses API answer: one assistant message saying how many items it saw."""
+    seen = len(body["input"]) if isinstance(body.get("input"), list) else 1
+    message = {
+        "type": "message", "id": f"msg_local_{seen}", "role": "assistant", "status": "completed",
+        "content": [{"type": "output_text", "text": f"seen {seen} items", "annotations": []}],
+    }  # fmt: skip
+    usage = {
+        "input_tokens": 1, "output_tokens": 1, "total_tokens": 2,
+        "input_tokens_details": {"cached_tokens": 0}, "output_tokens_details": {"reasoning_tokens": 0},
+    }  # fmt: skip
+    return {
+        "id": f"resp_local_{seen}", "object": "response", "created_at": 1, "model": body["model"],
+        "status": "completed", "output": [message], "parallel_tool_calls": True, "tool_choice": "auto",
+        "tools": [], "usage": usage,
+    }  # fmt: skip
 
 
 def _completion(model: str, content: str | None) -> dict[str, Any]:

@@ -71,11 +71,11 @@ def _events_after(r, stream, n):
     return [{k.decode(): v.decode() for k, v in f.items()} for _, f in r.xrange(stream)[n:]]
 
 
-def _append(url: str, prefix: str, worker: int, n: int) -> None:
+def _append(url: str, prefix: str, worker: int, n: int, key: str = "shared") -> None:
     with cs.ContextStore.from_url(url, prefix=prefix) as store:
         chat = ContextStoreChatStore(store)
         for i in range(n):
-            chat.add_message("shared", ChatMessage(role=MessageRole.USER, content=f"w{worker} {i}"))
+            chat.add_message(key, ChatMessage(role=MessageRole.USER, content=f"w{worker} {i}"))
 
 
 def test_four_processes_append_to_one_key(redis_url, prefix):
@@ -85,3 +85,78 @@ def test_four_processes_append_to_one_key(redis_url, prefix):
     assert sorted(got) == sorted(f"w{w} {i}" for w in range(4) for i in range(50))
     for w in range(4):
         assert [t for t in got if t.startswith(f"w{w} ")] == [f"w{w} {i}" for i in range(50)]
+
+
+def _user(text: str) -> ChatMessage:
+    return ChatMessage(role=MessageRole.USER, content=text)
+
+
+def test_add_message_inserts_at_an_index_like_a_list(any_store):
+    chat = ContextStoreChatStore(any_store)
+    want: list[ChatMessage] = []
+    for n, idx in enumerate([None, 0, 1, -1, 99, -99, 2]):
+        message = _user(f"m{n}")
+        chat.add_message("ins", message, idx=idx)
+        if idx is None:
+            want.append(message)
+        else:
+            want.insert(idx, message)
+        assert chat.get_messages("ins") == want
+    asyncio.run(chat.async_add_message("ins", _user("async"), idx=1))
+    want.insert(1, _user("async"))
+    assert chat.get_messages("ins") == want
+
+
+def test_an_insertion_never_splits_a_tool_call_from_its_results(any_store, redis_url, prefix):
+    chat = ContextStoreChatStore(any_store)
+    chat.set_messages("grp", MESSAGES)
+    chat.add_message("grp", _user("between?"), idx=3)  # between the call (2) and its result (3)
+    got = chat.get_messages("grp")
+    assert got == [*MESSAGES[:2], _user("between?"), *MESSAGES[2:]]  # placed before the call
+    with cs.ContextStore.from_url(redis_url, prefix=prefix) as plain:
+        w = plain.window("grp")
+        stored = w.items()
+        assert stored[3].group == stored[4].group == "c1" and w.verify().ok
+
+
+def test_a_pinned_item_of_another_writer_stays_pinned_after_an_insertion(any_store, redis_url, prefix):
+    with cs.ContextStore.from_url(redis_url, prefix=prefix) as plain:
+        w = plain.window("pin", max_tokens=10_000)
+        w.add("rules", type="system_prompt", pinned=True, priority=90, id="rules")
+        w.add("later", type="user_message", role="user")
+    chat = ContextStoreChatStore(any_store)
+    chat.add_message("pin", _user("first"), idx=0)
+    with cs.ContextStore.from_url(redis_url, prefix=prefix) as plain:
+        items = plain.window("pin").items()
+    assert [i.content for i in items] == ["first", "rules", "later"]
+    assert items[1].id == "rules" and items[1].pinned and items[1].priority == 90
+    assert items[1].type is cs.ItemType.SYSTEM_PROMPT
+
+
+def _insert(url: str, prefix: str, worker: int, n: int) -> None:
+    with cs.ContextStore.from_url(url, prefix=prefix) as store:
+        chat = ContextStoreChatStore(store)
+        for i in range(n):
+            chat.add_message("race", _user(f"i{worker} {i}"), idx=0)
+
+
+def _insert_or_append(url: str, prefix: str, worker: int, n: int) -> None:
+    if worker < 2:
+        _insert(url, prefix, worker, n)
+    else:
+        _append(url, prefix, worker, n, "race")
+
+
+def test_inserting_and_appending_at_once_loses_nothing(redis_url, prefix):
+    """Two processes insert at the front while two append: every message is there once, each
+    writer's in its order (inserts at the front come out newest first)."""
+    run_processes(_insert_or_append, [(redis_url, prefix, w, 30) for w in range(4)], timeout=120)
+    with cs.ContextStore.from_url(redis_url, prefix=prefix) as store:
+        got = [m.content for m in ContextStoreChatStore(store).get_messages("race")]
+        assert store.window("race").verify().ok
+    want = [f"i{w} {i}" for w in range(2) for i in range(30)] + [f"w{w} {i}" for w in range(2, 4) for i in range(30)]
+    assert sorted(got) == sorted(want)
+    for w in range(2):
+        assert [t for t in got if t.startswith(f"i{w} ")] == [f"i{w} {i}" for i in reversed(range(30))]
+    for w in range(2, 4):
+        assert [t for t in got if t.startswith(f"w{w} ")] == [f"w{w} {i}" for i in range(30)]

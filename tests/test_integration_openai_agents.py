@@ -166,3 +166,108 @@ def test_session_settings_may_be_a_dict(any_store):
     assert isinstance(session.session_settings, SessionSettings) and session.session_settings.limit == 0
     with pytest.raises(TypeError, match="limitt"):
         ContextStoreSession("bad", any_store, session_settings={"limitt": 1})
+
+
+# -- the framework's compaction through the session's hooks ------------------------------------
+
+
+def _compaction_session(underlying: ContextStoreSession, base_url: str, **kw):
+    from agents.memory import OpenAIResponsesCompactionSession
+    from openai import AsyncOpenAI
+
+    client = AsyncOpenAI(api_key="local", base_url=base_url, max_retries=0)
+    return OpenAIResponsesCompactionSession(
+        session_id=underlying.session_id, underlying_session=underlying, client=client, model="gpt-5", **kw
+    )
+
+
+@pytest.fixture
+def responses_server():
+    from _openai_server import FakeChatServer
+
+    server = FakeChatServer().start()
+    yield server
+    server.stop()
+
+
+def _removal_events(r, prefix: str, sid: str) -> list[str]:
+    return [
+        f[b"reason"].decode() for _, f in r.xrange(key(prefix, sid, "events")) if f.get(b"event") == b"item_removed"
+    ]
+
+
+def test_a_manual_compaction_replaces_the_history_in_one_step(any_store, r, prefix, responses_server):
+    from _openai_server import COMPACTED
+
+    underlying = _session(any_store, "cmp-manual")
+    session = _compaction_session(underlying, responses_server.base_url, compaction_mode="input")
+
+    async def go():
+        await session.add_items(ITEMS[:3])
+        await session.run_compaction({"force": True})
+        return await underlying.get_items()
+
+    assert run(go()) == [COMPACTED]
+    # one replace: the three items went with reason "replace", never a clear then an add
+    assert _removal_events(r, prefix, "cmp-manual") == ["replace"] * 3
+    assert [q["input"] for q in responses_server.requests][-1][0]["content"] == "Be brief."  # what it compacted
+
+
+def test_an_automatic_compaction_after_a_run_replaces_the_exchange_atomically(any_store, r, prefix, responses_server):
+    from agents import Agent, RunConfig, Runner
+    from agents.models.openai_responses import OpenAIResponsesModel
+
+    from _openai_server import COMPACTED
+
+    underlying = _session(any_store, "cmp-auto")
+    session = _compaction_session(
+        underlying,
+        responses_server.base_url,
+        compaction_mode="input",
+        should_trigger_compaction=lambda ctx: bool(ctx["compaction_candidate_items"]),
+    )
+    snapshots: list[int] = []
+    real = underlying._get_compaction_snapshot
+
+    async def spy(limit, **kw):
+        snapshots.append(limit)
+        return await real(limit, **kw)
+
+    underlying._get_compaction_snapshot = spy  # type: ignore[method-assign]
+
+    async def go():
+        agent = Agent(name="t", model=OpenAIResponsesModel("gpt-5", openai_client=session.client))
+        result = await Runner.run(agent, "How many?", session=session, run_config=RunConfig(tracing_disabled=True))
+        return result.final_output, await underlying.get_items()
+
+    answer, stored = run(go())
+    assert answer == "seen 1 items"
+    assert snapshots, "the framework did not take the session's snapshot hook"
+    assert stored == [COMPACTED]
+    assert _removal_events(r, prefix, "cmp-auto") == ["replace"] * 2  # the question and the answer, at once
+
+
+def test_a_suffix_replacement_is_refused_when_another_writer_moved_on(any_store, redis_url, prefix):
+    session = _session(any_store, "cmp-race")
+    run(session.add_items(ITEMS[:3]))
+    snap = run(session._get_compaction_snapshot(2))
+    assert snap.items == ITEMS[1:3] and snap.complete is False
+    with cs.ContextStore.from_url(redis_url, prefix=prefix) as plain:  # another worker appends
+        run(ContextStoreSession("cmp-race", plain).add_items([{"role": "user", "content": "late"}]))
+    assert run(snap.replace_suffix(0, [{"role": "assistant", "content": "summary"}])) is False
+    assert run(session.get_items()) == [*ITEMS[:3], {"role": "user", "content": "late"}]  # nothing lost
+    fresh = run(session._get_compaction_snapshot(10))
+    assert fresh.complete is True
+    assert run(fresh.replace_suffix(1, [{"role": "assistant", "content": "summary"}])) is True
+    assert run(session.get_items()) == [ITEMS[0], {"role": "assistant", "content": "summary"}]
+
+
+def test_hooks_stand_aside_for_a_subclass_that_stores_differently(any_store):
+    class Transforming(ContextStoreSession):
+        async def add_items(self, items):
+            await super().add_items([{**i, "seen": True} for i in items])
+
+    plain, custom = _session(any_store, "hook-plain"), Transforming("hook-custom", any_store)
+    assert run(plain._get_compaction_snapshot(5)) is not None
+    assert run(custom._get_compaction_snapshot(5)) is None
+    assert run(custom._atomic_replace_items([])) is False

@@ -70,3 +70,28 @@ def test_replace_is_exactly_once(store):
     w.add("c", type="user_message")
     assert w.replace(["b"], request_id="rq") == 1  # the recorded answer: nothing replaced again
     assert [i.content for i in w.items()] == ["b", "c"]
+
+
+def test_replace_of_expected_items_refuses_when_the_window_moved_on(store, r, prefix):
+    w = store.window("rep-expect", max_tokens=4000)
+    for n in range(4):
+        w.add(f"m{n}", type="user_message", role="user")
+    ids = [i.id for i in w.items()[2:]]
+    w.add("another writer's", type="user_message", role="user")  # the newest items are others now
+    before = dump_window(r, prefix, "rep-expect")
+    with pytest.raises(cs.VersionConflictError):
+        w.replace(["x"], expect_ids=ids)
+    with pytest.raises(cs.VersionConflictError):  # the right ids in the wrong order
+        w.replace(["x"], expect_ids=[i.id for i in w.items()[-2:]][::-1])
+    with pytest.raises(cs.InvalidOptionsError):
+        w.replace(["x"], expect_ids=[])
+    with pytest.raises(cs.InvalidOptionsError):
+        w.replace(["x"], last=1, expect_ids=ids)
+    assert dump_window(r, prefix, "rep-expect") == before
+    newest = [i.id for i in w.items()[-2:]]
+    assert w.replace(["x", "y"], expect_ids=newest) == 2
+    assert [i.content for i in w.items()] == ["m0", "m1", "m2", "x", "y"]
+    with pytest.raises(cs.VersionConflictError):  # more expected than the window holds
+        w.replace(["z"], expect_ids=[i.id for i in w.items()] + ["ctx-99"])
+    with pytest.raises(cs.VersionConflictError):  # an empty window holds none of them
+        store.window("rep-expect-empty").replace(["z"], expect_ids=["ctx-1"])

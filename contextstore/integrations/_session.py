@@ -9,11 +9,17 @@ from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from ..aio import AsyncContextStore, AsyncContextWindow
-from ..errors import InvalidOptionsError, ToolCallLinkError
+from ..errors import InvalidOptionsError, ToolCallLinkError, VersionConflictError
+from ..layout import CLEARED_KEY
 from ..sync import ContextStore, ContextWindow
 from ..types import ContextItem
+from ..validate import is_generated_id
 
 T = TypeVar("T")
+
+#: how often a conditional replace (an insertion, a compaction's suffix) reads again after
+#: another writer moved the window on, before it gives up with ``VersionConflictError``
+REPLACE_ATTEMPTS = 20
 
 #: the window config an integration creates a session's window with, unless given other values:
 #: a token budget (the oldest turns go first, whole tool calls at a time, past the threshold),
@@ -25,6 +31,35 @@ SESSION_DEFAULTS: dict[str, Any] = {
     "compaction_threshold": 90.0,
     "keep_recent": 4,
 }
+
+
+def stored_as_entry(item: ContextItem) -> dict[str, Any]:
+    """``add_many`` keywords that store ``item`` again as it is (its caller id kept, a generated
+    id made anew; a cleared tool result keeps its placeholder, without the store's mark)."""
+    meta = {k: v for k, v in (item.metadata or {}).items() if k != CLEARED_KEY} or None
+    entry: dict[str, Any] = {
+        "content": item.content,
+        "type": item.type,
+        "priority": item.priority,
+        "pinned": item.pinned,
+        "role": item.role,
+        "source_ref": item.source_ref,
+        "metadata": meta,
+        "token_count": item.token_count or None,
+        "group": item.group,
+    }
+    if item.id and not is_generated_id(item.id):
+        entry["id"] = item.id
+    return entry
+
+
+def insertion_point(items: list[ContextItem], idx: int) -> int:
+    """Where ``list.insert(idx, x)`` puts x among ``items``, moved back to the start of a group
+    that it would split (a tool call and its results stay together)."""
+    at = max(0, len(items) + idx) if idx < 0 else min(idx, len(items))
+    while 0 < at < len(items) and items[at].group and items[at].group == items[at - 1].group:
+        at -= 1
+    return at
 
 
 def run_in_thread(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
@@ -71,21 +106,41 @@ class SessionWindow:
             return await fn(*args, **kwargs)
         return await asyncio.to_thread(fn, *args, **kwargs)
 
-    def add(self, entries: Callable[[bool], list[dict[str, Any]]], method: str = "add_many") -> None:
-        """``add_many(entries(True))`` (or ``replace``) in one atomic step; when a tool call id
-        is already in the window or a result's call is not, ``entries(False)`` (tool calls not
-        paired) instead."""
+    def add(self, entries: Callable[[bool], list[dict[str, Any]]], method: str = "add_many", **kw: Any) -> None:
+        """``add_many(entries(True))`` (or ``replace``, with ``kw``) in one atomic step; when a
+        tool call id is already in the window or a result's call is not, ``entries(False)``
+        (tool calls not paired) instead."""
         try:
-            self.call(method, entries(True))
+            self.call(method, entries(True), **kw)
         except ToolCallLinkError:
-            self.call(method, entries(False))
+            self.call(method, entries(False), **kw)
 
-    async def aadd(self, entries: Callable[[bool], list[dict[str, Any]]]) -> None:
+    async def aadd(self, entries: Callable[[bool], list[dict[str, Any]]], method: str = "add_many", **kw: Any) -> None:
         """The async form of ``add``."""
         try:
-            await self.acall("add_many", entries(True))
+            await self.acall(method, entries(True), **kw)
         except ToolCallLinkError:
-            await self.acall("add_many", entries(False))
+            await self.acall(method, entries(False), **kw)
+
+    def insert(self, idx: int, entry: Callable[[bool], dict[str, Any]], again: Callable[[ContextItem], Any]) -> None:
+        """Insert ``entry(linked)`` where ``list.insert(idx, ...)`` would (``insertion_point``), in
+        one atomic step: the items from there on are stored again after it (``again(item)``: their
+        ``add_many`` keywords) by a replace that expects exactly them, so an insertion racing other
+        writers reads again instead of losing what they wrote."""
+        for _ in range(REPLACE_ATTEMPTS):
+            items = self.items()
+            at = insertion_point(items, idx)
+            suffix = items[at:]
+            if not suffix:
+                self.add(lambda linked: [entry(linked)])
+                return
+            ids = [i.id for i in suffix]
+            try:
+                self.add(lambda linked: [entry(linked), *map(again, suffix)], "replace", expect_ids=ids)
+                return
+            except VersionConflictError:
+                continue
+        raise VersionConflictError(f"insert into {self.session_id!r}: the window kept moving on")
 
     def items(self, limit: int | None = None) -> list[ContextItem]:
         """The session's items in arrival order (the newest ``limit``; [] for ``limit <= 0``)."""

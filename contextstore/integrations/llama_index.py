@@ -17,13 +17,14 @@ with its text as the content. An assistant message with OpenAI-style ``tool_call
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from ..aio import AsyncContextStore
 from ..layout import CLEARED_KEY, MAX_ITEM_LIMIT
 from ..sync import ContextStore
 from ..types import ContextItem
-from ._session import SessionWindow, run_in_thread
+from ._session import SessionWindow, run_in_thread, stored_as_entry
 
 try:
     from llama_index.core.llms import ChatMessage
@@ -65,6 +66,15 @@ def to_window_item(message: ChatMessage, linked: bool = True) -> dict[str, Any]:
     return {**entry, "metadata": meta}
 
 
+def _again(item: ContextItem) -> dict[str, Any]:
+    """A stored item's ``add_many`` keywords, to store it again after an insertion: a message
+    this store wrote goes through its message (exact round trip), any other item as it is."""
+    if RAW in (item.metadata or {}):
+        again = to_window_item(from_window_item(item))
+        return {**again, "pinned": item.pinned, "priority": item.priority}
+    return stored_as_entry(item)
+
+
 def from_window_item(item: ContextItem) -> ChatMessage:
     """The message back, exactly as added (a cleared tool result carries its placeholder)."""
     raw = (item.metadata or {}).get(RAW)
@@ -104,9 +114,19 @@ class ContextStoreChatStore(BaseChatStore):
         """The key's messages, oldest first."""
         return [from_window_item(i) for i in self._session(key).items()]
 
-    def add_message(self, key: str, message: ChatMessage) -> None:
-        """Append one message."""
-        self._session(key).add(lambda linked: [to_window_item(message, linked)])
+    def add_message(self, key: str, message: ChatMessage, idx: int | None = None) -> None:
+        """Append one message, or insert it where ``list.insert(idx, message)`` would (moved
+        back to the start of a tool call's group that it would split), in one atomic step that
+        stores the later messages again after it; racing writers lose nothing (it reads again)."""
+        session = self._session(key)
+        if idx is None:
+            session.add(lambda linked: [to_window_item(message, linked)])
+        else:
+            session.insert(idx, lambda linked: to_window_item(message, linked), _again)
+
+    async def async_add_message(self, key: str, message: ChatMessage, idx: int | None = None) -> None:
+        """The async form of ``add_message``."""
+        await asyncio.to_thread(self.add_message, key, message, idx)
 
     def delete_messages(self, key: str) -> list[ChatMessage] | None:
         """Remove and return every message of the key, atomically (None when there were none)."""

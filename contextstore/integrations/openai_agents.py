@@ -14,14 +14,22 @@ Every Responses input item is stored as one window item that gives the item back
 builds read naturally. A ``function_call`` (and every other ``*_call`` with a ``call_id``) is
 stored as an assistant tool call, its ``*_output`` as the tool result that answers it: they
 share a group, so a budget or a compaction removes a call with its output, never one of them.
+
+The framework's compaction (``OpenAIResponsesCompactionSession``, also under
+``EncryptedSession``) finds the two hooks it looks for on a session that can replace history
+atomically: ``_get_compaction_snapshot`` (the newest items, and a replacement of a suffix of them
+that is refused when another writer moved the window on meanwhile) and ``_atomic_replace_items``
+(the whole history at once). Each replacement is one atomic step on the shared window.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from ..aio import AsyncContextStore
+from ..errors import VersionConflictError
 from ..layout import CLEARED_KEY
 from ..sync import ContextStore
 from ..types import ContextItem
@@ -34,9 +42,15 @@ except ImportError as exc:  # pragma: no cover - the extra is not installed
     raise ImportError(
         "contextstore.integrations.openai_agents needs openai-agents: pip install 'contextstore[openai-agents]'"
     ) from exc
+try:  # the compaction hooks' snapshot type (openai-agents releases that compact atomically)
+    from agents.memory.session import _CompactionSnapshot
+except ImportError:  # pragma: no cover - an older openai-agents, which never asks for a snapshot
+    _CompactionSnapshot = None
 
 #: where a stored item keeps the framework's item as it was given
 RAW = "openai_agents"
+#: the methods through which a session stores and reads its items
+_STORAGE_METHODS = ("get_items", "add_items", "pop_item", "clear_session")
 _ROLE_TYPES = {
     "user": "user_message",
     "assistant": "assistant_message",
@@ -144,3 +158,66 @@ class ContextStoreSession(SessionABC):
     async def clear_session(self) -> None:
         """Remove every item of the session (its window's config stays)."""
         await self._session.acall("clear", include_pinned=True)
+
+    async def _atomic_replace_items(self, items: list[Any]) -> bool:
+        """The whole history replaced by ``items`` in one atomic step (the framework's
+        compaction hook): no reader sees it half-replaced, and a crash leaves the old or the new.
+        False (the framework then clears and adds) on a subclass that changes how items are
+        stored or read, whose methods a replacement here would bypass."""
+        if not self._stores_plainly():
+            return False
+        await self._session.aadd(lambda linked: [to_window_item(dict(i), linked) for i in items], "replace")
+        return True
+
+    async def _get_compaction_snapshot(
+        self, limit: int, *, prune_prefix: Callable[[Any], bool] | None = None
+    ) -> Any | None:
+        """The framework's compaction hook: the newest ``limit`` items (``complete`` when they
+        are all the history) and ``replace_suffix(start, output)``, which swaps the snapshot's
+        items from ``start`` on for ``output`` in one atomic step, or answers False with nothing
+        changed when the newest items are no longer those (another writer moved the window on).
+        ``prune_prefix`` (``EncryptedSession``'s expired items): after a replacement, the oldest
+        items for which it holds are removed. None (no snapshot) on a subclass that changes how
+        items are stored or read."""
+        if _CompactionSnapshot is None or limit <= 0 or not self._stores_plainly():
+            return None
+        stored = await self._session.aitems(limit + 1)  # one read: one more than asked says there is more
+        rows = stored[-limit:]
+        snapshot_items = [from_window_item(i) for i in rows]
+
+        async def replace_suffix(start: int, output: list[Any]) -> bool:
+            expected = rows[start:]
+            if not expected:
+                return False
+            try:
+                await self._session.aadd(
+                    lambda linked: [to_window_item(dict(i), linked) for i in output],
+                    "replace",
+                    expect_ids=[i.id for i in expected],
+                )
+            except VersionConflictError:
+                return False
+            if prune_prefix is not None:
+                await self._prune(prune_prefix, limit)
+            return True
+
+        return _CompactionSnapshot(snapshot_items, len(stored) <= limit, replace_suffix)
+
+    def _stores_plainly(self) -> bool:
+        """Whether this session stores and reads items as ``ContextStoreSession`` does (a
+        subclass may override a storage method: the hooks must not bypass it, as the framework's
+        own sessions refuse them to subclasses)."""
+        cls = type(self)
+        return all(getattr(cls, m) is getattr(ContextStoreSession, m) for m in _STORAGE_METHODS)
+
+    async def _prune(self, expired: Callable[[Any], bool], page: int) -> None:
+        """Remove the oldest items while ``expired`` holds for them (each removal atomic)."""
+        while True:
+            oldest = (await self._session.acall("items"))[:page]
+            gone = 0
+            for item in oldest:
+                if not expired(from_window_item(item)):
+                    return
+                gone += bool(await self._session.acall("remove", item.id))
+            if not oldest or gone == 0:
+                return

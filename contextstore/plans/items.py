@@ -85,10 +85,22 @@ def _link_results(items: list[validate.NewItem]) -> None:
 
 
 def replace(
-    settings: Settings, state: WindowState, batch: Sequence[Entry], last: object = None, request_id: object = None
+    settings: Settings,
+    state: WindowState,
+    batch: Sequence[Entry],
+    last: object = None,
+    request_id: object = None,
+    expect_ids: object = None,
 ) -> Plan[wire.AddReply]:
-    """Replace the newest ``last`` items (None: every item) with ``batch`` in one step (add.lua)."""
-    what = "all" if last is None else str(validate.int_in("last", last, 1, MAX_ITEM_LIMIT))
+    """Replace the newest ``last`` items (None: every item) with ``batch`` in one step (add.lua);
+    with ``expect_ids``, only if the newest items are exactly those (``VersionConflictError``)."""
+    if expect_ids is not None:
+        ids = validate.id_list("expect_ids", expect_ids)
+        if last is not None and last != len(ids):
+            raise InvalidOptionsError(f"last={last!r} but expect_ids names {len(ids)} items")
+        what = "=" + " ".join(ids)
+    else:
+        what = "all" if last is None else str(validate.int_in("last", last, 1, MAX_ITEM_LIMIT))
     return (yield from add(settings, state, batch, request_id, what))
 
 

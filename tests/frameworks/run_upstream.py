@@ -7,9 +7,14 @@ repository) and prints passed/failed. The tests run against an embedded redis-se
 
     python tests/frameworks/run_upstream.py langchain
 
-Wired: LangChain (its chat-history and runnable-history tests) and openai-agents (its session
-tests, run against ``SQLiteSession``'s constructor). llama-index-core and agent-framework-core
-ship no tests in their source distributions.
+Wired: LangChain (its chat-history and runnable-history tests), openai-agents (its session
+tests, run against ``SQLiteSession``'s constructor, and its compaction-session tests) and
+llama-index (its ``SimpleChatStore`` tests, run against ``ContextStoreChatStore``).
+llama-index-core and agent-framework-core ship no tests in their source distributions: for
+llama-index, pass ``--tests DIR``, the ``llama-index-core`` folder of a checkout of the
+framework's repository at the installed version (whose ``tests/`` the suite names).
+
+    python tests/frameworks/run_upstream.py llama-index --tests ~/src/llama_index/llama-index-core
 """
 
 from __future__ import annotations
@@ -53,19 +58,22 @@ chat_history.InMemoryChatMessageHistory = SwappedHistory
 
 OPENAI_AGENTS_SWAP = '''
 """Replace openai-agents' SQLiteSession with contextstore's session."""
-import hashlib, tempfile
+import hashlib, itertools, tempfile
 import agents, agents.memory
 import contextstore as cs
 from contextstore.integrations.openai_agents import ContextStoreSession
 
 _STORE = cs.ContextStore.embedded(tempfile.mkdtemp(prefix="cs-upstream-"), prefix="upstream")
+_MEMORY = itertools.count()
 
 
 class SwappedSession(ContextStoreSession):
-    """SQLiteSession's constructor: a database path names a set of sessions."""
+    """SQLiteSession's constructor: a database path names a set of sessions (":memory:" a new
+    set each time, as SQLite's in-memory databases are)."""
 
     def __init__(self, session_id, db_path=":memory:", session_settings=None, **kwargs):
-        db = hashlib.sha1(str(db_path).encode()).hexdigest()[:12]
+        named = f"memory-{next(_MEMORY)}" if str(db_path) == ":memory:" else str(db_path)
+        db = hashlib.sha1(named.encode()).hexdigest()[:12]
         super().__init__(session_id, _STORE, session_settings=session_settings)
         self._session.window = _STORE.handle(f"{db}:{session_id}", **self._session.config)
 
@@ -74,6 +82,28 @@ class SwappedSession(ContextStoreSession):
 
 
 agents.SQLiteSession = agents.memory.SQLiteSession = SwappedSession
+'''
+
+LLAMA_INDEX_SWAP = '''
+"""Replace llama-index's SimpleChatStore with contextstore's chat store."""
+import itertools, tempfile
+import llama_index.core.storage.chat_store as chat_stores
+import llama_index.core.storage.chat_store.simple_chat_store as simple
+import contextstore as cs
+from contextstore.integrations.llama_index import ContextStoreChatStore
+
+_PATH = tempfile.mkdtemp(prefix="cs-upstream-")
+_IDS = itertools.count()
+
+
+class SwappedChatStore(ContextStoreChatStore):
+    """SimpleChatStore's constructor: each chat store is a set of keys of its own."""
+
+    def __init__(self, **kwargs):
+        super().__init__(cs.ContextStore.embedded(_PATH, prefix=f"upstream{next(_IDS)}"))
+
+
+chat_stores.SimpleChatStore = simple.SimpleChatStore = SwappedChatStore
 '''
 
 SUITES = {
@@ -85,32 +115,56 @@ SUITES = {
     },
     "openai-agents": {
         "dist": "openai-agents",
-        "tests": ["tests/memory/test_session.py", "tests/memory/test_session_limit.py"],
+        "tests": [
+            "tests/memory/test_session.py",
+            "tests/memory/test_session_limit.py",
+            "tests/memory/test_openai_responses_compaction_session.py",
+        ],
         "deps": ["pytest-asyncio", "pytest-mock", "inline-snapshot"],
         "swap": OPENAI_AGENTS_SWAP,
     },
+    "llama-index": {
+        "dist": "llama-index-core",
+        "tests": ["tests/storage/chat_store/test_simple_chat_store.py"],
+        "deps": ["pytest-asyncio"],
+        "swap": LLAMA_INDEX_SWAP,
+        "sdist_has_tests": False,
+    },
 }
+
+
+def _unpacked(dist: str, pinned: str, tmp: str) -> Path:
+    """The framework's source distribution at the installed version, unpacked under ``tmp``."""
+    subprocess.run(
+        [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:", "-d", tmp, pinned],
+        check=True,
+    )
+    archive = next(Path(tmp).glob("*.tar.gz"))
+    with tarfile.open(archive) as tar:
+        tar.extractall(tmp, filter="data")
+    return next(p for p in Path(tmp).iterdir() if p.is_dir())
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("framework", choices=sorted(SUITES))
-    suite = SUITES[ap.parse_args().framework]
+    ap.add_argument("--tests", type=Path, help="a checkout's folder holding the suite's tests/ (else the sdist's)")
+    ap.add_argument("pytest_args", nargs="*", help="more pytest arguments (e.g. -k NAME)")
+    opts = ap.parse_args()
+    suite = SUITES[opts.framework]
     dist = suite["dist"]
     pinned = f"{dist}=={version(dist)}"
+    if opts.tests is None and not suite.get("sdist_has_tests", True):
+        ap.error(f"{dist} ships no tests in its source distribution: pass --tests DIR")
     with tempfile.TemporaryDirectory() as tmp:
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", *suite["deps"]], check=True)
-        subprocess.run(
-            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:", "-d", tmp, pinned],
-            check=True,
-        )
-        archive = next(Path(tmp).glob("*.tar.gz"))
-        with tarfile.open(archive) as tar:
-            tar.extractall(tmp, filter="data")
-        root = next(p for p in Path(tmp).iterdir() if p.is_dir())
-        (root / "contextstore_swap.py").write_text(suite["swap"])
+        root = opts.tests.resolve() if opts.tests else _unpacked(dist, pinned, tmp)
+        plugin_dir = Path(tmp) / "plugin"
+        plugin_dir.mkdir()
+        (plugin_dir / "contextstore_swap.py").write_text(suite["swap"])
         cmd = [sys.executable, "-m", "pytest", "-q", "-p", "contextstore_swap", "-p", "no:cacheprovider"]
-        done = subprocess.run([*cmd, *suite["tests"]], cwd=root, env={**os.environ, "PYTHONPATH": str(root)})
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(plugin_dir), str(root)])}
+        done = subprocess.run([*cmd, *suite["tests"], *opts.pytest_args], cwd=root, env=env)
         print(f"{pinned}: pytest exit status {done.returncode}")
         return done.returncode
 
