@@ -105,8 +105,8 @@ __all__ = [
     "TiktokenCounter",
     "TokenCounter",
     "ToolCallLinkError",
-    "VersionConflictError",
     "VerifyReport",
+    "VersionConflictError",
     "WindowNotFoundError",
     "WindowOptions",
 ]

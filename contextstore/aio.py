@@ -199,21 +199,13 @@ class AsyncContextWindow:
         return (await self._timed(plan, self._store._metrics.add_latency)).items[0]
 
     async def replace(
-        self,
-        items: list[str | ContextItem | dict[str, Any]],
-        *,
-        last: int | None = None,
-        expect_ids: Sequence[str] | None = None,
-        request_id: str | None = None,
-    ) -> int:
+        self, items: list[str | ContextItem | dict[str, Any]], *, last: int | None = None,
+        expect_ids: Sequence[str] | None = None, request_id: str | None = None,
+    ) -> int:  # fmt: skip
         """Replace the newest ``last`` items (None: every item, pinned too) with ``items`` in
         one atomic step, so no reader sees the history half-replaced; how many were added.
-
-        ``expect_ids``: replace exactly these newest items (arrival order), or raise
-        ``VersionConflictError`` with nothing changed when the newest items are others (another
-        writer added or removed some since you read them)."""
-        entries = item_plans.entries(items)
-        plan = item_plans.replace(self._settings, self._state, entries, last, request_id, expect_ids)
+        ``expect_ids``: exactly these newest items (arrival order), else ``VersionConflictError``."""
+        plan = item_plans.replace(self._settings, self._state, item_plans.entries(items), last, request_id, expect_ids)
         return (await self._timed(plan, self._store._metrics.add_latency)).added
 
     async def add_many(self, items: list[str | ContextItem | dict[str, Any]], *, request_id: str | None = None) -> int:

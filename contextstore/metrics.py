@@ -74,7 +74,9 @@ class Instruments:
 
         for name, unit, description, value in _GAUGES:
             meter.create_observable_gauge(name, callbacks=[observer(value)], unit=unit, description=description)
-        self.add = meter.create_histogram("agents.context.add_latency_ms", unit="ms", description="Add operation latency")
+        self.add = meter.create_histogram(
+            "agents.context.add_latency_ms", unit="ms", description="Add operation latency"
+        )
         self.build = meter.create_histogram(
             "agents.context.build_latency_ms", unit="ms", description="Build operation latency"
         )

@@ -92,9 +92,10 @@ def test_stores_sharing_an_explicit_provider_all_report(make_store: Any, prefix:
 def test_the_newest_change_wins_when_two_stores_report_one_window(redis_url: str, prefix: str) -> None:
     reader = InMemoryMetricReader()
     provider = otel_sdk.MeterProvider(metric_readers=[reader])
-    with cs.ContextStore.from_url(redis_url, prefix=prefix, meter_provider=provider) as a, cs.ContextStore.from_url(
-        redis_url, prefix=prefix, meter_provider=provider
-    ) as b:
+    with (
+        cs.ContextStore.from_url(redis_url, prefix=prefix, meter_provider=provider) as a,
+        cs.ContextStore.from_url(redis_url, prefix=prefix, meter_provider=provider) as b,
+    ):
         a.window("shared").add("one", type="text")
         b.window("shared").add("two", type="text")
         a.window("shared").add("three", type="text")

@@ -34,8 +34,13 @@ def fixture_at(now_ms: int) -> dict[str, Any]:
         us = now_ms * 1000 + offset
         if unit == "us":
             return str(us)
-        return msgspec.json.encode(datetime.fromtimestamp(us // 1_000_000, timezone.utc).replace(
-            microsecond=us % 1_000_000)).decode().strip('"')
+        return (
+            msgspec.json.encode(
+                datetime.fromtimestamp(us // 1_000_000, timezone.utc).replace(microsecond=us % 1_000_000)
+            )
+            .decode()
+            .strip('"')
+        )
 
     return json.loads(re.sub(r"@(ms|us|iso)([-+]\d+)@", absolute, FIXTURE_TEXT))
 

@@ -134,9 +134,13 @@ class SessionWindow:
             if not suffix:
                 self.add(lambda linked: [entry(linked)])
                 return
-            ids = [i.id for i in suffix]
+            ids, moved = [i.id for i in suffix], [again(i) for i in suffix]
+
+            def batch(linked: bool, moved: list[dict[str, Any]] = moved) -> list[dict[str, Any]]:
+                return [entry(linked), *moved]
+
             try:
-                self.add(lambda linked: [entry(linked), *map(again, suffix)], "replace", expect_ids=ids)
+                self.add(batch, "replace", expect_ids=ids)
                 return
             except VersionConflictError:
                 continue

@@ -43,9 +43,9 @@ except ImportError as exc:  # pragma: no cover - the extra is not installed
         "contextstore.integrations.openai_agents needs openai-agents: pip install 'contextstore[openai-agents]'"
     ) from exc
 try:  # the compaction hooks' snapshot type (openai-agents releases that compact atomically)
-    from agents.memory.session import _CompactionSnapshot
+    from agents.memory.session import _CompactionSnapshot as _Snapshot
 except ImportError:  # pragma: no cover - an older openai-agents, which never asks for a snapshot
-    _CompactionSnapshot = None
+    _Snapshot = None  # type: ignore[assignment,misc]
 
 #: where a stored item keeps the framework's item as it was given
 RAW = "openai_agents"
@@ -179,7 +179,7 @@ class ContextStoreSession(SessionABC):
         ``prune_prefix`` (``EncryptedSession``'s expired items): after a replacement, the oldest
         items for which it holds are removed. None (no snapshot) on a subclass that changes how
         items are stored or read."""
-        if _CompactionSnapshot is None or limit <= 0 or not self._stores_plainly():
+        if _Snapshot is None or limit <= 0 or not self._stores_plainly():
             return None
         stored = await self._session.aitems(limit + 1)  # one read: one more than asked says there is more
         rows = stored[-limit:]
@@ -201,7 +201,7 @@ class ContextStoreSession(SessionABC):
                 await self._prune(prune_prefix, limit)
             return True
 
-        return _CompactionSnapshot(snapshot_items, len(stored) <= limit, replace_suffix)
+        return _Snapshot(snapshot_items, len(stored) <= limit, replace_suffix)
 
     def _stores_plainly(self) -> bool:
         """Whether this session stores and reads items as ``ContextStoreSession`` does (a
