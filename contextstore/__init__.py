@@ -40,6 +40,7 @@ from .summarize import ExtractiveSummarizer, OpenAISummarizer, Summarizer
 from .sync import ContextStore, ContextWindow
 from .tokens import TiktokenCounter, TokenCounter
 from .types import (
+    ArchivedSummary,
     BuildOptions,
     BuiltContext,
     BuiltMessages,
@@ -58,6 +59,7 @@ from .verify import VerifyReport
 __version__ = "0.1.0"
 
 __all__ = [
+    "ArchivedSummary",
     "AsyncContextStore",
     "AsyncContextWindow",
     "BM25Scorer",

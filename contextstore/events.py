@@ -107,6 +107,8 @@ class Restored(Event, frozen=True, kw_only=True, tag="restored"):
     items: int
     items_replaced: int
     total_tokens_after: int
+    archived: int = 0  # the snapshot's archive entries kept (undo_summary works for them)
+    archive_dropped: int = 0  # entries left out: expired, or their summary not restored
 
 
 class Configured(Event, frozen=True, kw_only=True, tag="configured"):

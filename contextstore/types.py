@@ -163,8 +163,21 @@ class BuiltMessages(msgspec.Struct, frozen=True, kw_only=True):
     tokens_freed_by_compaction: int = 0
 
 
+class ArchivedSummary(msgspec.Struct, frozen=True, kw_only=True):
+    """What a summary replaced, as a snapshot carries it: the items (arrival order) that
+    ``undo_summary(summary_id)`` would put back, until ``expires_at`` (UTC)."""
+
+    summary_id: str
+    expires_at: datetime
+    items: list[ContextItem] = []
+
+
 class ContextSnapshot(msgspec.Struct, frozen=True, kw_only=True):
-    """A window's config and items at one moment. Encode it with ``msgspec.json.encode``."""
+    """A window's config and items at one moment. Encode it with ``msgspec.json.encode``.
+
+    ``archive`` holds what the window's summaries replaced (``undo_summary`` can put it back),
+    each entry with the absolute time it expires: ``restore()`` keeps the entries whose time has
+    not passed, with that same expiry, and drops the others."""
 
     format_version: int = 1
     window_id: str
@@ -181,6 +194,7 @@ class ContextSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     warn_percent: float = 75.0
     events_maxlen: int = 10_000
     archive_ttl_seconds: int = 86_400
+    archive: list[ArchivedSummary] = []
 
 
 class ContextWindowStats(msgspec.Struct, frozen=True, kw_only=True):

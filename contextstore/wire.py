@@ -134,6 +134,11 @@ def get_args(item_id: str) -> Args:
     return ["get", item_id]
 
 
+def archive_index_args() -> Args:
+    """read.lua's ARGV for the unexpired archive entries ("<summary id>=<server ms it expires>")."""
+    return ["archive"]
+
+
 def archived_args(summary_id: str) -> Args:
     """read.lua's ARGV for the items a summary replaced."""
     return ["archived", summary_id]
@@ -318,25 +323,36 @@ def configure_args(cfg: WindowConfig, changes: dict[str, Any]) -> Args:
     return args
 
 
+RestoredRow = tuple[ContextItem, bytes, NewItem]
+#: a snapshot's archive entry for restore.lua: summary id, server ms it expires, its items
+ArchiveEntry = tuple[str, int, Sequence[RestoredRow]]
+
+
+def _stored_fields(item: ContextItem, raw: bytes) -> Args:
+    """id, stored JSON, seq, tokens, priority, type of a restored item."""
+    return [item.id or "", raw, str(item.seq), str(item.token_count), str(item.priority), item.type.value]
+
+
 def restore_args(
-    cfg: WindowConfig, snap_config: WindowConfig, items: Sequence[tuple[ContextItem, bytes, NewItem]]
+    cfg: WindowConfig,
+    snap_config: WindowConfig,
+    items: Sequence[RestoredRow],
+    archive: Sequence[ArchiveEntry] = (),
 ) -> Args:
     """restore.lua's ARGV: the snapshot's config, then (id, stored JSON, seq, tokens, priority,
-    type, pinned, flags, group, tool link) per item."""
+    type, pinned, flags, group, tool link) per item, then the archive entries (summary id,
+    expiry ms, item count, then id, stored JSON, seq, tokens, priority, type, flags, group per
+    item)."""
     args = [*config_args(cfg), *config_args(snap_config), str(len(items))]
     for item, raw, checked in items:
-        args += [
-            item.id or "",
-            raw,
-            str(item.seq),
-            str(item.token_count),
-            str(item.priority),
-            item.type.value,
-            "1" if item.pinned else "0",
-            "c" if CLEARED_KEY in (item.metadata or {}) else "",
-            item.group or "",
-            tool_link(checked),
-        ]
+        flags = "c" if CLEARED_KEY in (item.metadata or {}) else ""
+        args += [*_stored_fields(item, raw), "1" if item.pinned else "0", flags, item.group or "", tool_link(checked)]
+    args.append(str(len(archive)))
+    for summary_id, expires_ms, rows in archive:
+        args += [summary_id, str(expires_ms), str(len(rows))]
+        for item, raw, _ in rows:
+            flags = "c" if CLEARED_KEY in (item.metadata or {}) else ""
+            args += [*_stored_fields(item, raw), flags, item.group or ""]
     return args
 
 

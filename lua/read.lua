@@ -15,8 +15,9 @@
 --   'fetch': ARGV[2] most bytes of JSON, ARGV[3..] ids: the JSON of the first of them that fit
 --     (at least one; false for an id the window no longer holds);
 --   'meta' (no items), 'get' (ARGV[2] = one id), 'archived' (ARGV[2] = a summary id: the items it
---     replaced, none when the archive has no unexpired entry for it) or 'all' (every key, raw:
---     see below).
+--     replaced, none when the archive has no unexpired entry for it), 'archive' (in place of item
+--     JSON, every unexpired archive entry as "<summary id>=<server ms it expires>") or 'all'
+--     (every key, raw: see below).
 -- An item stored in a shape no script writes makes the reply {'!', 'CORRUPT', id}.
 -- Reply: {meta as a flat field/value array (empty if the window does not exist), pinned count,
 --         {item JSON...}} (each the whole item: full_json in lib/items.lua); the four listing modes add {listed id...}, {deferred id...}, next:
@@ -52,6 +53,7 @@ if mode == 'archived' then
   for i, row in ipairs(archive_get(ARGV[2]) or {}) do out[i] = archived_json(row) end
   return {meta, npinned, out}
 end
+if mode == 'archive' then return {meta, npinned, archive_index()} end
 if mode == 'get' then
   local found, corrupt = full_items({ARGV[2]})
   if corrupt then return fail('CORRUPT', corrupt) end

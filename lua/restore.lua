@@ -1,15 +1,20 @@
 -- restore.lua: replace a window's items and config with a snapshot's, atomically.
--- needs: items
+-- needs: items archive
 -- KEYS: the window keys (lib/core.lua). ARGV[1..N_CONFIG]: caller config (item_limit is taken from it
 --   when the window does not exist yet).
 -- ARGV[N_CONFIG + 1..2 * N_CONFIG]: the snapshot's config, in layout.Meta.CONFIG order (its
 --   item_limit is ignored: a window keeps its own).
 -- ARGV[2 * N_CONFIG + 1]: n; then n groups of 10: id, stored JSON, seq, token_count, priority, type,
---   pinned, flags, group, tool link (as in add.lua).
+--   pinned, flags, group, tool link (as in add.lua);
+--   then m, the snapshot's archive entries, each: summary id, server ms it expires, k, and k
+--   groups of 8 (id, stored JSON, seq, token_count, priority, type, flags, group): the items
+--   the summary replaced, in arrival order.
 -- Limits are not re-applied. The seq counter ends ahead of every restored seq (and never goes
--- back), so later ids cannot collide with restored ones. Items come in seq order.
+-- back), so later ids cannot collide with restored ones. Items come in seq order. The window's
+-- archive is replaced by the snapshot's entries whose expiry has not passed (by the server's
+-- clock) and whose summary is among the restored items; the others are dropped and counted.
 -- Reply: number of items restored.
-local A, ROW = 2 * N_CONFIG + 1, 10
+local A, ROW, AROW = 2 * N_CONFIG + 1, 10, 8
 
 local function parse_rows(n)
   local items, seen, max_seq = {}, {}, 0
@@ -50,6 +55,34 @@ local function wipe()
   end
 end
 
+-- The archive entries after the items (which end at ARGV[at - 1]): {{id, expires, rows}, ...},
+-- or nil when they are malformed.
+local function parse_archive(at)
+  local m, entries = tonumber(ARGV[at]), {}
+  if not is_int(m, 0, MAX_ITEM_LIMIT) then return nil end
+  at = at + 1
+  for e = 1, m do
+    local id, expires, k = ARGV[at], tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2])
+    if not id or id == '' or not is_int(expires, 0, 1e15) or not is_int(k, 1, MAX_ITEM_LIMIT) then return nil end
+    local rows = {}
+    for j = 1, k do
+      local b = at + 3 + (j - 1) * AROW
+      local a = {seq = tonumber(ARGV[b + 2]), tokens = tonumber(ARGV[b + 3]), priority = tonumber(ARGV[b + 4]),
+        type = ARGV[b + 5], flags = ARGV[b + 6], group = ARGV[b + 7]}
+      if not ARGV[b + 7] or ARGV[b] == '' or not RANK[a.type] or not is_int(a.seq, 1, 1e13)
+          or not is_int(a.tokens, 1, MAX_TOKENS) or not is_int(a.priority, 0, MAX_PRIORITY)
+          or string.sub(ARGV[b + 1], 1, #STORED_HEAD) ~= STORED_HEAD then
+        return nil
+      end
+      rows[j] = {ARGV[b + 1], pack_attrs(a), ARGV[b]}
+    end
+    entries[e] = {id, expires, rows}
+    at = at + 3 + k * AROW
+  end
+  if at ~= #ARGV + 1 then return nil end
+  return entries
+end
+
 local function store(it)
   store_item(it, it.json)
   redis.call('HINCRBY', K_META, F.TOKENS_OF .. it.type, it.tokens)
@@ -62,9 +95,11 @@ local c = config_of({unpack(ARGV, N_CONFIG + 1, 2 * N_CONFIG)})
 c.item_limit = cfg.item_limit
 if not valid_config(c) then return fail('BADARG', 'snapshot config') end
 local n = tonumber(ARGV[A])
-if not is_int(n, 0, c.item_limit) or #ARGV ~= A + ROW * n then return fail('BADARG', 'items') end
+if not is_int(n, 0, c.item_limit) or #ARGV < A + ROW * n + 1 then return fail('BADARG', 'items') end
 local items, max_seq = parse_rows(n)
 if not items then return fail('BADARG', 'item ' .. max_seq) end
+local archive = parse_archive(A + ROW * n + 1)
+if not archive then return fail('BADARG', 'archive') end
 
 local replaced = cfg.items
 persist_config(cfg)
@@ -77,9 +112,20 @@ for _, it in ipairs(items) do
 end
 redis.call('HSET', K_META, F.TOKENS, fmt(tokens), F.ITEMS, fmt(n), F.SEQ, fmt(math.max(cfg.seq, max_seq)),
   unpack(config_pairs(c)))
+local restored_ids, kept, expired = {}, 0, 0
+for _, it in ipairs(items) do restored_ids[it.id] = true end
+for _, entry in ipairs(archive) do
+  if entry[2] <= now_ms() or not restored_ids[entry[1]] then
+    expired = expired + 1
+  else
+    archive_set(entry[1], entry[3], entry[2])
+    kept = kept + 1
+  end
+end
 CFG = c
 CFG.new = false
 META_KNOWN[F.TOKENS] = tokens
-event('restored', 'items', fmt(n), 'items_replaced', fmt(replaced), 'total_tokens_after', fmt(tokens))
+event('restored', 'items', fmt(n), 'items_replaced', fmt(replaced), 'total_tokens_after', fmt(tokens),
+  'archived', fmt(kept), 'archive_dropped', fmt(expired))
 rearm_ttl(c, true)
 return n

@@ -33,7 +33,7 @@ TIME_SENSITIVE = [
     "test_seed_001_window.py",
     "test_compactor.py",
     "test_verify.py",
-    "test_snapshots.py",
+    "test_cli_verbs.py",
 ]
 YEAR_S = 365 * 86_400
 

@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import msgspec
 import pytest
 
 import contextstore as cs
 
 from chat_rules import check_anthropic, check_openai, groups_whole
-from support import check_invariants, events, key
+from support import check_invariants, dump_window, events, key
 from test_conversations import call, turn
 
 DATA = Path(__file__).parent / "data"
@@ -244,13 +246,53 @@ def test_the_archive_expires(make_store, r, prefix):
     assert summary.id.encode() not in fields and len(fields) == 2  # the new entry and the expiry index
 
 
-def test_restore_and_delete_leave_no_archive_behind(make_store, r, prefix):
+def test_a_snapshot_carries_the_archive_and_restore_keeps_its_expiry(make_store, r, prefix):
     w, _, summary = _summarised(make_store, "archive-restore")
     snap = w.snapshot()
-    w.restore(snap)
-    assert w.archived(summary.id) == [] and not r.exists(key(prefix, "archive-restore", "archive"))
-    turn(w, 9)
-    w.compact("summarize", target_percent=5)
-    assert r.exists(key(prefix, "archive-restore", "archive"))
+    (entry,) = snap.archive
+    assert entry.summary_id == summary.id and entry.items == w.archived(summary.id)
+    left = entry.expires_at - datetime.now(timezone.utc)
+    assert timedelta(seconds=86_000) < left <= timedelta(seconds=86_400)
+    # through JSON (export / import) into another window: undo works there, with the same expiry
+    moved = msgspec.json.decode(msgspec.json.encode(snap), type=cs.ContextSnapshot)
+    copy = make_store().window("archive-copy")
+    copy.restore(moved)
+    assert copy.archived(summary.id) == entry.items
+    assert copy.snapshot().archive[0].expires_at == entry.expires_at
+    restored = [e for e in events(r, prefix, "archive-copy") if e["event"] == "restored"]
+    assert restored[-1]["archived"] == "1" and restored[-1]["archive_dropped"] == "0"
+    assert copy.undo_summary(summary.id) == len(entry.items) and copy.verify().ok
     w.delete()
     assert not r.exists(key(prefix, "archive-restore", "archive"))
+
+
+def test_restore_drops_archive_entries_whose_expiry_passed(make_store, r, prefix):
+    w, _, summary = _summarised(make_store, "archive-expired")
+    snap = w.snapshot()
+    past = msgspec.structs.replace(snap.archive[0], expires_at=datetime.now(timezone.utc) - timedelta(seconds=1))
+    target = make_store().window("archive-expired-copy")
+    target.restore(msgspec.structs.replace(snap, archive=[past]))
+    assert target.archived(summary.id) == [] and target.snapshot().archive == []
+    with pytest.raises(cs.SummaryNotFoundError, match="expired"):
+        target.undo_summary(summary.id)
+    restored = [e for e in events(r, prefix, "archive-expired-copy") if e["event"] == "restored"]
+    assert restored[-1]["archived"] == "0" and restored[-1]["archive_dropped"] == "1"
+    assert target.get(summary.id) is not None  # the summary itself is restored, as an item
+    assert not r.hexists(key(prefix, "archive-expired-copy", "archive"), summary.id)
+
+
+def test_a_restore_replaces_the_archive_and_refuses_a_bad_entry(make_store, r, prefix):
+    w, _, summary = _summarised(make_store, "archive-replace")
+    snap = w.snapshot()
+    w.restore(msgspec.structs.replace(snap, archive=[]))  # a snapshot without the entry
+    assert w.archived(summary.id) == [] and not r.exists(key(prefix, "archive-replace", "archive"))
+    w.restore(snap)
+    assert w.archived(summary.id) == snap.archive[0].items
+    before = dump_window(r, prefix, "archive-replace")
+    stray = msgspec.structs.replace(snap.archive[0], summary_id="ctx-not-a-summary")
+    with pytest.raises(cs.InvalidOptionsError):
+        w.restore(msgspec.structs.replace(snap, archive=[stray]))
+    clash = msgspec.structs.replace(snap.archive[0], items=[snap.items[0]])  # an item the window holds
+    with pytest.raises(cs.InvalidItemError):
+        w.restore(msgspec.structs.replace(snap, archive=[clash]))
+    assert dump_window(r, prefix, "archive-replace") == before

@@ -9,7 +9,7 @@ from .. import validate, wire
 from ..config import config_values, creation_config
 from ..errors import InvalidItemError, InvalidOptionsError, raise_for_reply
 from ..stored import stored_json
-from ..types import ContextItem, ContextSnapshot, WindowConfig
+from ..types import ArchivedSummary, ContextItem, ContextSnapshot, WindowConfig
 from .base import Plan, ScriptCall, Settings, WindowState, new_request
 from .reads import read
 
@@ -17,9 +17,12 @@ SNAPSHOT_FORMAT = 1
 
 
 def snapshot(state: WindowState) -> Plan[ContextSnapshot]:
-    """The window's config and items (arrival order, with ids, seq, added_at, pins)."""
+    """The window's config and items (arrival order, with ids, seq, added_at, pins), and the
+    archive entries of the summaries among them."""
     found = yield from read(state, "fifo")
     cfg = found.config(state.config)
+    items = found.items()
+    archive = yield from _archive(state, items)
     return ContextSnapshot(
         format_version=SNAPSHOT_FORMAT,
         window_id=state.window_id,
@@ -29,14 +32,34 @@ def snapshot(state: WindowState) -> Plan[ContextSnapshot]:
         compaction_threshold=cfg.compaction_threshold,
         default_strategy=cfg.default_strategy,
         ttl_seconds=cfg.ttl_seconds,
-        items=found.items(),
+        items=items,
         keep_recent=cfg.keep_recent,
         clear_at_least=cfg.clear_at_least,
         clear_exclude_tools=list(cfg.clear_exclude_tools),
         warn_percent=cfg.warn_percent,
         events_maxlen=cfg.events_maxlen,
         archive_ttl_seconds=cfg.archive_ttl_seconds,
+        archive=archive,
     )
+
+
+def _archive(state: WindowState, items: list[ContextItem]) -> Plan[list[ArchivedSummary]]:
+    """The unexpired archive entries of the summaries among ``items`` (one call for the index,
+    one per entry). An entry whose summary is not among them, or whose items are (a summary or
+    its undo raced the read), is left out: the snapshot holds what the window held at its read."""
+    index = wire.decode_read(raise_for_reply((yield ScriptCall("read", state.keys, wire.archive_index_args()))))
+    ids = {i.id for i in items}
+    out = []
+    for pair in index.raw:
+        summary_id, _, ms = wire.text(pair).rpartition("=")
+        if summary_id not in ids:
+            continue
+        reply = yield ScriptCall("read", state.keys, wire.archived_args(summary_id))
+        replaced = wire.decode_read(raise_for_reply(reply)).items()
+        if replaced and not any(i.id in ids for i in replaced):
+            expires = datetime.fromtimestamp(int(ms) / 1000, timezone.utc)
+            out.append(ArchivedSummary(summary_id=summary_id, expires_at=expires, items=replaced))
+    return out
 
 
 def _snapshot_config(snap: ContextSnapshot, item_limit: int) -> WindowConfig:
@@ -110,9 +133,30 @@ def _restored_items(settings: Settings, snap: ContextSnapshot, item_limit: int) 
     return rows
 
 
+def _restored_archive(settings: Settings, snap: ContextSnapshot, rows: list[Row]) -> list[wire.ArchiveEntry]:
+    """The snapshot's archive entries, each item checked like a restored one; an entry names a
+    summary among the snapshot's items and none of its items is one of them."""
+    if not isinstance(snap.archive, list) or not all(isinstance(a, ArchivedSummary) for a in snap.archive):
+        raise InvalidOptionsError("snapshot archive must be a list of ArchivedSummary")
+    ids = {r[0].id for r in rows}
+    entries: list[wire.ArchiveEntry] = []
+    for entry in snap.archive:
+        if entry.summary_id not in ids or not entry.items:
+            raise InvalidOptionsError(f"snapshot archive entry {entry.summary_id!r} names no summary of the snapshot")
+        if not isinstance(entry.expires_at, datetime) or entry.expires_at.tzinfo is None:
+            raise InvalidOptionsError(f"snapshot archive entry {entry.summary_id!r} needs an aware expires_at")
+        replaced = [_restored_item(settings, it) for it in entry.items]
+        if any(r[0].id in ids for r in replaced):
+            raise InvalidItemError(f"snapshot archive entry {entry.summary_id!r} holds an item the window holds")
+        entries.append((entry.summary_id, int(entry.expires_at.timestamp() * 1000), replaced))
+    return entries
+
+
 def restore(settings: Settings, state: WindowState, snap: object, request_id: object = None) -> Plan[None]:
     """Replace the window's items and config with the snapshot's, atomically, keeping ids,
-    order and a seq counter ahead of every restored seq; limits are not re-applied."""
+    order and a seq counter ahead of every restored seq; limits are not re-applied. The
+    snapshot's archive entries come back with their expiry; those whose expiry passed (by the
+    server's clock) are dropped, so ``undo_summary`` refuses them as if they had expired here."""
     request = new_request("restore", request_id)
     if not isinstance(snap, ContextSnapshot):
         raise InvalidOptionsError(f"restore() takes a ContextSnapshot, not {type(snap).__name__}")
@@ -120,7 +164,7 @@ def restore(settings: Settings, state: WindowState, snap: object, request_id: ob
         raise InvalidOptionsError(f"unsupported snapshot format_version {snap.format_version!r}")
     target = _snapshot_config(snap, state.config.item_limit)
     rows = _restored_items(settings, snap, state.config.item_limit)
-    args = wire.restore_args(state.config, target, rows)
+    args = wire.restore_args(state.config, target, rows, _restored_archive(settings, snap, rows))
     raise_for_reply((yield ScriptCall("restore", state.keys, args, request)), InvalidOptionsError)
     state.config = target
     return None

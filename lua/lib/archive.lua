@@ -44,6 +44,25 @@ local function archive_put(summary_id, ids, ttl)
   write_archive_index(expiries)
 end
 
+-- Keep `rows` ({{stored JSON, attrs, id}, ...}) under `summary_id` until server ms `expires`
+-- (a restore brings an entry back with the expiry it had).
+local function archive_set(summary_id, rows, expires)
+  local expiries = archive_expiries()
+  redis.call('HSET', K_ARCHIVE, summary_id, cjson.encode({items = rows}))
+  expiries[summary_id] = expires
+  write_archive_index(expiries)
+end
+
+-- Every unexpired entry as "<summary id>=<server ms it expires>", sorted.
+local function archive_index()
+  local out, now = {}, now_ms()
+  for id, ms in pairs(archive_expiries()) do
+    if ms > now then out[#out + 1] = id .. '=' .. fmt(ms) end
+  end
+  table.sort(out)
+  return out
+end
+
 -- The archived rows of `summary_id` ({{json, attrs}, ...}), or nil when absent or expired.
 local function archive_get(summary_id)
   local ms = archive_expiries()[summary_id]
