@@ -1,7 +1,10 @@
--- delete.lua: delete every key of a window but its request log. KEYS: the window keys (lib/core.lua).
--- needs: core
+-- delete.lua: delete every key of a window, its request log too (a request id used before the
+-- delete is new after it; this delete's own reply is the new log's first record).
+-- needs: requests
+-- KEYS: the window keys (lib/core.lua).
 -- Reply: 1 if the window existed, else 0.
 local existed = redis.call('EXISTS', K_META)
 if existed == 1 then WROTE = true end
 redis.call('DEL', unpack(ALL_KEYS))
+forget_requests()
 return existed

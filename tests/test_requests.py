@@ -30,15 +30,78 @@ def test_replayed_add_returns_the_first_result_and_adds_once(store, r, prefix):
     check_invariants(r, prefix, "rq-add")
 
 
-def test_replay_of_an_evicted_item_returns_it_without_bringing_it_back(store, r, prefix):
+def test_replay_of_an_add_whose_item_left_the_window_stores_it_again(store, r, prefix):
+    """A recorded reply stands only while what it reports is there: an add whose item was
+    evicted since runs again (the item comes back as the newest, with a new seq)."""
     w = store.window("rq-evict", max_items=2)
     first = w.add("old one", priority=70, request_id="req-old")
     w.add("b")
     w.add("c")  # evicts "old one"
     assert w.get(first.id) is None
-    assert w.add("old one", priority=70, request_id="req-old") == first
-    assert [i.content for i in w.items()] == ["b", "c"]
+    again = w.add("old one", priority=70, request_id="req-old")
+    assert again.content == "old one" and again.seq == 4 and again.id == "ctx-4"
+    assert [i.content for i in w.items()] == ["c", "old one"]
+    assert w.add("old one", priority=70, request_id="req-old") == again  # and now that stands
     check_invariants(r, prefix, "rq-evict")
+
+
+def _reset_and_replay(w, reset) -> None:
+    """An add, a reset of the window, the same add again: it must be stored again."""
+    first = w.add("hello", type="user_message", role="user", request_id="t1")
+    assert w.add("hello", type="user_message", role="user", request_id="t1") == first  # a plain retry
+    reset()
+    replayed = w.add("hello", type="user_message", role="user", request_id="t1")
+    assert [i.content for i in w.items()] == ["hello"], "an acknowledged add stored nothing"
+    assert replayed.id == w.items()[0].id and w.stats().total_items == 1
+
+
+@pytest.mark.parametrize("reset", ["delete", "clear", "clear_pinned", "restore", "pop", "remove"])
+def test_a_reset_window_takes_a_replayed_request_as_new(store, r, prefix, reset):
+    w = store.window(f"rq-{reset}", max_tokens=1000)
+    resets = {
+        "delete": lambda: w.delete(),
+        "clear": lambda: w.clear(),
+        "clear_pinned": lambda: w.clear(include_pinned=True),
+        "restore": lambda: w.restore(
+            cs.ContextSnapshot(window_id="x", created_at=w.snapshot().created_at, max_tokens=1000, max_items=1000)
+        ),
+        "pop": lambda: w.pop(10),
+        "remove": lambda: w.remove(w.items()[0].id),
+    }
+    _reset_and_replay(w, resets[reset])
+    added = [e for e in events(r, prefix, f"rq-{reset}") if e["event"] == "item_added"]
+    assert len(added) == (1 if reset == "delete" else 2)  # delete drops the stream with the window
+    check_invariants(r, prefix, f"rq-{reset}")
+
+
+def test_delete_clear_and_restore_end_the_request_log(store, r, prefix):
+    w = store.window("rq-end", max_tokens=1000)
+    w.add("a", request_id="keep-1")
+    assert r.hexists(key(prefix, "rq-end", "replies"), "add:keep-1")
+    w.clear(request_id="clear-1")
+    replies = r.hkeys(key(prefix, "rq-end", "replies"))
+    assert replies == [b"clear:clear-1"]  # the clear's own record starts the new log
+    assert w.clear(request_id="clear-1") == 1  # and a retry of the clear answers as the first did
+    assert w.delete(request_id="del-1") is True
+    assert w.delete(request_id="del-1") is True  # recorded in the log the delete began
+    assert r.hkeys(key(prefix, "rq-end", "replies")) == [b"delete:del-1"]
+
+
+def test_a_partly_removed_add_replays_without_duplicating(store, r, prefix):
+    w = store.window("rq-part", max_tokens=1000)
+    assert w.add_many(["one", "two"], request_id="both") == 2
+    w.remove("ctx-1")
+    assert w.add_many(["one", "two"], request_id="both") == 2  # "two" is still there: a retry
+    assert [i.content for i in w.items()] == ["two"]
+
+
+def test_a_replace_always_replays(store):
+    w = store.window("rq-replace", max_tokens=1000)
+    w.add_many(["a", "b"])
+    assert w.replace(["c"], last=1, request_id="rep") == 1
+    w.remove(w.items()[-1].id)  # what the replace added is gone
+    assert w.replace(["c"], last=1, request_id="rep") == 1  # running it again would replace "a"
+    assert [i.content for i in w.items()] == ["a"]
 
 
 def test_replay_of_every_mutation_changes_nothing_more(store, r, prefix):

@@ -44,6 +44,7 @@ local ALL_KEYS = {K_META, K_ITEMS, K_ORDER, K_FIFO, K_PINNED, K_ATTRS, K_EVENTS,
 local REQUEST = table.remove(ARGV, 1) or ''
 local WROTE = false  -- set by every write helper; a request is recorded only if it wrote
 local REPLAYS = {}   -- record kind -> function(record) rebuilding a reply (lib/requests.lua)
+local REPLAY_STANDS = {}  -- record kind -> function(record, rid): whether its result is still there
 local CFG = nil      -- the window's config once read_config ran (lib/meta.lua)
 local RUN = {compactions = 0, freed = 0}  -- what this call compacted (lib/compaction.lua)
 local COUNTERS_KNOWN = false  -- set by a script whose counters all went through lib/meta.lua (saves a read)

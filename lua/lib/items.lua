@@ -340,6 +340,24 @@ end
 -- carries the same arguments), so any item costs the log ~40 bytes. An item that existed
 -- before the call (a safe retry of a caller id) is returned as it is stored now if it still
 -- exists, else from the head it had then (up to its content) and the call's body.
+-- An add's record stands while one of the items it stored is still in the window (the same id
+-- and seq); a replace's always does (running it again would replace other items).
+REPLAY_STANDS.add = function(rec, rid)
+  if string.sub(rid, 1, 4) ~= 'add:' then return true end
+  local added = false
+  for i = 6, #rec do
+    local r = rec[i]
+    if r[1] == '+' then
+      added = true
+      local id = parse_item(r[4]).id
+      if id == '' then id = 'ctx-' .. r[2] end
+      local packed = redis.call('HGET', K_ATTRS, id)
+      if packed and unpack_attrs(packed).seq == tonumber(r[2]) then return true end
+    end
+  end
+  return not added
+end
+
 REPLAYS.add = function(rec)
   local out = {'ok', rec[1], rec[2], rec[3], rec[4], rec[5]}
   for i = 6, #rec do

@@ -6,6 +6,10 @@
 -- keeps the last REQUEST_LOG_MAX requests younger than REQUEST_LOG_TTL_MS; both keys expire
 -- when the window is idle that long. A request that wrote nothing (an error, a no-op) is not
 -- recorded: running it again is as safe as running it once.
+-- A recorded reply stands only while what it reports is still there: an add whose items have
+-- all left the window since (removed, popped, evicted, compacted, summarised) runs again as a
+-- new request (REPLAY_STANDS), so an acknowledged add never stores nothing. delete(), clear()
+-- and restore() end the log (forget_requests): a request id used before them is new after them.
 
 local function expire_requests(n, now)
   if n > REQUEST_LOG_MAX then  -- keep the newest REQUEST_LOG_MAX
@@ -32,8 +36,24 @@ local function record_request(rid, fp, record)
   redis.call('PEXPIRE', K_REPLIES, REQUEST_LOG_TTL_MS)
 end
 
+-- Drop the record of `rid` (its reply and its place in the log): it stands for nothing now.
+local function forget_request(rid)
+  redis.call('HDEL', K_REPLIES, rid)
+  local tail = '|' .. rid
+  for _, entry in ipairs(redis.call('LRANGE', K_REQUESTS, 0, -1)) do
+    if string.sub(entry, -#tail) == tail then redis.call('LREM', K_REQUESTS, 0, entry) end
+  end
+end
+
+-- End the log: every request id before this call is new after it.
+local function forget_requests()
+  redis.call('DEL', K_REQUESTS, K_REPLIES)
+end
+
 -- For a request seen before: true and its recorded reply (or the REUSED error when the same
--- id came with other arguments); for a new one: false.
+-- id came with other arguments); for a new one, or one whose recorded result no longer stands
+-- (its record is dropped; the arguments are the same, so the record's offsets into ARGV hold):
+-- false.
 local function replay(rid, fp)
   local prior = redis.call('HGET', K_REPLIES, rid)
   if not prior then return false end
@@ -41,6 +61,12 @@ local function replay(rid, fp)
   local pfp = string.sub(prior, 1, nl - 1)
   if pfp ~= '' and fp ~= '' and pfp ~= fp then return true, fail('REUSED', rid) end
   local rec = cjson.decode(string.sub(prior, nl + 1))
+  for kind, stands in pairs(REPLAY_STANDS) do
+    if rec[kind] and not stands(rec[kind], rid) then
+      forget_request(rid)
+      return false
+    end
+  end
   for kind, rebuild in pairs(REPLAYS) do
     if rec[kind] then return true, rebuild(rec[kind]) end
   end
