@@ -25,10 +25,13 @@ def _ignored(exc: Exception, call: StreamCall) -> bool:
 def retried(store: ContextStore, call: StreamCall, run: Callable[[], Any]) -> Any:
     """``run()`` under the store's retry policy (``call`` names it and lists the error texts
     that answer None)."""
+    store._check_open()
     attempt, started = 0, 0.0
     while True:
         try:
-            return run()
+            reply = run()
+            store._reached = True
+            return reply
         except REDIS_EXCEPTIONS as exc:
             if _ignored(exc, call):
                 return None
@@ -64,10 +67,13 @@ async def _acall(store: AsyncContextStore, call: StreamCall) -> Any:
 
 async def aretried(store: AsyncContextStore, call: StreamCall, run: Callable[[], Awaitable[Any]]) -> Any:
     """``retried`` for the asyncio store; a client bound to another loop is a ContextStoreError."""
+    store._check_open()
     attempt, started = 0, 0.0
     while True:
         try:
-            return await run()
+            reply = await run()
+            store._reached = True
+            return reply
         except REDIS_EXCEPTIONS as exc:
             if _ignored(exc, call):
                 return None

@@ -158,7 +158,8 @@ class AsyncContextStore(StoreBase):
 
     async def close(self) -> None:
         """Close the clients this store made (one per event loop that used it); a client the
-        caller brought stays open."""
+        caller brought stays open. Every later call raises ``StoreClosedError``."""
+        self._closed = True
         self._metrics.close()
         await self._loops.close()
 

@@ -9,6 +9,8 @@ to these exceptions: ``SCRIPT_ERRORS`` (the status codes the Lua scripts answer)
 
 from __future__ import annotations
 
+import errno
+import socket
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -123,6 +125,11 @@ class RelevanceScorerError(HelperError):
 
 class StoreUnavailableError(ContextStoreError):
     """Redis could not be reached. The message names the URL without its password."""
+
+
+class StoreClosedError(ContextStoreError):
+    """The store (or the store of this window) was closed: every call after ``close()`` raises
+    this; make a new store."""
 
 
 class ReplicationTimeoutError(ContextStoreError):
@@ -286,6 +293,24 @@ def _entry(exc: BaseException) -> tuple[bool, Callable[[BaseException, str], Con
         if matches(exc):
             return retry, factory
     raise AssertionError("REDIS_ERRORS ends with a catch-all")  # pragma: no cover
+
+
+#: what the operating system says when nothing listens where a client connects: a first contact
+#: that fails so is reported at once (retries are for a server that was reached and went away)
+_REFUSALS = {errno.ECONNREFUSED, errno.ENOENT, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EADDRNOTAVAIL}
+
+
+def is_refusal(exc: BaseException | None) -> bool:
+    """True when ``exc`` (or an error it was raised from) says that nothing listens there: a
+    refused connection, a missing unix socket, an unknown host, an unreachable network."""
+    seen = 0
+    while exc is not None and seen < 8:
+        if isinstance(exc, socket.gaierror) or (isinstance(exc, OSError) and exc.errno in _REFUSALS):
+            return True
+        if isinstance(exc, rx.ConnectionError) and any(f"Error {n} " in str(exc) for n in _REFUSALS):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
 
 
 def is_retryable(exc: BaseException) -> bool:

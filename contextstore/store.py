@@ -14,7 +14,7 @@ from typing_extensions import Unpack
 
 from .config import StoreLimits, StoreOptions, checked, durability_of
 from .embedded import EmbeddedServer
-from .errors import InvalidOptionsError, from_redis, is_retryable
+from .errors import InvalidOptionsError, StoreClosedError, from_redis, is_refusal, is_retryable
 from .keys import meta_pattern, validate_window_id, window_id_from_meta_key, window_id_of
 from .metrics import Metrics
 from .plans.base import ScriptCall, Settings
@@ -75,6 +75,8 @@ class StoreBase:
         self._client_factory: Callable[[], Any] | None = None  # makes another client like ours
         self._where = describe_client(client)
         self._scripts = ScriptRegistry(client)
+        self._reached = False  # a call has succeeded: from then on, failures are retried
+        self._closed = False
 
     @classmethod
     def _owning(cls: type[S], client: Any, where: str, server: EmbeddedServer | None, options: StoreOptions) -> S:
@@ -129,6 +131,8 @@ class StoreBase:
         policy = self._settings.retry
         if policy is None or not is_retryable(exc):
             raise from_redis(exc, self._where) from exc
+        if not self._reached and is_refusal(exc):  # nothing listens there: no use waiting
+            raise from_redis(exc, self._where) from exc
         delay = policy.next_delay(attempt, started)
         if delay is None:
             if attempt > 1:  # retries are routine (DEBUG); giving up is worth one WARNING
@@ -141,6 +145,8 @@ class StoreBase:
                     exc,
                 )
             raise from_redis(exc, self._where) from exc
+        if attempt == 1:  # once per call: what it waits for (the CLI shows this line)
+            log.info("waiting for Redis at %s (%s: %s)", self._where, type(exc).__name__, exc)
         log.debug(
             "retrying %s on %s in %.3fs (attempt %d of %d failed: %s: %s)",
             _name(call),
@@ -155,13 +161,21 @@ class StoreBase:
 
     def _answered(self, call: ScriptCall, reply: Any) -> Any:
         """A script's reply as its plan takes it: a mutation's counters go to the metrics."""
+        self._reached = True
         if not call.request:
             return reply
         inner, counters = unwrap_mutation(reply)
         self._metrics.changed(window_id_of(call.keys), counters)
         return inner
 
+    def _check_open(self) -> None:
+        """Raise ``StoreClosedError`` once ``close()`` was called."""
+        if self._closed:
+            raise StoreClosedError(f"the store of {self._where} is closed")
+
     def _ensure_server(self) -> None:
+        """Before any I/O: refuse a closed store, and start the embedded server if it is ours."""
+        self._check_open()
         if self._server is not None and not self._server.started_here:
             self._server.ensure_running()  # blocking, once per process
 

@@ -150,7 +150,9 @@ class ContextStore(StoreBase):
         _compacting.run(self, job, stop)
 
     def close(self) -> None:
-        """Close the client if this store made it (a caller's client stays open)."""
+        """Close the client if this store made it (a caller's client stays open); every later
+        call on the store or its windows raises ``StoreClosedError``."""
+        self._closed = True
         self._metrics.close()
         if self._owns_client:
             self._client.close()

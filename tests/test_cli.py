@@ -70,8 +70,10 @@ def test_an_unreachable_redis_in_a_real_process_prints_no_retry_noise():
         text=True,
         timeout=120,
     )
-    assert verbose.returncode == 1 and "DEBUG contextstore: retrying" in verbose.stderr
-    assert verbose.stderr.count("WARNING contextstore: gave up") == 1
+    # nothing listens there: reported at the first contact, not retried (retries are for a
+    # server that was reached and went away), also when the log is on
+    assert verbose.returncode == 1 and "retrying" not in verbose.stderr and "gave up" not in verbose.stderr
+    assert verbose.stderr.strip().splitlines()[-1].startswith("contextstore: Redis at")
 
 
 @pytest.mark.parametrize(

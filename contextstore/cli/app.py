@@ -126,9 +126,31 @@ def cli(ctx: click.Context, url: str | None, path: str | None, prefix: str, verb
     if verbose:
         level = logging.DEBUG if verbose > 1 else logging.INFO
         logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    else:
+        _say_what_it_waits_for()
     env = ctx.ensure_object(Env)
     env.url, env.path, env.prefix = url, path, prefix
     ctx.call_on_close(env.close)
+
+
+class _Waiting(logging.Filter):
+    """Only the library's "waiting for Redis at ..." lines (one per call that has to retry)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno == logging.INFO and str(record.msg).startswith("waiting for")
+
+
+def _say_what_it_waits_for() -> None:
+    """Without -v, still print one line on stderr when a call waits for Redis to come back."""
+    logger = logging.getLogger("contextstore")
+    if any(isinstance(f, _Waiting) for h in logger.handlers for f in h.filters):
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(_Waiting())
+    handler.setFormatter(logging.Formatter("contextstore: %(message)s ..."))
+    logger.addHandler(handler)
+    if logger.getEffectiveLevel() > logging.INFO:
+        logger.setLevel(logging.INFO)
 
 
 def _fail(message: str, status: int) -> int:
@@ -154,4 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # the reader went away (`contextstore show w | head`): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_ERROR
+    except Exception as exc:  # a bug of ours: one line, the traceback only with -vv
+        logging.getLogger("contextstore").debug("unexpected error", exc_info=True)
+        return _fail(f"internal error: {type(exc).__name__}: {exc} (run with -vv for the traceback)", EXIT_ERROR)
     return result if isinstance(result, int) else EXIT_OK
