@@ -29,7 +29,7 @@ from .layout import (
 from .retry import RetryPolicy
 from .tokens import TokenCounter
 from .types import CompactionStrategy, WindowConfig
-from .validate import int_in
+from .validate import int_in, unknown_name
 
 #: what a window gets when its creator passes nothing
 DEFAULT_MAX_ITEMS = 50
@@ -88,7 +88,7 @@ def checked(kind: type[msgspec.Struct], given: dict[str, Any], what: str) -> Any
         text = str(exc)
         unknown = _UNKNOWN.search(text)
         if unknown is not None:
-            raise InvalidOptionsError(f"unknown {what} {unknown.group(1)!r}") from None
+            raise unknown_name(what, unknown.group(1), kind.__struct_fields__) from None
         found = _PATH.search(text)
         if found is None:
             raise InvalidOptionsError(f"invalid {what}: {text}") from None

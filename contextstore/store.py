@@ -22,6 +22,7 @@ from .retry import RetryPolicy
 from .scripts import ScriptRegistry
 from .streams import StreamCall
 from .tokens import resolve_counter
+from .validate import known_names
 from .urls import cluster_url, describe_client, redact_url, scrub
 from .wire import unwrap_mutation
 
@@ -33,9 +34,7 @@ _DEFAULT_RETRY = RetryPolicy()
 
 def make_settings(options: StoreOptions) -> Settings:
     """The settings of a store from its options (``InvalidOptionsError`` on a bad one)."""
-    unknown = set(options) - set(StoreOptions.__annotations__)
-    if unknown:
-        raise InvalidOptionsError(f"unknown store option(s): {', '.join(sorted(unknown))}")
+    known_names("store option", options, StoreOptions.__annotations__)
     prefix = validate_window_id(options.get("prefix", "ctx"), "prefix")
     given = {k: v for k, v in options.items() if k in StoreLimits.__struct_fields__}
     limits: StoreLimits = checked(StoreLimits, given, "store option")

@@ -85,6 +85,16 @@ class CompactionStrategy(str, Enum):
         return self.value
 
 
+#: the type an item takes from its chat role when no type is given
+ROLE_TYPES: dict[str, ItemType] = {
+    "user": ItemType.USER_MESSAGE,
+    "assistant": ItemType.ASSISTANT_MESSAGE,
+    "system": ItemType.SYSTEM_PROMPT,
+    "developer": ItemType.SYSTEM_PROMPT,
+    "tool": ItemType.TOOL_RESULT,
+}
+
+
 class ContextItem(msgspec.Struct, frozen=True, kw_only=True):
     """One item of a context window.
 
@@ -268,7 +278,9 @@ class WindowOptions(TypedDict, total=False):
 class ItemFields(TypedDict, total=False):
     """The keywords of ``add()`` (and of an ``add_many`` dict besides ``content``).
 
-    Defaults: ``type="code"``, ``priority=50``, ``pinned=False``, ``role=None``,
+    Defaults: ``type="code"`` (or the type a chat ``role`` implies: ``user`` → user_message,
+    ``assistant`` → assistant_message, ``system`` / ``developer`` → system_prompt, ``tool`` →
+    tool_result), ``priority=50``, ``pinned=False``, ``role=None``,
     ``source_ref=None``, ``metadata=None``, ``token_count=None`` (counted on add), ``id=None``
     (generated as ``ctx-<seq>``), ``group=None`` (a tool call's defaults to its call id, a tool
     result's to the group of its call).

@@ -4,9 +4,10 @@ before they pass."""
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 import msgspec
@@ -14,13 +15,30 @@ import msgspec
 from . import toolcalls
 from .errors import ContextStoreError, InvalidItemError, InvalidOptionsError
 from .layout import CLEARED_KEY, MAX_PRIORITY
-from .types import ContextItem, ItemType
+from .types import ROLE_TYPES, ContextItem, ItemType
 
 MAX_CALLER_ID = 128
+#: the keywords of ``add()`` and of an ``add_many`` dict besides ``content``
+ITEM_KEYWORDS = frozenset(
+    {"type", "priority", "pinned", "role", "source_ref", "metadata", "token_count", "id", "group"}
+)
 _GENERATED_ID = re.compile(r"ctx-\d+")
 _WHITESPACE = re.compile(r"\s")
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._\-:@/+=]{1,128}")
 _json = msgspec.json.Encoder()
+
+
+def unknown_name(what: str, name: str, valid: Collection[str]) -> InvalidOptionsError:
+    """The error for an unknown keyword ``name``: it names it and the closest valid one."""
+    close = difflib.get_close_matches(name, sorted(valid), n=1, cutoff=0.5)
+    hint = f" (did you mean {close[0]!r}?)" if close else f" (valid: {', '.join(sorted(valid))})"
+    return InvalidOptionsError(f"unknown {what} {name!r}{hint}")
+
+
+def known_names(what: str, given: Iterable[str], valid: Collection[str]) -> None:
+    """Raise ``unknown_name`` for the first name of ``given`` (sorted) that is not ``valid``."""
+    for name in sorted(set(given) - set(valid)):
+        raise unknown_name(what, str(name), valid)
 
 
 def int_in(
@@ -233,6 +251,7 @@ def _from_context_item(item: ContextItem) -> dict[str, Any]:
 def new_item(content_or_item: object, *, max_content_bytes: int, restoring: bool = False, **fields: Any) -> NewItem:
     """Check one item completely, before anything is written (``InvalidItemError``). Takes a
     str with ``add()``'s keywords, or a ``ContextItem`` (whose fields are used instead)."""
+    known_names("item keyword", fields, ITEM_KEYWORDS)
     given = (
         _from_context_item(content_or_item)
         if isinstance(content_or_item, ContextItem)
@@ -241,7 +260,10 @@ def new_item(content_or_item: object, *, max_content_bytes: int, restoring: bool
     token_count = given.get("token_count")
     if token_count is not None:
         int_in("token_count", token_count, 1, None, InvalidItemError)
-    item_id_, item_type, role = given.get("id"), _item_type(given.get("type", ItemType.CODE)), given.get("role")
+    item_id_, role = given.get("id"), given.get("role")
+    item_type = _item_type(given["type"] if given.get("type") is not None else _implied_type(role))
+    if isinstance(content_or_item, ContextItem) and item_type is ItemType.CODE and not restoring:
+        item_type = _implied_type(role)  # a ContextItem's type left at its default
     meta = metadata(given.get("metadata"))
     if meta and CLEARED_KEY in meta and not restoring:
         raise InvalidItemError(f"metadata[{CLEARED_KEY!r}] is set by the store when it clears a tool result")
@@ -262,6 +284,11 @@ def new_item(content_or_item: object, *, max_content_bytes: int, restoring: bool
         tool_calls=calls,
         tool_call_id=toolcalls.result_call_id(item_type, role, meta),
     )
+
+
+def _implied_type(role: object) -> ItemType:
+    """The type a chat role implies (``user`` → user_message, ...), else ``code`` (seed 002)."""
+    return ROLE_TYPES.get(role, ItemType.CODE) if isinstance(role, str) else ItemType.CODE
 
 
 def group_name(value: object) -> str:

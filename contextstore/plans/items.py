@@ -22,8 +22,6 @@ log = logging.getLogger("contextstore")
 #: after that it compacts inside its own script, however long that takes
 COMPACT_FIRST_ROUNDS = 3
 
-#: the keywords an ``add_many`` dict may carry besides ``content``
-ITEM_FIELDS = frozenset({"type", "priority", "pinned", "role", "source_ref", "metadata", "token_count", "id", "group"})
 
 Entry = tuple[object, dict[str, Any]]
 
@@ -39,13 +37,10 @@ def entries(items: object) -> list[Entry]:
             out.append((entry, {}))
             continue
         fields = dict(entry)
+        validate.known_names("add_many key", map(str, fields), {"content", *validate.ITEM_KEYWORDS})
         if "content" not in fields:
             raise InvalidItemError("an add_many dict needs 'content'")
-        content = fields.pop("content")
-        unknown = set(fields) - ITEM_FIELDS
-        if unknown:
-            raise InvalidItemError(f"unknown item field(s): {', '.join(sorted(map(str, unknown)))}")
-        out.append((content, fields))
+        out.append((fields.pop("content"), fields))
     return out
 
 
