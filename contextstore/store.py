@@ -22,8 +22,8 @@ from .retry import RetryPolicy
 from .scripts import ScriptRegistry
 from .streams import StreamCall
 from .tokens import resolve_counter
-from .validate import known_names
 from .urls import cluster_url, describe_client, redact_url, scrub
+from .validate import known_names
 from .wire import unwrap_mutation
 
 S = TypeVar("S", bound="StoreBase")
