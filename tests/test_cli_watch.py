@@ -4,6 +4,7 @@ screen (``capture-pane``) shows them, and ``q`` (``send-keys``) ends it with exi
 from __future__ import annotations
 
 import io
+import re
 import shutil
 import subprocess
 import sys
@@ -82,3 +83,34 @@ def test_the_view_fits_the_terminal_and_keeps_its_footer(redis_url, prefix, rows
     screen = console.export_text().rstrip("\n").split("\n")
     assert len(screen) == rows, "\n".join(screen)
     assert "q quits" in screen[-1] and "of 25)" in "\n".join(screen)
+
+
+def test_watch_scrolls_the_items_and_filters_events_in_a_real_terminal(redis_url, prefix, tmp_path):
+    with cs.ContextStore.from_url(redis_url, prefix=prefix) as store:
+        win = store.window("scroll", max_tokens=20_000)
+        win.add_many([{"content": f"row {n:02d} [b]markup[/b]", "type": "user_message"} for n in range(40)])
+        win.build()  # a built event, which --skip built leaves out
+    session = f"cs-watch-{uuid.uuid4().hex[:8]}"
+    command = (
+        f"{sys.executable} -m contextstore --url '{redis_url}' --prefix {prefix} watch scroll --interval 5 "
+        f"--skip built; sleep 60"
+    )
+    _tmux("new-session", "-d", "-s", session, "-x", "120", "-y", "30", command)
+    try:
+        first = _screen_until(session, "q quits")
+        shown = re.search(r"\(1-(\d+) of 40\)", first)
+        assert shown and "row 00 [b]markup[/b]" in first, first
+        page = int(shown.group(1))
+        assert "built" not in first.split("last events", 1)[1]
+        _tmux("send-keys", "-t", session, "j")  # a line down
+        assert "row 00 " not in _screen_until(session, f"(2-{page + 1} of 40)")
+        _tmux("send-keys", "-t", session, "Space")  # a screen down
+        assert f"row {page + 1:02d} " in _screen_until(session, f"({page + 2}-{2 * page + 1} of 40)")
+        _tmux("send-keys", "-t", session, "Up")  # an arrow: a line up
+        _screen_until(session, f"({page + 1}-{2 * page} of 40)")
+        _tmux("send-keys", "-t", session, "b")  # a screen up, twice: back at the top
+        _tmux("send-keys", "-t", session, "b")
+        assert "row 00 " in _screen_until(session, f"(1-{page} of 40)")
+        _tmux("send-keys", "-t", session, "q")
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True, timeout=30)

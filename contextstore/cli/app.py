@@ -93,7 +93,7 @@ def emit_json(value: object) -> None:
 
 #: the order ``--help`` lists the verbs in: reading, editing, moving, running
 VERB_ORDER = (
-    "ls show stats build events watch verify snapshot add rm pin unpin priority compact clear delete restore "
+    "ls show get stats build events watch verify snapshot add rm pin unpin priority compact clear delete restore "
     "export import server compactor demo"
 ).split()
 

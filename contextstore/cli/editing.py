@@ -17,6 +17,7 @@ from rich.table import Table
 from ..types import CompactionStrategy, ContextSnapshot, ItemType
 from .app import BadInput, CommandFailed, Env, cli, emit_json, json_option, pass_env, window_argument
 from .compactor import helper_options, helpers_of
+from .views import plain
 
 STRATEGIES = [s.value for s in CompactionStrategy]
 
@@ -155,7 +156,8 @@ def _plan_table(plan: Any) -> Table:
     for name in ("id", "type", "tokens", "action", "frees", "group"):
         table.add_column(name, justify="right" if name in ("tokens", "frees") else "left", no_wrap=True)
     for item in plan.items:
-        table.add_row(item.id, item.type.value, str(item.tokens), item.action, str(item.tokens_freed), item.group or "")
+        table.add_row(plain(item.id), item.type.value, str(item.tokens), item.action, str(item.tokens_freed),
+                      plain(item.group or ""))  # fmt: skip
     return table
 
 

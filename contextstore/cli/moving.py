@@ -33,15 +33,20 @@ def _progress() -> Progress:
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
 @click.argument("windows", nargs=-1, metavar="[WINDOW]...")
 @click.option("--all", "every", is_flag=True, help="every window under the prefix")
+@click.option("--force", is_flag=True, help="overwrite snapshot files that exist (default: refuse)")
 @pass_env
-def export(env: Env, directory: Path, windows: tuple[str, ...], every: bool) -> None:
+def export(env: Env, directory: Path, windows: tuple[str, ...], every: bool, force: bool) -> None:
     """Write windows to DIRECTORY, one file each.
 
-    Name the windows, or pass --all for every window under the prefix."""
+    Name the windows, or pass --all for every window under the prefix. Files that exist are
+    refused (nothing is written) unless --force."""
     if every == bool(windows):
         raise BadInput("name the windows to export, or pass --all (not both)")
     store = env.store()
     handles = [store.window(wid, create=False) for wid in (store.windows() if every else windows)]
+    existing = [str(f) for f in (snapshot_file(directory, w.window_id) for w in handles) if f.exists()]
+    if existing and not force:
+        raise CommandFailed(f"files exist: {', '.join(existing)} (pass --force to overwrite them)")
     directory.mkdir(parents=True, exist_ok=True)
     with _progress() as bar:
         task = bar.add_task("export", total=len(handles), window="")

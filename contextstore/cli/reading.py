@@ -5,6 +5,7 @@ window: a missing one is an error (exit 1)."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Literal, cast
 
@@ -12,12 +13,16 @@ import click
 import msgspec
 from rich.console import Console
 
+from ..events import KINDS as EVENT_KINDS
 from ..render.select import build_key
 from ..types import BuildOptions, ItemType
-from .app import BadInput, Env, cli, emit_json, json_option, pass_env, window_argument
-from .views import event_line, items_table, stats_view, windows_table
+from .app import BadInput, CommandFailed, Env, cli, emit_json, json_option, pass_env, window_argument
+from .views import CONTENT_WIDTH, event_line, item_view, items_table, stats_view, windows_table
 
 TYPE_NAMES = [t.value for t in ItemType]
+#: the width of ``show``'s table when stdout is no terminal (a pipe, a file): rows are not cut
+#: to 80 columns, the content column shows the first line up to ``PIPED_CONTENT`` characters
+PIPED_WIDTH, PIPED_CONTENT = 400, 200
 Order = Literal["sections", "priority", "arrival"]
 ChatFormat = Literal["openai", "anthropic"]
 
@@ -86,9 +91,27 @@ def show(env: Env, window: str, order: str, types: tuple[str, ...], limit: int |
         found = win.ordered_items(types=list(types) or None)
     if as_json:
         emit_json(found)
+        return
+    console, content = Console(), CONTENT_WIDTH
+    if not console.is_terminal:  # piped: as wide as the rows need, never 80 columns
+        console, content = Console(width=PIPED_WIDTH), PIPED_CONTENT
+    console.print(items_table(found, title=f"{window} ({order} order)", width=console.width, content_width=content))
+
+
+@cli.command("get")
+@window_argument
+@click.argument("item_id")
+@json_option
+@pass_env
+def get(env: Env, window: str, item_id: str, as_json: bool) -> None:
+    """Show one item whole: every field and its full content."""
+    item = env.window(window).get(item_id)
+    if item is None:
+        raise CommandFailed(f"no item {item_id!r} in window {window!r}")
+    if as_json:
+        emit_json(item)
     else:
-        console = Console()
-        console.print(items_table(found, title=f"{window} ({order} order)", width=console.width))
+        Console(soft_wrap=True).print(item_view(item))
 
 
 @cli.command("items", hidden=True)
@@ -237,16 +260,39 @@ def verify(env: Env, window: str, as_json: bool) -> int:
     return 0 if report.ok else 1
 
 
+def kind_options(fn: click.decorators.FC) -> click.decorators.FC:
+    """``--kind`` (only these event kinds) and ``--skip`` (not these), both repeatable."""
+    choice = click.Choice(sorted(EVENT_KINDS))
+    fn = click.option("--skip", multiple=True, type=choice, help="leave out events of this kind (repeatable)")(fn)
+    return click.option("--kind", "kinds", multiple=True, type=choice, help="only events of this kind (repeatable)")(fn)
+
+
+def kind_filter(kinds: tuple[str, ...], skip: tuple[str, ...]) -> Callable[[object], bool]:
+    """Whether an event passes ``--kind`` / ``--skip``."""
+    wanted, unwanted = set(kinds), set(skip)
+
+    def passes(event: object) -> bool:
+        kind = getattr(event, "kind", None)
+        return (not wanted or kind in wanted) and kind not in unwanted
+
+    return passes
+
+
 @cli.command("events")
 @window_argument
 @click.option("--since", default="0", show_default=True, help="stream entry id to start after (0: the oldest kept)")
 @click.option("-f", "--follow", is_flag=True, help="keep printing new events until interrupted")
+@kind_options
 @json_option
 @pass_env
-def events(env: Env, window: str, since: str, follow: bool, as_json: bool) -> None:
+def events(
+    env: Env, window: str, since: str, follow: bool, kinds: tuple[str, ...], skip: tuple[str, ...], as_json: bool
+) -> None:
     """Print a window's events; --follow waits for more.
 
-    One line per event, or JSON lines with --json; events never hold item content."""
-    win = env.window(window)
+    One line per event, or JSON lines with --json; events never hold item content. --kind and
+    --skip choose kinds (e.g. --skip built: every build writes one)."""
+    win, passes = env.window(window), kind_filter(kinds, skip)
     for event in win.events(since=since, block_ms=0 if follow else None):
-        click.echo(msgspec.json.encode(event).decode() if as_json else event_line(event))
+        if passes(event):
+            click.echo(msgspec.json.encode(event).decode() if as_json else event_line(event))

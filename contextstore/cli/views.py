@@ -20,7 +20,7 @@ from ..types import ContextItem, ContextWindowStats, ItemType
 #: how much of an item's first line the item table shows
 CONTENT_WIDTH = 60
 #: the item table's columns
-ITEM_COLUMNS = ("id", "type", "pri", "tokens", "pin", "group", "age", "content")
+ITEM_COLUMNS = ("id", "type", "role", "pri", "tokens", "pin", "group", "age", "content")
 #: the colour of a type's name, by its rank (system text, documents, memory, tool output,
 #: the user, the assistant); errors are red whatever their rank
 RANK_STYLES = {0: "magenta", 1: "magenta", 2: "cyan", 3: "blue", 4: "yellow", 5: "green", 6: "bright_white"}
@@ -48,27 +48,57 @@ def first_line(content: str, width: int = CONTENT_WIDTH) -> str:
     return line if len(line) <= width else line[: width - 3] + "..."
 
 
-def items_table(items: Sequence[ContextItem], title: str | None = None, width: int = 100) -> Table:
-    """One row per item, in the order given: id, type, priority, tokens, pinned, group, age and
-    the first line of the content, cut so that a row fits ``width`` columns."""
+def summary_of(item: ContextItem) -> str:
+    """What the content column says of an item: its text, or for an assistant message that
+    calls tools, the calls (``calls weather(city=Paris)``) before any text it has."""
+    calls = (item.metadata or {}).get("tool_calls") if item.type is ItemType.ASSISTANT_MESSAGE else None
+    if not isinstance(calls, list) or not calls:
+        return item.content
+    named = []
+    for call in calls:
+        function = call.get("function", {}) if isinstance(call, dict) else {}
+        arguments = " ".join(str(function.get("arguments", "")).split())
+        named.append(f"{function.get('name', '?')}({arguments[:40]})")
+    text = first_line(item.content)
+    return "calls " + ", ".join(named) + (f": {text}" if text else "")
+
+
+def plain(value: str, style: str = "") -> Text:
+    """Stored text as it is: never read as Rich markup (``[/x]`` or ``[b]`` in a message)."""
+    return Text(value, style=style)
+
+
+def items_table(
+    items: Sequence[ContextItem], title: str | None = None, width: int = 100, content_width: int = CONTENT_WIDTH
+) -> Table:
+    """One row per item, in the order given: id, type, role, priority, tokens, pinned, group, age
+    and the first line of the content (a tool call: its calls), at most ``content_width``
+    characters and cut so a row fits ``width`` columns. Stored text is shown as it is, never as
+    markup."""
     now = datetime.now(timezone.utc)
     rows = [
         (
             item.id or "",
-            type_text(item.type),
+            item.type.value,
+            item.role or "",
             str(item.priority),
             str(item.token_count),
             "yes" if item.pinned else "",
             (item.group or "")[:16],
             age(item.added_at, now),
-            first_line(item.content),
+            first_line(summary_of(item), content_width),
         )
         for item in items
     ]
     widths = [max([len(name), *(len(r[i]) for r in rows)]) for i, name in enumerate(ITEM_COLUMNS)]
     room = max(10, width - sum(widths[:-1]) - 2 * len(ITEM_COLUMNS))  # a space and a divider each
     table = Table(
-        title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, collapse_padding=True
+        title=plain(title) if title else None,
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        show_edge=False,
+        collapse_padding=True,
     )
     for name, widest in zip(ITEM_COLUMNS, widths, strict=True):
         right = name in ("pri", "tokens", "age")
@@ -76,9 +106,34 @@ def items_table(items: Sequence[ContextItem], title: str | None = None, width: i
         table.add_column(
             name, justify="right" if right else "left", no_wrap=True, min_width=min(widest, room), style=style
         )
-    for row in rows:
-        table.add_row(*row[:-1], first_line(row[-1], room))
+    for item, row in zip(items, rows, strict=True):
+        cells = [plain(c) for c in row[2:-1]]
+        table.add_row(plain(row[0]), type_text(item.type), *cells, plain(first_line(row[-1], room)))
     return table
+
+
+def item_view(item: ContextItem) -> RenderableType:
+    """One item whole: every field, then its content in full (as it is, never as markup)."""
+    fields = Table.grid(padding=(0, 2))
+    fields.add_column(style="bold")
+    fields.add_column()
+    shown = {
+        "id": item.id or "",
+        "type": item.type.value,
+        "role": item.role or "-",
+        "priority": str(item.priority),
+        "tokens": str(item.token_count),
+        "pinned": "yes" if item.pinned else "no",
+        "group": item.group or "-",
+        "seq": str(item.seq),
+        "added_at": item.added_at.isoformat() if item.added_at else "-",
+        "source_ref": item.source_ref or "-",
+    }
+    for name, value in shown.items():
+        fields.add_row(name, plain(value))
+    if item.metadata:
+        fields.add_row("metadata", plain(msgspec.json.encode(item.metadata).decode()))
+    return Group(fields, Text(""), plain(item.content or summary_of(item)))
 
 
 def usage_bar(stats: ContextWindowStats, width: int = 40) -> RenderableType:
@@ -124,7 +179,7 @@ def windows_table(rows: Iterable[dict[str, Any]]) -> Table:
     for row in rows:
         limit = row["max_tokens"]
         table.add_row(
-            row["window_id"],
+            plain(row["window_id"]),
             str(row["items"]),
             str(row["tokens"]),
             "-" if limit is None else str(limit),

@@ -1,5 +1,6 @@
 """``watch``: a live full-screen view of one window (usage bar, items in build order, the last
-events), redrawn as it changes; ``q`` quits (Ctrl-C too)."""
+events), redrawn as it changes; the item list scrolls (``j``/``k`` or the arrow keys by a line,
+space / ``b`` or Page Down / Page Up by a screen); ``q`` quits (Ctrl-C too)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import termios
 import time
 import tty
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import click
@@ -21,7 +22,8 @@ from rich.text import Text
 
 from ..sync import ContextWindow
 from .app import Env, cli, pass_env, window_argument
-from .views import event_line, items_table, stats_view
+from .reading import kind_filter, kind_options
+from .views import event_line, items_table, plain, stats_view
 
 #: how many of the latest events the view shows
 EVENT_LINES = 8
@@ -38,12 +40,21 @@ class Keys:
         self.fd = fd
 
     def wait(self, seconds: float) -> str | None:
-        """The key pressed within ``seconds`` (None if none was, or stdin is not a terminal)."""
+        """The key pressed within ``seconds`` (None if none was, or stdin is not a terminal); an
+        escape sequence (an arrow, Page Up / Down) comes whole, as ``"\x1b[A"``."""
         if self.fd is None:
             time.sleep(seconds)
             return None
         ready, _, _ = select.select([self.fd], [], [], seconds)
-        return os.read(self.fd, 1).decode(errors="replace") if ready else None
+        if not ready:
+            return None
+        key = os.read(self.fd, 1)
+        if key == b"\x1b":  # the rest of the sequence is already there (the terminal sends it whole)
+            while select.select([self.fd], [], [], 0.02)[0] and len(key) < 8:
+                key += os.read(self.fd, 1)
+                if key[-1:].isalpha() or key[-1:] == b"~":
+                    break
+        return key.decode(errors="replace")
 
 
 @contextmanager
@@ -71,30 +82,51 @@ def screen_size(console: Console) -> tuple[int, int]:
     return size.columns, size.lines
 
 
-class WatchView:
-    """What the screen shows of one window; ``refresh()`` reads the window again."""
+#: what each scrolling key does: lines to move (a screen is ``PAGE``)
+PAGE = 10**6
+SCROLL_KEYS = {
+    "j": 1, "\x1b[B": 1, "k": -1, "\x1b[A": -1,
+    " ": PAGE, "\x1b[6~": PAGE, "b": -PAGE, "\x1b[5~": -PAGE,
+}  # fmt: skip
 
-    def __init__(self, win: ContextWindow) -> None:
+
+class WatchView:
+    """What the screen shows of one window; ``refresh()`` reads the window again, ``scroll()``
+    moves the item list (``shows`` says which events it keeps)."""
+
+    def __init__(self, win: ContextWindow, shows: Callable[[object], bool] = lambda event: True) -> None:
         self.win = win
+        self.shows = shows
         self.events: deque[str] = deque(maxlen=EVENT_LINES)
         self.last_event = "0"
+        self.top = 0  # the first item row shown
+        self.page = 1  # item rows the last screen had room for
+
+    def scroll(self, key: str | None) -> None:
+        """Move the item list for a scrolling key (others do nothing)."""
+        step = SCROLL_KEYS.get(key or "")
+        if step is not None:
+            self.top = max(0, self.top + (self.page if step == PAGE else -self.page if step == -PAGE else step))
 
     def refresh(self, rows: int, columns: int) -> RenderableType:
         """The view for a terminal of ``rows`` lines and ``columns`` columns."""
         for event in self.win.events(since=self.last_event):
             self.last_event = event.id
-            self.events.append(event_line(event))
+            if self.shows(event):
+                self.events.append(event_line(event))
         stats = self.win.stats()
         items = self.win.ordered_items()
-        room = max(1, rows - FIXED_LINES - len(stats.items_by_type) - EVENT_LINES)
-        shown = items[:room]
-        more = f" (first {len(shown)} of {len(items)})" if len(shown) < len(items) else ""
+        self.page = max(1, rows - FIXED_LINES - len(stats.items_by_type) - EVENT_LINES)
+        self.top = min(self.top, max(0, len(items) - self.page))
+        shown = items[self.top : self.top + self.page]
+        where = f" ({self.top + 1}-{self.top + len(shown)} of {len(items)})" if len(shown) < len(items) else ""
         events = Text("\n".join(self.events) or "(no events yet)", no_wrap=True, overflow="ellipsis")
+        keys = " · j/k ↑/↓ space/b scroll" if where else ""
         return Group(
             stats_view(stats),
-            items_table(shown, title=f"items in build order{more}", width=columns),
+            items_table(shown, title=f"items in build order{where}", width=columns),
             Panel(events, title="last events", title_align="left"),
-            Text(f"{self.win.window_id} · refreshed {time.strftime('%H:%M:%S')} · q quits", style="dim"),
+            plain(f"{self.win.window_id} · refreshed {time.strftime('%H:%M:%S')}{keys} · q quits", style="dim"),
         )
 
 
@@ -103,17 +135,21 @@ class WatchView:
 @click.option(
     "--interval", type=click.FloatRange(min=0.05), default=1.0, show_default=True, help="seconds between redraws"
 )
+@kind_options
 @pass_env
-def watch(env: Env, window: str, interval: float) -> None:
+def watch(env: Env, window: str, interval: float, kinds: tuple[str, ...], skip: tuple[str, ...]) -> None:
     """Watch a window live, full screen (q quits).
 
-    Shows the usage bar, the items in build order and the last events, redrawn every
-    --interval seconds."""
-    view = WatchView(env.window(window))
+    Shows the usage bar, the items in build order (j/k or the arrows scroll, space/b by a
+    screen) and the last events (--kind / --skip choose which), redrawn every --interval
+    seconds and after a key."""
+    view = WatchView(env.window(window), kind_filter(kinds, skip))
     console = Console()
     with terminal_keys() as keys, Live(console=console, screen=True, auto_refresh=False) as live:
         while True:
             console.size = screen_size(console)
             live.update(view.refresh(console.size.height, console.size.width), refresh=True)
-            if keys.wait(interval) in ("q", "Q"):
+            key = keys.wait(interval)
+            if key in ("q", "Q"):
                 return
+            view.scroll(key)

@@ -1,0 +1,91 @@
+"""Stored text in the command's views is shown as it is, never read as Rich markup; and what a new
+user missed: a role column, tool calls named, one item whole (``get``), events by kind, a piped
+``show`` as wide as its rows, and ``export`` that does not overwrite. Through the real console
+script, in a process of its own."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import contextstore as cs
+
+MARKUP = ["close tag first [/x] oops", "[chat-03 turn 9] visible?", "[bold]not bold[/bold] and [link=x]y[/link]"]
+CALL = {"id": "call_7", "type": "function", "function": {"name": "weather", "arguments": '{"city": "Paris"}'}}
+
+
+def command(url: str, prefix: str, *argv: str) -> subprocess.CompletedProcess[str]:
+    exe = shutil.which("contextstore")
+    assert exe, "the contextstore console script is not installed"
+    return subprocess.run([exe, "--url", url, "--prefix", prefix, *argv], capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture
+def marked(redis_url, prefix):
+    with cs.ContextStore.from_url(redis_url, prefix=prefix) as store:
+        w = store.window("mk", max_tokens=4000)
+        for text in MARKUP:
+            w.add(text, type="user_message", role="user")
+        w.add("", type="assistant_message", role="assistant", metadata={"tool_calls": [CALL]})
+        w.add("18C and sunny " * 30, type="tool_result", role="tool", metadata={"tool_call_id": "call_7"})
+        w.compact("clear_tool_results", target_percent=0.1)
+        w.add("[note] a [group]", type="text", group="g[1]", id="id[2]")
+        yield w
+
+
+def test_show_get_and_stats_print_stored_text_as_it_is(redis_url, prefix, marked):
+    shown = command(redis_url, prefix, "show", "mk", "--order", "arrival")
+    assert shown.returncode == 0 and "Traceback" not in shown.stderr, shown.stderr
+    for text in MARKUP:
+        assert text in shown.stdout
+    assert "[tool result cleared to save context]" in shown.stdout  # the library's own placeholder
+    assert "id[2]" in shown.stdout and "g[1]" in shown.stdout and "[note] a [group]" in shown.stdout
+    header = next(line for line in shown.stdout.splitlines() if line.startswith("id "))
+    assert "role" in header.split()
+    assert "calls weather(" in shown.stdout and "city" in shown.stdout  # a tool call names its tool
+    one = command(redis_url, prefix, "get", "mk", "ctx-1")
+    assert one.returncode == 0 and MARKUP[0] in one.stdout and "user_message" in one.stdout
+    long = command(redis_url, prefix, "get", "mk", "ctx-5")
+    assert long.stdout.count("[tool result cleared to save context]") == 1
+    as_json = command(redis_url, prefix, "get", "mk", "id[2]", "--json")
+    assert json.loads(as_json.stdout)["content"] == "[note] a [group]"
+    missing = command(redis_url, prefix, "get", "mk", "ctx-99")
+    assert missing.returncode == 1 and missing.stderr.count("\n") == 1 and "ctx-99" in missing.stderr
+    stats = command(redis_url, prefix, "stats", "mk")
+    assert stats.returncode == 0 and "Traceback" not in stats.stderr
+
+
+def test_a_piped_show_is_as_wide_as_its_rows(redis_url, prefix, marked):
+    shown = command(redis_url, prefix, "show", "mk", "--order", "arrival")
+    # not squeezed into 80 columns: the whole first line of each message is there
+    assert any(line.rstrip().endswith(MARKUP[2]) for line in shown.stdout.splitlines())
+
+
+def test_events_choose_their_kinds(redis_url, prefix, marked):
+    marked.build()
+    marked.build()
+    every = command(redis_url, prefix, "events", "mk").stdout.splitlines()
+    assert any(" built " in line for line in every)
+    skipped = command(redis_url, prefix, "events", "mk", "--skip", "built").stdout.splitlines()
+    assert skipped and not any(" built " in line for line in skipped)
+    assert len(skipped) == len(every) - 2
+    only = command(redis_url, prefix, "events", "mk", "--kind", "item_added", "--json").stdout.splitlines()
+    assert len(only) == 6 and all(json.loads(line)["kind"] == "item_added" for line in only)
+    bad = command(redis_url, prefix, "events", "mk", "--kind", "nope")
+    assert bad.returncode == 2
+
+
+def test_export_refuses_to_overwrite_unless_forced(redis_url, prefix, marked, tmp_path: Path):
+    first = command(redis_url, prefix, "export", str(tmp_path), "mk")
+    assert first.returncode == 0, first.stderr
+    (written,) = tmp_path.glob("*.json")
+    before = written.read_bytes()
+    marked.add("one more", type="text")
+    again = command(redis_url, prefix, "export", str(tmp_path), "mk")
+    assert again.returncode == 1 and "--force" in again.stderr and written.read_bytes() == before
+    forced = command(redis_url, prefix, "export", str(tmp_path), "mk", "--force")
+    assert forced.returncode == 0 and written.read_bytes() != before
