@@ -104,8 +104,7 @@ class ContextStore(StoreBase):
         return ContextWindow(self, self._run(window_plans.open_window(self._settings, window_id, dict(config), create)))
 
     def handle(self, window_id: str, **config: Unpack[WindowOptions]) -> ContextWindow:
-        """A handle that does no I/O (unlike ``window()``, no config check): its first mutation
-        creates the window with ``config`` if it is missing. Safe in constructors on a loop."""
+        """A handle without I/O (no config check): its first mutation creates the window if missing."""
         return ContextWindow(self, window_plans.handle_state(self._settings, window_id, dict(config)))
 
     def windows(self) -> list[str]:
@@ -150,8 +149,7 @@ class ContextStore(StoreBase):
         _compacting.run(self, job, stop)
 
     def close(self) -> None:
-        """Close the client if this store made it (a caller's client stays open); every later
-        call on the store or its windows raises ``StoreClosedError``."""
+        """Close the client if this store made it (never a caller's); later calls raise ``StoreClosedError``."""
         self._closed = True
         self._metrics.close()
         if self._owns_client:

@@ -328,16 +328,15 @@ RestoredRow = tuple[ContextItem, bytes, NewItem]
 ArchiveEntry = tuple[str, int, Sequence[RestoredRow]]
 
 
-def _stored_fields(item: ContextItem, raw: bytes) -> Args:
-    """id, stored JSON, seq, tokens, priority, type of a restored item."""
-    return [item.id or "", raw, str(item.seq), str(item.token_count), str(item.priority), item.type.value]
+def _stored_fields(item: ContextItem, raw: bytes, pinned: Args) -> Args:
+    """id, stored JSON, seq, tokens, priority, type, ``pinned`` ([] or one flag), flags, group."""
+    flags = "c" if CLEARED_KEY in (item.metadata or {}) else ""
+    head = [item.id or "", raw, str(item.seq), str(item.token_count), str(item.priority), item.type.value]
+    return [*head, *pinned, flags, item.group or ""]
 
 
 def restore_args(
-    cfg: WindowConfig,
-    snap_config: WindowConfig,
-    items: Sequence[RestoredRow],
-    archive: Sequence[ArchiveEntry] = (),
+    cfg: WindowConfig, snap_config: WindowConfig, items: Sequence[RestoredRow], archive: Sequence[ArchiveEntry] = ()
 ) -> Args:
     """restore.lua's ARGV: the snapshot's config, then (id, stored JSON, seq, tokens, priority,
     type, pinned, flags, group, tool link) per item, then the archive entries (summary id,
@@ -345,14 +344,12 @@ def restore_args(
     item)."""
     args = [*config_args(cfg), *config_args(snap_config), str(len(items))]
     for item, raw, checked in items:
-        flags = "c" if CLEARED_KEY in (item.metadata or {}) else ""
-        args += [*_stored_fields(item, raw), "1" if item.pinned else "0", flags, item.group or "", tool_link(checked)]
+        args += [*_stored_fields(item, raw, ["1" if item.pinned else "0"]), tool_link(checked)]
     args.append(str(len(archive)))
     for summary_id, expires_ms, rows in archive:
         args += [summary_id, str(expires_ms), str(len(rows))]
         for item, raw, _ in rows:
-            flags = "c" if CLEARED_KEY in (item.metadata or {}) else ""
-            args += [*_stored_fields(item, raw), flags, item.group or ""]
+            args += _stored_fields(item, raw, [])
     return args
 
 
