@@ -70,12 +70,21 @@ class ContextWindowFullError(ContextStoreError):
 
 
 class BudgetTooSmallError(ContextStoreError):
-    """The pinned items alone exceed the token budget of a build."""
+    """The pinned items alone exceed the token budget of a build (or, in a chat build, the
+    pinned items and the newest user message, which a chat build always includes).
+    ``pinned_tokens`` is what those need; ``needs`` says what they are."""
 
-    def __init__(self, pinned_tokens: int, budget: int) -> None:
+    def __init__(self, pinned_tokens: int, budget: int, needs: str = "pinned items") -> None:
         self.pinned_tokens = pinned_tokens
         self.budget = budget
-        super().__init__(f"pinned items need {pinned_tokens} tokens but the build budget is {budget}")
+        self.needs = needs
+        super().__init__(f"{needs} need {pinned_tokens} tokens but the build budget is {budget}")
+
+
+class NoConversationError(ContextStoreError, LookupError):
+    """An Anthropic chat build has no message to send: no user or assistant message of the
+    window is in it (there is none, the options leave them out, or none fits the budget). The
+    Messages API refuses an empty ``messages`` list."""
 
 
 class ConfigConflictError(ContextStoreError):

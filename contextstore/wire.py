@@ -331,7 +331,7 @@ ArchiveEntry = tuple[str, int, Sequence[RestoredRow]]
 def _stored_fields(item: ContextItem, raw: bytes, pinned: Args) -> Args:
     """id, stored JSON, seq, tokens, priority, type, ``pinned`` ([] or one flag), flags, group."""
     flags = "c" if CLEARED_KEY in (item.metadata or {}) else ""
-    head = [item.id or "", raw, str(item.seq), str(item.token_count), str(item.priority), item.type.value]
+    head: Args = [item.id or "", raw, str(item.seq), str(item.token_count), str(item.priority), item.type.value]
     return [*head, *pinned, flags, item.group or ""]
 
 

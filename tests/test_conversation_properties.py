@@ -133,13 +133,23 @@ class ConversationMachine(RuleBasedStateMachine):
     )
     def build_messages(self, budget, order, fmt):
         opts = cs.BuildOptions(max_tokens=budget, reserve_for_response=0, order=order, max_history_items=50)
+        users = [i for i in self.w.items() if i.role == "user" or (i.role is None and i.type.value == "user_message")]
         try:
             built = self.w.build_messages_structured(opts, format=fmt)
         except cs.BudgetTooSmallError:
             return
+        except cs.NoConversationError:
+            assert fmt == "anthropic" and not users  # a question is always sent when there is one
+            return
         assert built.total_tokens <= budget
+        if users:  # a chat build never leaves out the newest user message
+            assert users[-1].id in built.included_item_ids or any(
+                users[-1].group and i.group == users[-1].group for i in self.w.items() if i.id in built.omitted_item_ids
+            )
         if built.included_item_ids:
             (check_openai if fmt == "openai" else check_anthropic)(built.messages)
+        if fmt == "anthropic":
+            assert built.messages["messages"], "an Anthropic build sent no message"
         included = set(built.included_item_ids)
         groups_whole([i for i in self.w.items() if i.id in included])
 

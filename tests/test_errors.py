@@ -12,7 +12,7 @@ import pytest
 import contextstore as cs
 from contextstore import errors
 
-from support import free_port
+from support import RedisProcess, free_port
 
 
 def _every_error_class() -> list[type[cs.ContextStoreError]]:
@@ -91,8 +91,10 @@ def test_a_pool_whose_worker_raises_gets_each_exception_back():
 
 
 def test_retries_log_at_debug_and_giving_up_once_at_warning(caplog):
-    url = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
-    store = cs.ContextStore.from_url(url, retry=cs.RetryPolicy(attempts=4, base=0.001, cap=0.01))
+    server = RedisProcess().start()
+    store = cs.ContextStore.from_url(server.url, retry=cs.RetryPolicy(attempts=4, base=0.001, cap=0.01))
+    store.window("w")  # reached once: from now on a refusal means it went away, and is retried
+    server.stop()
     with caplog.at_level(logging.DEBUG, logger="contextstore"), pytest.raises(cs.StoreUnavailableError):
         store.window("w")
     store.close()

@@ -8,10 +8,10 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from .. import logs, wire
-from ..errors import BudgetTooSmallError, InvalidOptionsError
+from ..errors import BudgetTooSmallError, InvalidOptionsError, NoConversationError
 from ..layout import Meta
 from ..render import markdown, messages, prompt
-from ..render.select import RELEVANT_TYPES, Unit, choose, members, ranked_key, units_for
+from ..render.select import RELEVANT_TYPES, Unit, choose, members, newest_with, ranked_key, units_for
 from ..types import BuildOptions, BuiltContext, BuiltMessages, CompactionStrategy, ContextItem, WindowConfig
 from .base import Plan, ScriptCall, Settings, WindowState
 from .compaction import compact, has_helper
@@ -176,9 +176,22 @@ def build_messages(
     freed, window_items = yield from _compact_first(settings, state, found, decoded, budget, opts)
     usable, incomplete = _message_units(window_items, derived)
     relevance = yield from _relevance(settings, state, opts, usable)
-    choice = choose(usable, opts, budget, cost, messages.REPLY_PRIMING, ranked_key(relevance), derived, MESSAGE_COSTS)
+    key = ranked_key(relevance)
+    choice = choose(usable, opts, budget, cost, messages.REPLY_PRIMING, key, derived, MESSAGE_COSTS)
+    question = _question(usable, derived, opts)
+    if question is not None and not any(u is question for u in choice.chosen):
+        need = pinned_need + cost(question)
+        if budget is not None and need > budget:
+            what = f"the pinned items and the newest user message ({', '.join(question.ids())})"
+            raise BudgetTooSmallError(need, budget, what)
+        choice = choose(usable, opts, budget, cost, messages.REPLY_PRIMING, key, derived, MESSAGE_COSTS, question)
     ordered = messages.arrange(members(choice.pinned + choice.chosen), opts.order, relevance)
     payload = messages.openai(ordered) if fmt == "openai" else messages.anthropic(ordered, opts)
+    if isinstance(payload, dict) and not payload["messages"]:
+        raise NoConversationError(
+            f"an Anthropic build of window {state.window_id!r} has no message to send: no user or assistant "
+            "message of the window is in it (none there, none the options let in, or none fits the budget)"
+        )
     logs.built(state.window_id, len(ordered), choice.used)
     omitted = sorted(choice.omitted + incomplete, key=_seq_of(window_items))
     yield ScriptCall("event", state.keys, wire.event_args("built", {
@@ -195,6 +208,14 @@ def build_messages(
         was_compacted=freed > 0,
         tokens_freed_by_compaction=freed,
     )
+
+
+def _question(usable: list[ContextItem], memo: dict[str, Any] | None, options: BuildOptions) -> Unit | None:
+    """The unit of the newest user message, which a chat build always includes (unless the
+    options leave the conversation out, or it is pinned and so included anyway)."""
+    if not options.include_recent_history or options.max_history_items < 1:
+        return None
+    return newest_with(units_for(usable, memo), lambda i: messages.role_of(i) == "user")
 
 
 def _seq_of(items: list[ContextItem]) -> Callable[[str], int]:

@@ -280,14 +280,18 @@ def choose(
     key: Key = build_key,
     memo: dict[str, Any] | None = None,
     cost_key: Any = None,
+    required: Unit | None = None,
 ) -> Choice:
     """Pinned units first (their cost counted in ``used``), then candidates (in ``key`` order)
     while ``cost`` fits the budget; ``base`` is what the build costs before any unit; ``memo``
     keeps the units of ``items`` for the next build (``units_for``), and with them the units'
-    costs under ``cost_key`` (a key naming everything ``cost`` depends on besides the unit)."""
+    costs under ``cost_key`` (a key naming everything ``cost`` depends on besides the unit).
+    ``required``: an offered unit taken right after the pinned ones, as if it were pinned."""
     units = units_for(items, memo)
     pinned = units.pinned
     offered, omitted = candidates(units, options, key)
+    if required is not None and required in offered:
+        pinned, offered = [*pinned, required], [u for u in offered if u is not required]
     used = base + sum(cost(u) for u in pinned)
     table = _table(units, offered, cost_key, cost)
     costs, floor, ids, starts = table.costs, table.floor, table.ids, table.starts
@@ -305,6 +309,12 @@ def choose(
             break
         excluded += ids[starts[i] : starts[i + 1]]
     return Choice(pinned, chosen, excluded, omitted, used)
+
+
+def newest_with(units: Units, wanted: Callable[[ContextItem], bool]) -> Unit | None:
+    """The unpinned unit whose newest member is newest among those holding a ``wanted`` item."""
+    found = [u for u in units.offers if any(wanted(i) for i in u.items)]
+    return max(found, key=lambda u: u.newest) if found else None
 
 
 def members(units: Iterable[Unit]) -> list[ContextItem]:

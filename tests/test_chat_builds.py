@@ -1,0 +1,55 @@
+"""A chat build always carries the newest user message (it is taken right after the pinned
+items), or raises: never an empty or question-less request."""
+
+from __future__ import annotations
+
+import pytest
+
+import contextstore as cs
+
+from chat_rules import check_anthropic, check_openai
+
+FORMATS = ["openai", "anthropic"]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_question_larger_than_the_budget_raises(store, fmt):
+    w = store.window(f"big-q-{fmt}", max_tokens=1200)
+    w.add("Be brief.", type="system_prompt", pinned=True)
+    w.add("earlier question", role="user")
+    w.add("earlier answer", role="assistant")
+    question = w.add("word " * 1070, role="user", token_count=1071)
+    with pytest.raises(cs.BudgetTooSmallError) as info:
+        w.build_messages(cs.BuildOptions(reserve_for_response=200), format=fmt)
+    assert info.value.budget == 1000 and info.value.pinned_tokens > 1071
+    assert question.id in str(info.value) and "newest user message" in str(info.value)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_the_question_is_taken_before_documents_that_would_crowd_it_out(store, fmt):
+    w = store.window(f"crowd-{fmt}", max_tokens=1200)
+    w.add("Answer from the documents.", type="system_prompt")
+    for n in range(2):  # offered before the conversation (rank 2): together they leave no room for it
+        w.add(f"document {n} " + "text " * 300, type="retrieved_document", priority=90, token_count=482)
+    question = w.add("What do the documents say about pricing?", role="user")
+    built = w.build_messages_structured(cs.BuildOptions(reserve_for_response=200), format=fmt)
+    assert question.id in built.included_item_ids and built.total_tokens <= 1000
+    assert len(built.excluded_item_ids) == 1  # one of the documents gave way
+    if fmt == "openai":
+        check_openai(built.messages)
+        assert built.messages[-1] == {"role": "user", "content": question.content}
+    else:
+        check_anthropic(built.messages)
+        assert built.messages["messages"][-1]["content"][-1]["text"] == question.content
+
+
+def test_an_anthropic_build_without_a_conversation_raises(store):
+    w = store.window("no-chat", max_tokens=2000)
+    w.add("You are terse.", type="system_prompt")
+    with pytest.raises(cs.NoConversationError):
+        w.build_messages(format="anthropic")
+    assert w.build_messages(format="openai") == [{"role": "system", "content": "You are terse."}]
+    w.add("hi", role="user")
+    assert w.build_messages(format="anthropic")["messages"] == [
+        {"role": "user", "content": [{"type": "text", "text": "hi"}]}
+    ]
