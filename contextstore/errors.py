@@ -58,15 +58,28 @@ class ContextWindowFullError(ContextStoreError):
     """The item cannot be added: the window is full and nothing may be evicted or compacted.
 
     ``unit`` is ``"items"`` or ``"tokens"``; ``current`` and ``max`` are measured in that unit,
-    ``requested`` is what the rejected add needed.
+    ``requested`` is what the rejected add needed. For an add refused for tokens,
+    ``pinned_tokens`` and ``kept_tokens`` say what no compaction could touch: the pinned items,
+    and the ``keep_recent`` newest conversation units besides them (unpinning, a lower
+    ``keep_recent`` or a larger ``max_tokens`` frees room).
     """
 
-    def __init__(self, unit: str, current: int, max: int, requested: int) -> None:
+    def __init__(
+        self, unit: str, current: int, max: int, requested: int, pinned_tokens: int = 0, kept_tokens: int = 0
+    ) -> None:
         self.unit = unit
         self.current = current
         self.max = max
         self.requested = requested
-        super().__init__(f"context window full ({unit}): current={current}, max={max}, requested={requested}")
+        self.pinned_tokens = pinned_tokens
+        self.kept_tokens = kept_tokens
+        held = ""
+        if pinned_tokens or kept_tokens:
+            held = (
+                f"; no compaction may touch {pinned_tokens} tokens of pinned items and {kept_tokens} of the "
+                f"keep_recent newest conversation units (unpin items, lower keep_recent or raise max_tokens)"
+            )
+        super().__init__(f"context window full ({unit}): current={current}, max={max}, requested={requested}{held}")
 
 
 class BudgetTooSmallError(ContextStoreError):
@@ -200,7 +213,7 @@ _TOOLCALL_PROBLEMS = {
 #: status code of a script's error reply {'!', CODE, detail...} -> the exception it raises;
 #: each factory gets the details and the exception class the call uses for a bad argument
 SCRIPT_ERRORS: dict[str, ErrorFactory] = {
-    "FULL": lambda d, _: ContextWindowFullError(d[0], int(d[1]), int(d[2]), int(d[3])),
+    "FULL": lambda d, _: ContextWindowFullError(d[0], *(int(x) for x in d[1:6])),
     "DUPLICATE": lambda d, _: DuplicateItemError(f"item id {d[0]!r} exists with other content"),
     "CONFLICT": lambda d, _: CommitConflict(d[0] if d else ""),
     "MOVED": lambda d, _: VersionConflictError(f"the window moved on: {' '.join(d)}"),

@@ -81,6 +81,9 @@ class Meta:
     #: out (pin, priority, cleared result, summary, undo, restore, a new lifetime): what a client
     #: caches of the items is good while the epoch stays (contextstore/itemcache.py)
     EPOCH = "epoch"
+    #: calls that removed items by hand (remove, pop): a replayed add whose items are all gone
+    #: runs again when one came since its record (lib/requests.lua), not after an eviction
+    REMOVED_BY_CALLER = "removed_by_caller"
 
     #: the config fields, in the order the scripts take and answer them
     CONFIG = (

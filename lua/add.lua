@@ -17,7 +17,8 @@
 --   freed: tokens the compactions freed)
 --   (a replayed request returns the same). added counts the new items (one evicted by a later
 --   item of the same call still counts; an existing caller id with the same content returns
---   its JSON, unchanged), or {'!', 'FULL', unit, current, max, requested} /
+--   its JSON, unchanged), or {'!', 'FULL', unit, current, max, requested[, tokens held by pinned
+--   units, by the other keep_recent units]} /
 --   {'!', 'DUPLICATE', id} / {'!', 'TOOLCALL', problem, call id} / {'!', 'BADARG', what} /
 --   {'!', 'MOVED', what} (a replace of expected items that are no longer the newest), or
 --   {'compact', strategy, target percent, tokens} (nothing written): the first item crosses the
@@ -120,19 +121,37 @@ local function evictable(cfg, plan)
   end
 end
 
+-- The stored tokens of a unit key (members not stored yet, such as the incoming item, count 0).
+local function unit_tokens(key)
+  local ids = string.sub(key, 1, 1) == 'g' and group_members(string.sub(key, 2)) or {string.sub(key, 2)}
+  local tokens = 0
+  for _, id in ipairs(ids) do
+    local packed = redis.call('HGET', K_ATTRS, id)
+    if packed then tokens = tokens + unpack_attrs(packed).tokens end
+  end
+  return tokens
+end
+
+-- Tokens no compaction takes: those of the pinned units, and those of the keep_recent newest
+-- conversation units that hold no pin.
+local function held_tokens(cfg, plan)
+  local pinned, kept = {}, kept_units(plan, cfg.keep_recent)
+  for _, id in ipairs(redis.call('SMEMBERS', K_PINNED)) do
+    pinned[unit_key(id, unpack_attrs(redis.call('HGET', K_ATTRS, id)))] = true
+  end
+  local by_pins, by_kept = 0, 0
+  for key in pairs(pinned) do by_pins = by_pins + unit_tokens(key) end
+  for key in pairs(kept) do
+    if not pinned[key] then by_kept = by_kept + unit_tokens(key) end
+  end
+  return by_pins, by_kept
+end
+
 -- Tokens no compaction takes (an upper bound): pinned units, and the keep_recent newest
 -- conversation units.
 local function untouchable_tokens(cfg, plan)
-  local units = kept_units(plan, cfg.keep_recent)
-  for _, id in ipairs(redis.call('SMEMBERS', K_PINNED)) do
-    units[unit_key(id, unpack_attrs(redis.call('HGET', K_ATTRS, id)))] = true
-  end
-  local tokens = 0
-  for key in pairs(units) do
-    local ids = string.sub(key, 1, 1) == 'g' and group_members(string.sub(key, 2)) or {string.sub(key, 2)}
-    for _, id in ipairs(ids) do tokens = tokens + unpack_attrs(redis.call('HGET', K_ATTRS, id)).tokens end
-  end
-  return tokens
+  local by_pins, by_kept = held_tokens(cfg, plan)
+  return by_pins + by_kept
 end
 
 -- Whether this add may ask its caller to compact first: it is the call's first item and no
@@ -160,6 +179,7 @@ local function make_room(cfg, plan, it, oldest)
     plan.actions[#plan.actions + 1] = {'evict', ids}
   end
   if cfg.max_tokens == 0 then return nil end
+  plan.incoming = it  -- keep_recent counts the units after this add (lib/compaction.lua kept_units)
   if (plan.tokens + it.tokens) * 100 > cfg.threshold * cfg.max_tokens then
     local percent = math.max(0, cfg.threshold - 15)
     local target = math.floor(cfg.max_tokens * percent / 100)
@@ -184,8 +204,10 @@ local function make_room(cfg, plan, it, oldest)
     end
   end
   if plan.tokens + it.tokens > cfg.max_tokens then
-    return fail('FULL', 'tokens', current, cfg.max_tokens, it.tokens)
+    local by_pins, by_kept = held_tokens(cfg, plan)
+    return fail('FULL', 'tokens', current, cfg.max_tokens, it.tokens, fmt(by_pins), fmt(by_kept))
   end
+  plan.incoming = nil
   return nil
 end
 
@@ -251,7 +273,7 @@ local function reply(items, plan)
       rec[#rec + 1] = {'+', fmt(it.seq), fmt(it.ts), body_at - 2, it.resolved}
     end
   end
-  return out, {add = rec}
+  return out, {add = rec, m = meta_get(F.REMOVED_BY_CALLER)}
 end
 
 local cfg = read_config()

@@ -2,7 +2,7 @@
 -- needs: items
 -- KEYS: the window keys (lib/core.lua). ARGV[1..N_CONFIG]: caller config (unused).
 -- ARGV[N_CONFIG + 1]: '1' to include pinned items. Reply: number of items removed.
--- A clear ends the request log (a request id used before it is new after it).
+-- It counts as a removal by hand: an add whose items it removed runs again when replayed.
 local cfg = read_config()
 if cfg == nil or cfg.new then return 0 end
 local include_pinned = ARGV[N_CONFIG + 1] == '1'
@@ -16,7 +16,7 @@ for _, id in ipairs(redis.call('LRANGE', K_FIFO, 0, -1)) do
 end
 local before = cfg.tokens
 local freed = remove_many(ids, 'clear')
-forget_requests()
+bump(F.REMOVED_BY_CALLER, 1)
 event('cleared', 'items_cleared', fmt(#ids), 'tokens_cleared', fmt(freed),
   'included_pinned', include_pinned and '1' or '0', 'total_tokens_after', fmt(before - freed))
 rearm_ttl(cfg)

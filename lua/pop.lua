@@ -14,5 +14,6 @@ for i = #ids, 1, -1 do newest_first[#newest_first + 1] = ids[i] end
 local out, corrupt = full_items(newest_first)
 if corrupt then return fail('CORRUPT', corrupt) end
 remove_many(ids, 'manual')
+bump(F.REMOVED_BY_CALLER, 1)
 rearm_ttl(cfg)
 return out

@@ -7,5 +7,6 @@ if cfg == nil or cfg.new then return 0 end
 local id = ARGV[N_CONFIG + 1]
 if redis.call('HEXISTS', K_ATTRS, id) == 0 then return 0 end
 remove_many({id}, 'manual')
+bump(F.REMOVED_BY_CALLER, 1)
 rearm_ttl(cfg)
 return 1

@@ -13,7 +13,8 @@
 -- back), so later ids cannot collide with restored ones. Items come in seq order. The window's
 -- archive is replaced by the snapshot's entries whose expiry has not passed (by the server's
 -- clock) and whose summary is among the restored items; the others are dropped and counted.
--- A restore ends the request log (a request id used before it is new after it).
+-- It counts as a removal by hand: an add whose items it did not bring back runs again when
+-- replayed (one whose items it restored replays).
 -- Reply: number of items restored.
 local A, ROW, AROW = 2 * N_CONFIG + 1, 10, 8
 
@@ -105,7 +106,7 @@ if not archive then return fail('BADARG', 'archive') end
 local replaced = cfg.items
 persist_config(cfg)
 wipe()
-forget_requests()
+bump(F.REMOVED_BY_CALLER, 1)
 new_epoch()
 local tokens = 0
 for _, it in ipairs(items) do

@@ -403,3 +403,34 @@ def test_a_handle_does_no_io_until_first_used(make_store, r, prefix):
     assert w.stats().max_tokens == 500  # created with the handle's config by its first mutation
     with pytest.raises(cs.InvalidWindowIdError):
         store.handle("bad id")
+
+
+def test_keep_recent_never_locks_a_conversation(store):
+    """keep_recent counts the units after the add: a new message makes room by compacting the
+    oldest of the recent units, so a conversation whose newest units fill the window goes on."""
+    w = store.window("tc-lock", max_tokens=1200, keep_recent=4, default_strategy="remove_oldest")
+    w.add("Be brief.", type="system_prompt", pinned=True)
+    for n in range(4):  # four big turns: 1180 tokens with the pin, no room for anything
+        role = "user" if n % 2 == 0 else "assistant"
+        w.add(f"turn {n} " + "words " * 200, role=role, token_count=293)
+    for n in range(4, 12):
+        added = w.add(f"turn {n}", role="user" if n % 2 == 0 else "assistant", token_count=293)
+        assert w.get(added.id) is not None
+    kept = w.items()
+    assert [i.content.split()[1] for i in kept[1:]] == ["8", "9", "10", "11"]  # the newest four
+    assert w.verify().ok
+
+
+def test_a_full_window_says_what_holds_its_tokens(store, r, prefix):
+    w = store.window("tc-held", max_tokens=1000, keep_recent=2)
+    w.add("rules", type="system_prompt", pinned=True, token_count=600)
+    w.add("q", role="user", token_count=150)
+    w.add("a", role="assistant", token_count=150)
+    before = dump_window(r, prefix, "tc-held")
+    with pytest.raises(cs.ContextWindowFullError) as info:
+        w.add("a document", type="retrieved_document", token_count=300)
+    err = info.value
+    assert (err.unit, err.current, err.max, err.requested) == ("tokens", 900, 1000, 300)
+    assert (err.pinned_tokens, err.kept_tokens) == (600, 300)
+    assert "keep_recent" in str(err) and "unpin" in str(err)
+    assert dump_window(r, prefix, "tc-held") == before

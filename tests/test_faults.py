@@ -227,12 +227,13 @@ def test_script_flush_under_load_loses_nothing(redis_url, r, prefix):
         w = store.window("flush")
         report = w.verify()
         n = w.stats().total_items
+        present = {i.id for i in w.items()}
     print(f"\nSCRIPT FLUSH under load: {flushes} flushes during {sum(map(len, acked))} adds; items: {n}")
     assert flushes > 10
     assert report.ok, report.problems
     assert n == sum(len(a) for a in acked) == 3 * 120  # nothing lost, nothing twice
     single = {i for worker in acked for i, s in worker if s > 0}
-    assert single <= {i.id for i in w.items()}
+    assert single <= present
 
 
 # -- stress ---------------------------------------------------------------------------------

@@ -30,18 +30,16 @@ def test_replayed_add_returns_the_first_result_and_adds_once(store, r, prefix):
     check_invariants(r, prefix, "rq-add")
 
 
-def test_replay_of_an_add_whose_item_left_the_window_stores_it_again(store, r, prefix):
-    """A recorded reply stands only while what it reports is there: an add whose item was
-    evicted since runs again (the item comes back as the newest, with a new seq)."""
+def test_replay_of_an_evicted_item_returns_it_without_bringing_it_back(store, r, prefix):
+    """The window's own rules took the item (eviction): the add was applied, once; a retry
+    answers what it answered and applies nothing again."""
     w = store.window("rq-evict", max_items=2)
     first = w.add("old one", priority=70, request_id="req-old")
     w.add("b")
     w.add("c")  # evicts "old one"
     assert w.get(first.id) is None
-    again = w.add("old one", priority=70, request_id="req-old")
-    assert again.content == "old one" and again.seq == 4 and again.id == "ctx-4"
-    assert [i.content for i in w.items()] == ["c", "old one"]
-    assert w.add("old one", priority=70, request_id="req-old") == again  # and now that stands
+    assert w.add("old one", priority=70, request_id="req-old") == first
+    assert [i.content for i in w.items()] == ["b", "c"]
     check_invariants(r, prefix, "rq-evict")
 
 
@@ -74,17 +72,29 @@ def test_a_reset_window_takes_a_replayed_request_as_new(store, r, prefix, reset)
     check_invariants(r, prefix, f"rq-{reset}")
 
 
-def test_delete_clear_and_restore_end_the_request_log(store, r, prefix):
+def test_delete_ends_the_request_log_and_records_itself_first(store, r, prefix):
     w = store.window("rq-end", max_tokens=1000)
     w.add("a", request_id="keep-1")
-    assert r.hexists(key(prefix, "rq-end", "replies"), "add:keep-1")
-    w.clear(request_id="clear-1")
-    replies = r.hkeys(key(prefix, "rq-end", "replies"))
-    assert replies == [b"clear:clear-1"]  # the clear's own record starts the new log
-    assert w.clear(request_id="clear-1") == 1  # and a retry of the clear answers as the first did
+    assert w.clear(request_id="clear-1") == 1
+    assert w.clear(request_id="clear-1") == 1  # a retry of the clear answers as the first did
+    assert r.hexists(key(prefix, "rq-end", "replies"), "add:keep-1")  # a clear keeps the log
     assert w.delete(request_id="del-1") is True
     assert w.delete(request_id="del-1") is True  # recorded in the log the delete began
     assert r.hkeys(key(prefix, "rq-end", "replies")) == [b"delete:del-1"]
+
+
+def test_what_a_clear_or_a_restore_leaves_in_place_still_replays(store, r, prefix):
+    w = store.window("rq-kept", max_tokens=1000)
+    rules = w.add("rules", type="system_prompt", pinned=True, request_id="rules")
+    w.add("hello", role="user", request_id="hello")
+    w.clear()  # the pinned rules stay
+    assert w.add("rules", type="system_prompt", pinned=True, request_id="rules") == rules  # not twice
+    snap = w.snapshot()
+    w.restore(snap)  # brings the rules back as they were
+    assert w.add("rules", type="system_prompt", pinned=True, request_id="rules") == rules
+    assert [i.content for i in w.items()] == ["rules"]
+    w.add("hello", role="user", request_id="hello")  # cleared: stored again
+    assert [i.content for i in w.items()] == ["rules", "hello"]
 
 
 def test_a_partly_removed_add_replays_without_duplicating(store, r, prefix):

@@ -132,7 +132,9 @@ local function unit_key(id, a)
 end
 
 -- The keep_recent newest conversation units (a group, or an ungrouped user or assistant
--- message), as a set of unit keys, walking this call's items then :fifo from the tail.
+-- message), as a set of unit keys, walking the item an add is making room for
+-- (state.incoming: the newest units are those after the add, so a conversation always moves
+-- on), this call's items, then :fifo from the tail.
 local function kept_units(state, keep_recent)
   local kept, n = {}, 0
   local function count(id, a)
@@ -143,6 +145,8 @@ local function kept_units(state, keep_recent)
     return n >= keep_recent
   end
   if (keep_recent or 0) <= 0 then return kept end
+  local incoming = state.incoming
+  if incoming and count(incoming.id ~= '' and incoming.id or '+', incoming) then return kept end
   local added = state.added or {}
   for i = #added, 1, -1 do
     if not state.removed[added[i].id] and count(added[i].id, added[i]) then return kept end

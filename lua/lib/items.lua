@@ -341,9 +341,12 @@ end
 -- before the call (a safe retry of a caller id) is returned as it is stored now if it still
 -- exists, else from the head it had then (up to its content) and the call's body.
 -- An add's record stands while one of the items it stored is still in the window (the same id
--- and seq); a replace's always does (running it again would replace other items).
-REPLAY_STANDS.add = function(rec, rid)
-  if string.sub(rid, 1, 4) ~= 'add:' then return true end
+-- and seq), or when they all left by the window's own rules (eviction, compaction, a summary:
+-- no remove or pop came since the record, record.m); a replace's always does (running it
+-- again would replace other items).
+REPLAY_STANDS.add = function(record, rid)
+  local rec = record.add
+  if string.sub(rid, 1, 4) ~= 'add:' or (record.m or 0) == meta_get(F.REMOVED_BY_CALLER) then return true end
   local added = false
   for i = 6, #rec do
     local r = rec[i]

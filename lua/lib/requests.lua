@@ -6,10 +6,11 @@
 -- keeps the last REQUEST_LOG_MAX requests younger than REQUEST_LOG_TTL_MS; both keys expire
 -- when the window is idle that long. A request that wrote nothing (an error, a no-op) is not
 -- recorded: running it again is as safe as running it once.
--- A recorded reply stands only while what it reports is still there: an add whose items have
--- all left the window since (removed, popped, evicted, compacted, summarised) runs again as a
--- new request (REPLAY_STANDS), so an acknowledged add never stores nothing. delete(), clear()
--- and restore() end the log (forget_requests): a request id used before them is new after them.
+-- A recorded reply stands only while what it reports is still there: an add whose items were
+-- all removed by hand since (remove, pop, clear, a restore without them) runs again as a new
+-- request (REPLAY_STANDS), so an acknowledged add never stores nothing; one whose items the
+-- window's own rules took (eviction, compaction) replays, so it is never applied twice.
+-- delete() ends the log (forget_requests): a request id used before it is new after it.
 
 local function expire_requests(n, now)
   if n > REQUEST_LOG_MAX then  -- keep the newest REQUEST_LOG_MAX
@@ -62,7 +63,7 @@ local function replay(rid, fp)
   if pfp ~= '' and fp ~= '' and pfp ~= fp then return true, fail('REUSED', rid) end
   local rec = cjson.decode(string.sub(prior, nl + 1))
   for kind, stands in pairs(REPLAY_STANDS) do
-    if rec[kind] and not stands(rec[kind], rid) then
+    if rec[kind] and not stands(rec, rid) then
       forget_request(rid)
       return false
     end
