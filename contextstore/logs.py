@@ -28,6 +28,19 @@ def built(window_id: str, items: int, tokens: int) -> None:
     log.debug("Built context: %d items, %d tokens for agent %s", items, tokens, window_id)
 
 
+def dropped_newest(window_id: str, ids: list[str], budget: int | None) -> None:
+    """WARNING, when a build left out items newer than all it took: the window holds more than
+    the build budget lets in."""
+    log.warning(
+        "Build for agent %s left out its %d newest items (%s): the budget of %s tokens is below what the window "
+        "keeps; lower reserve_for_response or compaction_threshold, or raise max_tokens",
+        window_id,
+        len(ids),
+        " ".join(ids[:5]) + (" ..." if len(ids) > 5 else ""),
+        budget,
+    )
+
+
 def initialized(window_id: str, max_tokens: int | None) -> None:
     """INFO, when ``window()`` creates a window."""
     log.info("Context window initialized for agent %s, max=%s tokens", window_id, max_tokens)

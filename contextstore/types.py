@@ -155,6 +155,9 @@ class BuiltContext(msgspec.Struct, frozen=True, kw_only=True):
     was_compacted: bool = False
     tokens_freed_by_compaction: int = 0
     omitted_item_ids: list[str] = []
+    #: the excluded items newer than every unpinned item the build took (arrival order): the
+    #: window holds more than the build budget lets in (see ``docs/guide.md``, budgets)
+    dropped_newest: list[str] = []
 
 
 class BuiltMessages(msgspec.Struct, frozen=True, kw_only=True):
@@ -171,6 +174,8 @@ class BuiltMessages(msgspec.Struct, frozen=True, kw_only=True):
     omitted_item_ids: list[str] = []
     was_compacted: bool = False
     tokens_freed_by_compaction: int = 0
+    #: the excluded items newer than every unpinned item the build took (see ``BuiltContext``)
+    dropped_newest: list[str] = []
 
 
 class ArchivedSummary(msgspec.Struct, frozen=True, kw_only=True):

@@ -53,3 +53,29 @@ def test_an_anthropic_build_without_a_conversation_raises(store):
     assert w.build_messages(format="anthropic")["messages"] == [
         {"role": "user", "content": [{"type": "text", "text": "hi"}]}
     ]
+
+
+def test_a_build_that_leaves_out_the_newest_items_says_so(store, caplog):
+    """The window keeps up to its threshold of max_tokens; a build takes max_tokens minus the
+    reserve. When that leaves out the newest items (a tool call and its result stored but not
+    sent), the build lists them in dropped_newest and logs a WARNING."""
+    w = store.window("dropped", max_tokens=1200)
+    w.add("Be brief.", type="system_prompt", pinned=True)
+    w.add("Weather in Paris?", role="user")
+    call = {"id": "c1", "type": "function", "function": {"name": "weather", "arguments": "{}"}}
+    w.add_many(
+        [
+            {"content": "", "role": "assistant", "metadata": {"tool_calls": [call]}},
+            {"content": "sunny " * 300, "role": "tool", "metadata": {"tool_call_id": "c1"}},
+        ]
+    )
+    with caplog.at_level("WARNING", logger="contextstore"):
+        built = w.build_messages_structured()  # reserve_for_response=1000: a budget of 200
+        text = w.build_structured()
+    ids = [i.id for i in w.items()]
+    assert built.dropped_newest == ids[2:] and text.dropped_newest == ids[2:]
+    assert ids[1] in built.included_item_ids  # the question went in (the newest user message)
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 2 and "left out its 2 newest items" in warnings[0]
+    roomy = w.build_messages_structured(cs.BuildOptions(reserve_for_response=100))
+    assert roomy.dropped_newest == [] and set(ids) <= set(roomy.included_item_ids)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from .. import logs, wire
@@ -109,6 +109,9 @@ def build(settings: Settings, state: WindowState, options: object = None) -> Pla
             },
         ),
     )  # no request id: a retry may log a second `built` event, which is harmless
+    dropped = _dropped_newest(window_items, built.included, built.excluded)
+    if dropped:
+        logs.dropped_newest(state.window_id, dropped, budget)
     return BuiltContext(
         content=built.content,
         total_tokens=built.total_tokens,
@@ -117,6 +120,7 @@ def build(settings: Settings, state: WindowState, options: object = None) -> Pla
         was_compacted=freed > 0,
         tokens_freed_by_compaction=freed,
         omitted_item_ids=built.omitted,
+        dropped_newest=dropped,
     )
 
 
@@ -198,6 +202,9 @@ def build_messages(
         "format": fmt, "items_included": str(len(ordered)), "items_excluded": str(len(choice.excluded)),
         "items_omitted": str(len(omitted)), "total_tokens": str(choice.used), "was_compacted": "1" if freed else "0",
     }))  # fmt: skip
+    dropped = _dropped_newest(window_items, ordered, choice.excluded)
+    if dropped:
+        logs.dropped_newest(state.window_id, dropped, budget)
     return BuiltMessages(
         messages=payload,
         format=fmt,
@@ -207,6 +214,7 @@ def build_messages(
         omitted_item_ids=omitted,
         was_compacted=freed > 0,
         tokens_freed_by_compaction=freed,
+        dropped_newest=dropped,
     )
 
 
@@ -216,6 +224,15 @@ def _question(usable: list[ContextItem], memo: dict[str, Any] | None, options: B
     if not options.include_recent_history or options.max_history_items < 1:
         return None
     return newest_with(units_for(usable, memo), lambda i: messages.role_of(i) == "user")
+
+
+def _dropped_newest(items: list[ContextItem], included: Sequence[ContextItem], excluded: list[str]) -> list[str]:
+    """The excluded ids newer than every unpinned item included, in arrival order."""
+    if not excluded:
+        return []
+    newest = max((i.seq for i in included if not i.pinned), default=0)
+    seq = _seq_of(items)
+    return sorted((x for x in excluded if seq(x) > newest), key=seq)
 
 
 def _seq_of(items: list[ContextItem]) -> Callable[[str], int]:
