@@ -4,7 +4,9 @@
 -- KEYS: the window keys (lib/core.lua).
 -- Reply: 1 if the window existed, else 0.
 local existed = redis.call('EXISTS', K_META)
-if existed == 1 then WROTE = true end
 redis.call('DEL', unpack(ALL_KEYS))
-forget_requests()
+if existed == 1 then
+  WROTE = true
+  forget_requests()  -- a delete of nothing keeps the log (the first delete's record answers its retries)
+end
 return existed

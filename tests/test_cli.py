@@ -80,7 +80,7 @@ def test_an_unreachable_redis_in_a_real_process_prints_no_retry_noise():
     "argv",
     [
         ["demo", "--workers", "0"],
-        ["demo", "--items", "-3"],
+        ["demo", "--turns", "-3"],
         ["demo", "--max-tokens", "x"],
         ["items", "w", "--limit", "-1"],
         ["build", "w", "--reserve", "-5"],
@@ -156,22 +156,41 @@ def _demo(redis_url: str, prefix: str, *argv: str) -> subprocess.CompletedProces
 
 
 @pytest.mark.slow
-def test_demo_with_a_tiny_window_finishes_and_counts_refused_adds(redis_url, prefix):
+def test_demo_with_a_tiny_window_finishes_and_counts_refused_turns(redis_url, prefix):
     """It hung for ever when a worker's ContextWindowFullError could not be unpickled."""
-    res = _demo(redis_url, prefix, "--workers", "3", "--items", "20", "--max-tokens", "100")
+    res = _demo(redis_url, prefix, "--workers", "3", "--turns", "5", "--max-tokens", "150")
     assert res.returncode == 0, res.stderr
-    assert re.search(r"3 workers added \d+ items .*; [1-9]\d* refused as too big for the window", res.stdout)
+    assert re.search(r"3 workers took 15 turns .*\n[1-9]\d* turns refused as too big for the window", res.stdout)
     assert "verify(): OK; within budget: yes" in res.stdout
 
 
+def _talk(stdout: str) -> list[str]:
+    """The rows of the messages a worker would send, as the demo prints them."""
+    return [line for line in stdout.splitlines() if re.match(r"^(system|user|assistant|tool) ", line)]
+
+
 @pytest.mark.slow
-def test_demo_shows_that_several_workers_wrote(redis_url, prefix):
-    res = _demo(redis_url, prefix, "--workers", "3", "--items", "40")
+def test_demo_tells_a_conversation_that_adds_up(redis_url, prefix):
+    res = _demo(redis_url, prefix, "--workers", "3", "--turns", "10")
     assert res.returncode == 0, res.stderr
-    held = re.search(r"the window now holds items from: (.*)", res.stdout)
-    assert held and len(re.findall(r"worker-\d \(\d+\)", held.group(1))) == 3, res.stdout
-    prompt = re.search(r"=== built prompt =+\n(.*?)\n=+\n", res.stdout, re.S)
-    assert prompt and len(set(re.findall(r"Worker (\d) (?:asks|answers)", prompt.group(1)))) >= 2, res.stdout
+    held = re.search(r"the window holds (\d+) items: (\d+) pinned .* \+ (\d+) from the workers\n  \((.*)\)", res.stdout)
+    assert held, res.stdout
+    total, pinned, workers = (int(held.group(n)) for n in (1, 2, 3))
+    per_worker = [int(n) for n in re.findall(r"worker-\d: (\d+)", held.group(4))]
+    assert len(per_worker) == 3 and sum(per_worker) == workers and pinned + workers == total  # the counts add up
+    rows = _talk(res.stdout)
+    assert [r.split()[0] for r in rows[:2]] == ["system", "system"]
+    topic = None
+    for row in rows[2:]:  # every answer follows its own question, call and result
+        asked = re.search(r"What is the status of (.+)\?", row)
+        if asked:
+            topic = asked.group(1)
+        answered = re.search(r"Status of (.+?):", row)
+        if answered:
+            assert answered.group(1) == topic, rows
+    assert re.search(r"\d+ older items did not fit", res.stdout)  # the budget binds
+    assert max(len(line) for line in res.stdout.splitlines()) <= 120  # laid out for 120 columns, not wrapped at 80
+    assert len(rows) > 10 and all(len(r) <= 120 for r in rows)
 
 
 @pytest.mark.slow

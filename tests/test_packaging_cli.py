@@ -66,17 +66,18 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.slow
 def test_cli_demo_and_inspection(redis_url, prefix):
-    res = _cli("--url", redis_url, "--prefix", prefix, "demo", "--workers", "2", "--items", "15")
+    res = _cli("--url", redis_url, "--prefix", prefix, "demo", "--workers", "2", "--items", "6")  # the old name
     assert res.returncode == 0, res.stderr
     assert "verify(): OK; within budget: yes" in res.stdout
-    assert "=== built prompt" in res.stdout
+    assert "what a worker sends the model next" in res.stdout
     assert _cli("--url", redis_url, "--prefix", prefix, "windows").stdout.split() == ["demo"]
     stats = _cli("--url", redis_url, "--prefix", prefix, "stats", "demo", "--json")
     assert '"total_items"' in stats.stdout
     items = _cli("--url", redis_url, "--prefix", prefix, "items", "demo", "--limit", "3").stdout  # the old name
     assert len([line for line in items.splitlines() if line.startswith("ctx-")]) == 3
     assert _cli("--url", redis_url, "--prefix", prefix, "markdown", "demo").stdout.startswith("## Context\n\n")
-    assert "You are a helpful" in _cli("--url", redis_url, "--prefix", prefix, "build", "demo", "--reserve", "0").stdout
+    built = _cli("--url", redis_url, "--prefix", prefix, "build", "demo", "--reserve", "0").stdout
+    assert "You are the on-call" in built
     ok = _cli("--url", redis_url, "--prefix", prefix, "verify", "demo")
     assert ok.returncode == 0 and ok.stdout.startswith("OK: window demo:"), ok.stdout + ok.stderr
     missing = _cli("--url", redis_url, "--prefix", prefix, "verify", "nope")

@@ -30,15 +30,17 @@ def server(env: Env, action: str) -> None:
 
 @cli.command("demo")
 @click.option("--workers", type=click.IntRange(min=1), default=4, show_default=True, help="worker processes")
-@click.option("--items", type=click.IntRange(min=1), default=50, show_default=True, help="items each worker adds")
+@click.option("--turns", type=click.IntRange(min=1), default=12, show_default=True, help="turns each worker takes")
+@click.option("--items", "turns_", type=click.IntRange(min=1), hidden=True, help="the old name of --turns")
 @click.option("--window", default="demo", show_default=True, help="window id to use; it is reset first")
 @click.option(
-    "--max-tokens", type=click.IntRange(min=1), default=1500, show_default=True, help="the window's token limit"
+    "--max-tokens", type=click.IntRange(min=1), default=2000, show_default=True, help="the window's token limit"
 )
 @pass_env
-def demo(env: Env, workers: int, items: int, window: str, max_tokens: int) -> int:
-    """Run workers that share one window (the main job).
+def demo(env: Env, workers: int, turns: int, turns_: int | None, window: str, max_tokens: int) -> int:
+    """Run workers that share one conversation (the main job).
 
-    Starts the embedded server (unless --url), lets worker processes add to one window while it
-    evicts and compacts, then prints the built prompt, the stats and the verify() result."""
-    return cmd_demo(DemoOptions(env.url, env.path, env.prefix, window, workers, items, max_tokens))
+    Starts the embedded server (unless --url); worker processes take turns of one conversation
+    (a question, a tool call and its result, an answer: one atomic add each) in one window while
+    it compacts; then prints what a worker would send the model next, the stats and verify()."""
+    return cmd_demo(DemoOptions(env.url, env.path, env.prefix, window, workers, turns_ or turns, max_tokens))

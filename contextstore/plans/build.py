@@ -11,7 +11,7 @@ from .. import logs, wire
 from ..errors import BudgetTooSmallError, InvalidOptionsError, NoConversationError
 from ..layout import Meta
 from ..render import markdown, messages, prompt
-from ..render.select import RELEVANT_TYPES, Unit, choose, members, newest_with, ranked_key, units_for
+from ..render.select import RELEVANT_TYPES, Choice, Unit, choose, members, newest_with, ranked_key, units_for
 from ..types import BuildOptions, BuiltContext, BuiltMessages, CompactionStrategy, ContextItem, WindowConfig
 from .base import Plan, ScriptCall, Settings, WindowState
 from .compaction import compact, has_helper
@@ -109,9 +109,7 @@ def build(settings: Settings, state: WindowState, options: object = None) -> Pla
             },
         ),
     )  # no request id: a retry may log a second `built` event, which is harmless
-    dropped = _dropped_newest(window_items, built.included, built.excluded)
-    if dropped:
-        logs.dropped_newest(state.window_id, dropped, budget)
+    dropped = _dropped_newest(state.window_id, window_items, built.included, built.excluded, budget)
     return BuiltContext(
         content=built.content,
         total_tokens=built.total_tokens,
@@ -162,17 +160,7 @@ def build_messages(
     budget = budget_of(opts, found.config(state.config), state.window_id)
     decoded = found.items()
 
-    memo: dict[Any, int] = found.cached.costs.setdefault(MESSAGE_COSTS, {}) if found.cached is not None else {}
-
-    def cost(unit: Unit) -> int:
-        if len(unit.items) == 1:  # most units: memoised per item while the window's epoch stays
-            item = unit.items[0]
-            n = memo.get(item.seq)
-            if n is None:
-                n = memo[item.seq] = messages.item_cost(item, settings.joint_count)
-            return n
-        return messages.unit_cost(unit, settings.joint_count)
-
+    cost = _message_cost(settings, found)
     derived = found.cached.derived if found.cached is not None else None
     pinned_need = messages.REPLY_PRIMING + sum(cost(u) for u in units_for(decoded, derived).pinned)
     if budget is not None and pinned_need > budget:
@@ -180,31 +168,21 @@ def build_messages(
     freed, window_items = yield from _compact_first(settings, state, found, decoded, budget, opts)
     usable, incomplete = _message_units(window_items, derived)
     relevance = yield from _relevance(settings, state, opts, usable)
-    key = ranked_key(relevance)
-    choice = choose(usable, opts, budget, cost, messages.REPLY_PRIMING, key, derived, MESSAGE_COSTS)
-    question = _question(usable, derived, opts)
-    if question is not None and not any(u is question for u in choice.chosen):
-        need = pinned_need + cost(question)
-        if budget is not None and need > budget:
-            what = f"the pinned items and the newest user message ({', '.join(question.ids())})"
-            raise BudgetTooSmallError(need, budget, what)
-        choice = choose(usable, opts, budget, cost, messages.REPLY_PRIMING, key, derived, MESSAGE_COSTS, question)
+
+    def pick(required: Unit | None = None) -> Choice:
+        key = ranked_key(relevance)
+        return choose(usable, opts, budget, cost, messages.REPLY_PRIMING, key, derived, MESSAGE_COSTS, required)
+
+    choice = _with_question(pick, _question(usable, derived, opts), pinned_need, budget, cost)
     ordered = messages.arrange(members(choice.pinned + choice.chosen), opts.order, relevance)
-    payload = messages.openai(ordered) if fmt == "openai" else messages.anthropic(ordered, opts)
-    if isinstance(payload, dict) and not payload["messages"]:
-        raise NoConversationError(
-            f"an Anthropic build of window {state.window_id!r} has no message to send: no user or assistant "
-            "message of the window is in it (none there, none the options let in, or none fits the budget)"
-        )
+    payload = _payload(ordered, fmt, opts, state.window_id)
     logs.built(state.window_id, len(ordered), choice.used)
     omitted = sorted(choice.omitted + incomplete, key=_seq_of(window_items))
     yield ScriptCall("event", state.keys, wire.event_args("built", {
         "format": fmt, "items_included": str(len(ordered)), "items_excluded": str(len(choice.excluded)),
         "items_omitted": str(len(omitted)), "total_tokens": str(choice.used), "was_compacted": "1" if freed else "0",
     }))  # fmt: skip
-    dropped = _dropped_newest(window_items, ordered, choice.excluded)
-    if dropped:
-        logs.dropped_newest(state.window_id, dropped, budget)
+    dropped = _dropped_newest(state.window_id, window_items, ordered, choice.excluded, budget)
     return BuiltMessages(
         messages=payload,
         format=fmt,
@@ -218,6 +196,26 @@ def build_messages(
     )
 
 
+def _with_question(
+    pick: Callable[..., Choice],
+    question: Unit | None,
+    pinned_need: int,
+    budget: int | None,
+    cost: Callable[[Unit], int],
+) -> Choice:
+    """``pick()``, or when it leaves ``question`` out, ``pick(question)``: the question taken
+    right after the pins (``BudgetTooSmallError`` when they cannot fit together)."""
+    choice = pick()
+    if question is None or any(u is question for u in choice.chosen):
+        return choice
+    need = pinned_need + cost(question)
+    if budget is not None and need > budget:
+        raise BudgetTooSmallError(
+            need, budget, f"the pinned items and the newest user message ({', '.join(question.ids())})"
+        )
+    return pick(question)
+
+
 def _question(usable: list[ContextItem], memo: dict[str, Any] | None, options: BuildOptions) -> Unit | None:
     """The unit of the newest user message, which a chat build always includes (unless the
     options leave the conversation out, or it is pinned and so included anyway)."""
@@ -226,13 +224,49 @@ def _question(usable: list[ContextItem], memo: dict[str, Any] | None, options: B
     return newest_with(units_for(usable, memo), lambda i: messages.role_of(i) == "user")
 
 
-def _dropped_newest(items: list[ContextItem], included: Sequence[ContextItem], excluded: list[str]) -> list[str]:
-    """The excluded ids newer than every unpinned item included, in arrival order."""
+def _dropped_newest(
+    window_id: str, items: list[ContextItem], included: Sequence[ContextItem], excluded: list[str], budget: int | None
+) -> list[str]:
+    """The excluded ids newer than every unpinned item included, in arrival order (logged)."""
     if not excluded:
         return []
     newest = max((i.seq for i in included if not i.pinned), default=0)
     seq = _seq_of(items)
-    return sorted((x for x in excluded if seq(x) > newest), key=seq)
+    dropped = sorted((x for x in excluded if seq(x) > newest), key=seq)
+    if dropped:
+        logs.dropped_newest(window_id, dropped, budget)
+    return dropped
+
+
+def _message_cost(settings: Settings, found: wire.ReadReply) -> Callable[[Unit], int]:
+    """What a unit costs as chat messages, memoised per item while the window's epoch stays."""
+    memo: dict[Any, int] = found.cached.costs.setdefault(MESSAGE_COSTS, {}) if found.cached is not None else {}
+
+    def cost(unit: Unit) -> int:
+        if len(unit.items) == 1:  # most units
+            item = unit.items[0]
+            n = memo.get(item.seq)
+            if n is None:
+                n = memo[item.seq] = messages.item_cost(item, settings.joint_count)
+            return n
+        return messages.unit_cost(unit, settings.joint_count)
+
+    return cost
+
+
+def _payload(
+    ordered: list[ContextItem], fmt: str, options: BuildOptions, window_id: str
+) -> list[dict[str, Any]] | dict[str, Any]:
+    """The messages in the format asked for; an Anthropic build with none raises."""
+    if fmt == "openai":
+        return messages.openai(ordered)
+    payload = messages.anthropic(ordered, options)
+    if not payload["messages"]:
+        raise NoConversationError(
+            f"an Anthropic build of window {window_id!r} has no message to send: no user or assistant "
+            "message of the window is in it (none there, none the options let in, or none fits the budget)"
+        )
+    return payload
 
 
 def _seq_of(items: list[ContextItem]) -> Callable[[str], int]:
