@@ -75,7 +75,10 @@ def turn_messages(rng: random.Random, tag: str, tool_every: int = 3) -> list[Msg
     out: list[Msg] = [("user", chat_message(rng, "user"), "")]
     if rng.randrange(tool_every) == 0:
         call_id = f"call_{tag}"
-        out += [("call", '{"query": "status of ' + tag + '"}', call_id), ("result", chat_message(rng, "assistant"), call_id)]
+        out += [
+            ("call", '{"query": "status of ' + tag + '"}', call_id),
+            ("result", chat_message(rng, "assistant"), call_id),
+        ]
     out.append(("assistant", chat_message(rng, "assistant"), ""))
     return out
 
@@ -149,10 +152,10 @@ class ContextStoreFleet(FleetSystem):
         w = self.window(sid)
         opts = cs.BuildOptions(max_tokens=budget, reserve_for_response=0, max_history_items=100_000)
         built = w.build_messages_structured(opts)
-        w.add(**self.entry(new[0]))
+        w.add_many([self.entry(new[0])])
         if len(new) > 2:
             w.add_many([self.entry(m) for m in new[1:3]])
-        w.add(**self.entry(new[-1]))
+        w.add_many([self.entry(new[-1])])
         return len(built.included_item_ids)
 
     def close(self) -> None:
@@ -364,7 +367,9 @@ def server_counters(url: str) -> dict[str, float]:
     }
 
 
-def phase(name: str, url: str, sids: list[int], budgets: dict[int, int], workers: int, seconds: float) -> dict[str, Any]:
+def phase(
+    name: str, url: str, sids: list[int], budgets: dict[int, int], workers: int, seconds: float
+) -> dict[str, Any]:
     """W workers take turns on ``sids`` for ``seconds``; what the server paid per turn."""
     c = redis.Redis.from_url(url)
     c.config_resetstat()
@@ -445,15 +450,26 @@ def report(results: dict[str, Any], names: list[str]) -> None:
             print(f"\n### Redis {server}: {title}\n")
             print(
                 table(
-                    ["system", "Redis µs/turn (commands)", "Redis CPU µs/turn (process)", "turns/s one shard",
-                     "client p50 ms", "client p99 ms", "KiB moved/turn", "turns"],
+                    [
+                        "system",
+                        "Redis µs/turn (commands)",
+                        "Redis CPU µs/turn (process)",
+                        "turns/s one shard",
+                        "client p50 ms",
+                        "client p99 ms",
+                        "KiB moved/turn",
+                        "turns",
+                    ],
                     rows,
                 )  # fmt: skip
             )
         print("\ncontextstore's costliest commands per turn (fits / over):")
         for case in ("fits", "over"):
             top = by_system["contextstore"][case]["top_commands"]
-            print(f"  {case}: " + ", ".join(f"{k} {v['calls_per_turn']:.1f}x {v['us_per_turn']:.0f}µs" for k, v in top.items()))
+            print(
+                f"  {case}: "
+                + ", ".join(f"{k} {v['calls_per_turn']:.1f}x {v['us_per_turn']:.0f}µs" for k, v in top.items())
+            )
     goals(results, names)
 
 
@@ -468,7 +484,9 @@ def goals(results: dict[str, Any], names: list[str]) -> None:
             best = min(by_system[p][case]["server_commands_us_per_turn"] for p in peers)
             ratio = ours / best
             met = "met" if ratio <= factor else "not met"
-            rows.append([f"Redis {server}: Redis µs per turn, {case} {label}", f"{ours:.0f} vs {best:.0f} ({ratio:.2f}×)", met])
+            rows.append(
+                [f"Redis {server}: Redis µs per turn, {case} {label}", f"{ours:.0f} vs {best:.0f} ({ratio:.2f}×)", met]
+            )
     print("\n### Goals\n")
     print(table(["goal", "measured", "status"], rows))
 

@@ -1,19 +1,25 @@
-"""An item's JSON: as stored (a value of the ``:items`` hash), and whole, as the scripts send it.
+"""An item as stored (a value of the ``:items`` hash), and as the scripts send it.
 
 Stored, an item holds only what no other key of its window does: ``{"added_at_us":<µs>,`` (the
 script writes it, ``layout.STORED_HEAD``) then the body the client encodes once before the add
 (``ItemBody``: content, role, source_ref, metadata; nulls left out). Its seq, token count,
-priority, type and group live in ``:attrs``, its pin in ``:pinned``, its id is the hash field. A
-script sends the whole item (``full_json`` in lua/lib/items.lua), which ``decode_item`` reads.
+priority, type, flags and group live in ``:attrs`` (``seq|tokens|priority|type[|flags|group]``),
+its pin in ``:pinned``, its id is the hash field. A script sends an item as those parts,
+``[id, stored JSON, attrs, pinned]`` (``raw_entry`` in lua/lib/items.lua), and ``decode_item``
+puts them together here: the server does no per-item string work. A window written by 0.1
+spelled every field in the stored JSON; its body decodes the same (the other fields are read
+from ``:attrs`` and ``:pinned``).
 """
 
 from __future__ import annotations
 
+import hashlib
 from datetime import datetime, timezone
 from typing import Any
 
 import msgspec
 
+from .errors import CorruptWindowError
 from .layout import STORED_HEAD
 from .types import ContextItem, ItemType
 from .validate import NewItem
@@ -31,20 +37,15 @@ class ItemBody(msgspec.Struct, kw_only=True, omit_defaults=True):
     metadata: dict[str, Any] | None = None
 
 
-class StoredItem(ItemBody, kw_only=True, omit_defaults=False):
-    """A whole item, as the scripts send it (``full_json`` in lua/lib/items.lua)."""
+class StoredBody(ItemBody, kw_only=True):
+    """What ``decode_item`` reads of a stored JSON (either layout): its time and its body."""
 
-    priority: int
-    pinned: bool
-    seq: int
-    id: str
     added_at_us: int
-    type: str
-    token_count: int
-    group: str | None = None
 
 
-_decoder = msgspec.json.Decoder(StoredItem)
+_decoder = msgspec.json.Decoder(StoredBody)
+#: a script's entry of one item: [id, stored JSON, attrs, pinned (1/0)]
+Entry = list[Any]
 
 
 def body_json(item: NewItem | ContextItem) -> bytes:
@@ -62,20 +63,39 @@ def stored_json(item: ContextItem) -> bytes:
     return f"{STORED_HEAD}{int(added.timestamp() * 1_000_000)},".encode() + body_json(item)[1:]
 
 
-def decode_item(raw: bytes | str) -> ContextItem:
-    """A whole item's JSON, as the scripts send it, as a ``ContextItem``."""
-    s = _decoder.decode(raw)
-    return ContextItem(
-        content=s.content,
-        type=ItemType(s.type),
-        priority=s.priority,
-        token_count=s.token_count,
-        pinned=s.pinned,
-        role=s.role,
-        source_ref=s.source_ref,
-        metadata=s.metadata,
-        id=s.id,
-        added_at=datetime.fromtimestamp(s.added_at_us / 1_000_000, tz=timezone.utc),
-        seq=s.seq,
-        group=s.group,
-    )
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def decode_item(entry: Entry) -> ContextItem:
+    """An item from the parts a script sends (``[id, stored JSON, attrs, pinned]``);
+    ``CorruptWindowError`` for parts in a shape no script writes."""
+    item_id, json, attrs, pinned = entry
+    try:
+        body = _decoder.decode(json)
+        seq, tokens, priority, kind, *rest = _text(attrs).split("|", 5)
+        added = datetime.fromtimestamp(body.added_at_us // 1_000_000, tz=timezone.utc).replace(
+            microsecond=body.added_at_us % 1_000_000
+        )
+        return ContextItem(
+            content=body.content,
+            type=ItemType(kind),
+            priority=int(priority),
+            token_count=int(tokens),
+            pinned=bool(int(pinned or 0)),
+            role=body.role,
+            source_ref=body.source_ref,
+            metadata=body.metadata,
+            id=_text(item_id),
+            added_at=added,
+            seq=int(seq),
+            group=(rest[1] or None) if len(rest) == 2 else None,
+        )
+    except (msgspec.MsgspecError, ValueError, TypeError) as exc:
+        raise CorruptWindowError(f"item {_text(item_id)!r} is stored in a shape the scripts never write") from exc
+
+
+def entry_digest(entry: Entry) -> str:
+    """What commit.lua checks an item by: the sha1 of its stored JSON, a newline, its attrs."""
+    json, attrs = (x if isinstance(x, bytes) else x.encode() for x in entry[1:3])
+    return hashlib.sha1(json + b"\n" + attrs).hexdigest()

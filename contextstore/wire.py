@@ -91,13 +91,14 @@ def config_from(values: Sequence[Any]) -> WindowConfig:
 
 
 class ReadReply(msgspec.Struct):
-    """read.lua's reply: the meta hash (empty: no window), the pinned count, raw item JSON;
+    """read.lua's reply: the meta hash (empty: no window), the pinned count, the items' entries
+    (``stored.decode_item`` puts them together; None for an id the window no longer holds);
     for a ``build`` read, the items already decoded (partly from the store's cache) and the
     cache entry they came from."""
 
     meta: dict[str, str]
     pinned: int
-    raw: list[bytes | str]
+    raw: list[Any]
     decoded: list[ContextItem] | None = None
     cached: Any = None
 
@@ -116,7 +117,7 @@ class ReadReply(msgspec.Struct):
         """The items read, decoded."""
         if self.decoded is not None:
             return self.decoded
-        return [decode_item(raw) for raw in self.raw]
+        return [decode_item(entry) for entry in self.raw]
 
     def counter(self, field: str) -> int:
         """A counter of the meta hash (0 when absent)."""

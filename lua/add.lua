@@ -11,8 +11,8 @@
 --   n groups of 8: id ('' = ctx-<seq>), body JSON ({"content":...}), type, token_count,
 --   priority, pinned ('1'/'0'), group ('' = none, or for a tool result: its call's group),
 --   tool link ('C:<name>=<call id> ...' for a tool call, 'R:<call id>' for a result, or '').
--- Reply: {'ok', added, evicted, compactions, trigger, freed, item_json_1, ..., item_json_n} (each
---   the whole item, full_json in lib/items.lua)
+-- Reply: {'ok', added, evicted, compactions, trigger, freed, item_1, ..., item_n} (each the
+--   item's entry, raw_entry in lib/items.lua)
 --   in call order (trigger: the tokens in the window when the first compaction began, 0 if none;
 --   freed: tokens the compactions freed)
 --   (a replayed request returns the same). added counts the new items (one evicted by a later
@@ -66,12 +66,12 @@ local function parse_items(cfg, dropping)
   for i = 1, n do
     local it = parse_item(BASE + (i - 1) * 8)
     if not it then return nil, fail('BADARG', 'item ' .. i) end
-    local existing = it.id ~= '' and not cfg.new and not dropping.ids[it.id] and redis.call('HGET', K_ITEMS, it.id)
+    local existing = it.id ~= '' and not cfg.new and not dropping.ids[it.id] and raw_item(it.id)
     if existing then
-      if cjson.decode(existing).content ~= cjson.decode(it.body).content then
+      if cjson.decode(existing[2]).content ~= cjson.decode(it.body).content then
         return nil, fail('DUPLICATE', it.id)
       end
-      it.existing = full_item(it.id)
+      it.existing = existing
     else
       local err = link_tool_calls(it, batch_calls, dropping)
       if err then return nil, err end
@@ -265,9 +265,9 @@ local function reply(items, plan)
   for i, it in ipairs(items) do
     local body_at = BASE + (i - 1) * 8 + 2
     if it.existing then
-      out[#out + 1] = it.existing
-      rec[#rec + 1] = {'=', string.match(it.existing, '^(.-,)"content":'), body_at, it.id,
-        cjson.decode(it.existing).group}
+      local e = it.existing
+      out[#out + 1] = e
+      rec[#rec + 1] = {'=', stored_time(e[2]), body_at, it.id, e[3], e[4]}
     else
       out[#out + 1] = it.json
       rec[#rec + 1] = {'+', fmt(it.seq), fmt(it.ts), body_at - 2, it.resolved}

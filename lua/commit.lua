@@ -1,8 +1,8 @@
 -- commit.lua: commit a compaction computed outside Redis (summarize / selective).
 -- needs: compaction archive
 -- KEYS: the window keys (lib/core.lua). ARGV[1..N_CONFIG]: caller config (unused).
--- ARGV[N_CONFIG + 1]: strategy; + 2: n; then n pairs (id, sha1 of the item JSON the caller
---   read); then, for summarize, one item group of 8 as in add.lua (the summary, without id).
+-- ARGV[N_CONFIG + 1]: strategy; + 2: n; then n pairs (id, sha1 of the stored JSON, a newline
+--   and the attrs the caller read); then, for summarize, one item group of 8 as in add.lua (the summary, without id).
 -- Checks first: every item is unchanged, unpinned, not among the keep_recent newest
 --   conversation units, and takes its whole group with it; else {'!', 'CONFLICT', id} and
 --   nothing is written.
@@ -29,8 +29,8 @@ local function checked_items()
   local ids, attrs, chosen = {}, {}, {}
   for i = 1, n do
     local id, sha = ARGV[A + 1 + 2 * i], ARGV[A + 2 + 2 * i]
-    local json = full_item(id)
-    if not json or redis.sha1hex(json) ~= sha or redis.call('SISMEMBER', K_PINNED, id) == 1 then
+    local e = raw_item(id)
+    if not e or redis.sha1hex(e[2] .. '\n' .. e[3]) ~= sha or e[4] == 1 then
       return nil, id
     end
     ids[i], attrs[i], chosen[id] = id, unpack_attrs(redis.call('HGET', K_ATTRS, id)), true

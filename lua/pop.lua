@@ -2,7 +2,7 @@
 -- needs: items
 -- KEYS: the window keys (lib/core.lua). ARGV[1..N_CONFIG]: caller config (unused: a missing
 --   window is not made). ARGV[N_CONFIG + 1]: how many (1 or more).
--- Reply: their whole JSON (lib/items.lua full_json), newest first ({} when the window is empty or missing).
+-- Reply: their entries (lib/items.lua raw_entry), newest first ({} when the window is empty or missing).
 local cfg = read_config()
 local n = tonumber(ARGV[N_CONFIG + 1])
 if not is_int(n, 1, MAX_ITEM_LIMIT) then return fail('BADARG', 'count') end
@@ -11,7 +11,7 @@ local ids = redis.call('LRANGE', K_FIFO, -n, -1)
 if #ids == 0 then return {} end
 local newest_first = {}
 for i = #ids, 1, -1 do newest_first[#newest_first + 1] = ids[i] end
-local out, corrupt = full_items(newest_first)
+local out, corrupt = raw_items(newest_first)
 if corrupt then return fail('CORRUPT', corrupt) end
 remove_many(ids, 'manual')
 bump(F.REMOVED_BY_CALLER, 1)

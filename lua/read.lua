@@ -20,7 +20,8 @@
 --     (every key, raw: see below).
 -- An item stored in a shape no script writes makes the reply {'!', 'CORRUPT', id}.
 -- Reply: {meta as a flat field/value array (empty if the window does not exist), pinned count,
---         {item JSON...}} (each the whole item: full_json in lib/items.lua); the four listing modes add {listed id...}, {deferred id...}, next:
+--         {item...}} (each {id, stored JSON, attrs, pinned 1/0}: raw_entry in lib/items.lua; the
+--         client puts them together); the four listing modes add {listed id...}, {deferred id...}, next:
 --         the JSON is that of the wanted ids (all listed ids, or for 'build' those the client
 --         lacks) up to the byte limit, in listing order, and the rest of them are deferred (to
 --         'fetch'); next is the index of the next page, -1 when the listing is complete. A
@@ -50,39 +51,39 @@ if mode == 'all' then
 end
 if mode == 'archived' then
   local out = {}
-  for i, row in ipairs(archive_get(ARGV[2]) or {}) do out[i] = archived_json(row) end
+  for i, row in ipairs(archive_get(ARGV[2]) or {}) do out[i] = archived_entry(row) end
   return {meta, npinned, out}
 end
 if mode == 'archive' then return {meta, npinned, archive_index()} end
 if mode == 'get' then
-  local found, corrupt = full_items({ARGV[2]})
+  local found, corrupt = raw_items({ARGV[2]})
   if corrupt then return fail('CORRUPT', corrupt) end
   return {meta, npinned, found[1] and found or {}}
 end
 
--- The whole JSON of `ids`, in order, while their stored JSON fits `budget` bytes (0: any; at
--- least one is sent); returns the JSON, the ids left over, and the first id stored in a shape
--- no script writes (nil if none).
+-- The entries of `ids` (raw_entry), in order, while their stored JSON fits `budget` bytes (0:
+-- any; at least one is sent), read 64 at a time; returns the entries, the ids left over, and
+-- the first id stored in a shape no script writes (nil if none).
 local function contents(ids, budget)
   if budget <= 0 then
-    local out, corrupt = full_items(ids)
+    local out, corrupt = raw_items(ids)
     return out, {}, corrupt
   end
-  local sent, rest, used = {}, {}, 0
-  for _, id in ipairs(ids) do
-    if #rest == 0 then
-      local n = redis.call('HSTRLEN', K_ITEMS, id)
-      if used > 0 and used + n > budget then
-        rest[1] = id
-      else
-        used, sent[#sent + 1] = used + n, id
+  local out, used = {}, 0
+  for i = 1, #ids, 64 do
+    local chunk, corrupt = raw_items({unpack(ids, i, math.min(i + 63, #ids))})
+    if corrupt then return out, {}, corrupt end
+    for j, e in ipairs(chunk) do
+      local n = e and #e[2] or 0
+      if #out > 0 and used + n > budget then
+        local rest = {}
+        for k = i + j - 1, #ids do rest[#rest + 1] = ids[k] end
+        return out, rest, nil
       end
-    else
-      rest[#rest + 1] = id
+      used, out[#out + 1] = used + n, e
     end
   end
-  local out, corrupt = full_items(sent)
-  return out, rest, corrupt
+  return out, {}, nil
 end
 
 if mode == 'fetch' then

@@ -5,11 +5,9 @@ server in every other test file; here their logic is pinned down on its own."""
 from __future__ import annotations
 
 import hashlib
-import json
 from datetime import datetime, timezone
 from typing import Any
 
-import msgspec
 import pytest
 
 import contextstore as cs
@@ -21,7 +19,7 @@ from contextstore.plans import build as build_plans
 from contextstore.plans import compaction as compaction_plans
 from contextstore.plans import items as item_plans
 from contextstore.plans.base import External, ScriptCall, Settings, WindowState
-from contextstore.stored import StoredItem
+from contextstore.stored import stored_json
 from contextstore.tokens import resolve_counter
 
 
@@ -51,7 +49,7 @@ def state(**config: Any) -> WindowState:
     return WindowState("w", window_keys("ctx", "w"), cfg)
 
 
-def stored(n: int, content: str, **fields: Any) -> bytes:
+def stored(n: int, content: str, **fields: Any) -> list[Any]:
     added = datetime(2026, 11, 22, tzinfo=timezone.utc)
     fields.setdefault("token_count", words(content))
     fields["type"] = cs.ItemType(fields.get("type", "code"))
@@ -59,24 +57,12 @@ def stored(n: int, content: str, **fields: Any) -> bytes:
     return whole_json(item)
 
 
-def whole_json(item: cs.ContextItem) -> bytes:
-    """An item as the scripts send it (full_json in lua/lib/items.lua)."""
-    return msgspec.json.encode(
-        StoredItem(
-            content=item.content,
-            role=item.role,
-            source_ref=item.source_ref,
-            metadata=item.metadata,
-            priority=item.priority,
-            pinned=item.pinned,
-            seq=item.seq or 0,
-            id=item.id or "",
-            added_at_us=int(item.added_at.timestamp() * 1_000_000) if item.added_at else 0,
-            type=item.type.value,
-            token_count=item.token_count,
-            group=item.group,
-        )
-    )
+def whole_json(item: cs.ContextItem) -> list[Any]:
+    """An item as the scripts send it: [id, stored JSON, attrs, pinned] (raw_entry in lua/lib/items.lua)."""
+    attrs = f"{item.seq}|{item.token_count}|{item.priority}|{item.type.value}"
+    if item.group:
+        attrs += f"||{item.group}"
+    return [(item.id or "").encode(), stored_json(item), attrs.encode(), int(item.pinned)]
 
 
 def meta(**fields: object) -> list[str]:
@@ -148,15 +134,15 @@ def test_add_turns_each_status_code_into_its_exception(reply, error, fields):
 # -- build -------------------------------------------------------------------------------------
 
 
-def read_reply(raw: list[bytes], **fields: object) -> list[Any]:
+def read_reply(raw: list[Any], **fields: object) -> list[Any]:
     """read.lua's reply to a listing (fifo, order, pinned) that fits one call."""
-    listed = [json.loads(r)["id"].encode() for r in raw]
+    listed = [r[0] for r in raw]
     return [meta(**fields), 0, raw, listed, [], -1]
 
 
-def build_reply(raw: list[bytes], ids: list[str] | None = None, **fields: object) -> list[Any]:
+def build_reply(raw: list[Any], ids: list[str] | None = None, **fields: object) -> list[Any]:
     """read.lua's ``build`` reply: the JSON sent, and every id in build order (default: those)."""
-    listed = [json.loads(r)["id"].encode() for r in raw] if ids is None else [i.encode() for i in ids]
+    listed = [r[0] for r in raw] if ids is None else [i.encode() for i in ids]
     return [meta(**fields), 0, raw, listed, [], -1]
 
 
@@ -244,7 +230,7 @@ def test_summarize_calls_the_helper_outside_redis_and_commits_what_it_read():
     assert isinstance(helper, External) and [i.id for i in helper.args[0]] == ["ctx-1"]  # lowest priority
     commit = plan.send(helper.fn(*helper.args))
     assert commit.name == "commit" and commit.same_args is False
-    sha = hashlib.sha1(raw[0]).hexdigest()
+    sha = hashlib.sha1(raw[0][1] + b"\n" + raw[0][2]).hexdigest()  # what commit.lua checks
     assert commit.args[wire.CONFIG_ARGS : wire.CONFIG_ARGS + 4] == ["summarize", "1", "ctx-1", sha]
     assert commit.args[-wire.ITEM_ARGS :][2:] == ["working_memory", "1", "10", "0", "", ""]  # the summary item
     with pytest.raises(StopIteration) as done:

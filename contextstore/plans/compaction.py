@@ -3,13 +3,13 @@ and SELECTIVE decide outside Redis and commit only if the items they read are un
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
 
 from .. import logs, validate, wire
 from ..errors import CommitConflict, InvalidOptionsError, StrategyUnavailableError, SummarizerError, raise_for_reply
 from ..layout import Meta
+from ..stored import Entry, entry_digest
 from ..types import HISTORY_TYPES, CompactionPlan, CompactionStrategy, ContextItem, ItemType, PlannedItem
 from .base import Plan, ScriptCall, Settings, WindowState, helper_call, new_request
 from .reads import read
@@ -23,7 +23,7 @@ COMPACT_CHUNK = 300
 #: times an outside-Redis compaction decides again after another worker changed the window
 COMMIT_ATTEMPTS = 3
 
-Candidate = tuple[ContextItem, bytes | str]  # an item and its stored JSON, as read
+Candidate = tuple[ContextItem, Entry]  # an item and its entry, as read
 
 
 def strategy_of(value: object) -> CompactionStrategy | None:
@@ -241,7 +241,7 @@ def _compact_outside(
                     state.window_id,
                 )
                 return 0
-        read_as = [(c[0].id or "", _sha1(c[1])) for c in chosen]
+        read_as = [(c[0].id or "", entry_digest(c[1])) for c in chosen]
         args = wire.commit_args(state.config, strategy, read_as, summary)
         try:
             reply = raise_for_reply((yield ScriptCall("commit", state.keys, args, request, same_args=False)))
@@ -253,10 +253,6 @@ def _compact_outside(
         return freed
     log.warning("compaction of window %s gave up after %d conflicting attempts", state.window_id, COMMIT_ATTEMPTS)
     return 0
-
-
-def _sha1(raw: bytes | str) -> str:
-    return hashlib.sha1(raw if isinstance(raw, bytes) else raw.encode("utf-8")).hexdigest()
 
 
 #: a dry run plans every item at once (compact() does the same in parts of COMPACT_CHUNK)

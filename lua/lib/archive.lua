@@ -76,9 +76,10 @@ local function archived_id(row)
   return row[3] or cjson.decode(row[1]).id
 end
 
--- An archived row as the client decodes an item (unpinned: a summary never takes pinned items).
-local function archived_json(row)
-  return full_json(archived_id(row), row[1], unpack_attrs(row[2]), false)
+-- An archived row as the client decodes an item (raw_entry; unpinned: a summary never takes
+-- pinned items).
+local function archived_entry(row)
+  return raw_entry(archived_id(row), row[1], row[2], false)
 end
 
 local function archive_drop(summary_id)

@@ -26,8 +26,8 @@ end
 -- :items holds per item only what no other key does: STORED_HEAD, its time (microseconds,
 -- the server's clock), then the client-encoded body: '{"added_at_us":<µs>,"content":...}'
 -- (role, source_ref, metadata follow when set). Its seq, tokens, priority, type, flags and
--- group live in :attrs, its pin in :pinned, its id is the hash field. full_json puts them back
--- for the client (contextstore/stored.py decodes that).
+-- group live in :attrs, its pin in :pinned, its id is the hash field. The client puts them
+-- together (raw_entry below; contextstore/stored.py decodes it).
 
 -- A 0.1 item's body without its group (0.1 spelled it last, `null` or a string; :attrs holds
 -- it now): a `,"group":` inside metadata is never followed by a JSON value and the closing brace.
@@ -54,32 +54,15 @@ local function lean_json(json)
   return STORED_HEAD .. ts .. ',"content":' .. without_group(string.sub(json, e + 1))
 end
 
--- A whole item's JSON with `group` (if not '') as its last field.
-local function with_group(json, group)
-  if group == '' then return json end
-  return string.sub(json, 1, -2) .. ',"group":' .. cjson.encode(group) .. '}'
+-- An item as the scripts send it: {id, stored JSON, attrs, 1 if pinned else 0}, what each key
+-- holds, put together by the client (contextstore/stored.py decode_item), not by the server.
+local function raw_entry(id, json, attrs, pinned)
+  return {id, json, attrs, pinned and 1 or 0}
 end
 
--- The whole item from its parts: its time `ts` (text), `tail` (the stored body without its
--- opening brace), its attrs `a` and its pin.
-local function whole_json(id, ts, tail, a, pinned)
-  return with_group('{"priority":' .. fmt(a.priority) .. ',"pinned":' .. (pinned and 'true' or 'false')
-    .. ',"seq":' .. fmt(a.seq) .. ',"id":' .. cjson.encode(id) .. ',"added_at_us":' .. ts
-    .. ',"type":"' .. a.type .. '","token_count":' .. fmt(a.tokens) .. ',' .. tail, a.group)
-end
-
--- The whole item as the client decodes it: the stored JSON of `id` with its attrs `a` and its
--- pin put back (nil when the JSON or the attrs are in no known layout).
-local function full_json(id, json, a, pinned)
-  local lean = lean_json(json)
-  if not lean or not a.seq then return nil end
-  local comma = string.find(lean, ',', #STORED_HEAD + 1, true)
-  return whole_json(id, string.sub(lean, #STORED_HEAD + 1, comma - 1), string.sub(lean, comma + 1), a, pinned)
-end
-
--- The whole JSON of `ids`, in order (false for an id the window does not hold), and the first
--- of them stored in a shape no script writes (nil if none).
-local function full_items(ids)
+-- The entries of `ids`, in order (false for an id the window does not hold), and the first of
+-- them stored in a shape no script writes (JSON without attrs; nil if none).
+local function raw_items(ids)
   local out, corrupt = {}, nil
   for i = 1, #ids, 500 do
     local chunk = {unpack(ids, i, math.min(i + 499, #ids))}
@@ -87,17 +70,21 @@ local function full_items(ids)
     local attrs = redis.call('HMGET', K_ATTRS, unpack(chunk))
     local pins = redis.call('SMISMEMBER', K_PINNED, unpack(chunk))
     for j, id in ipairs(chunk) do
-      local json = jsons[j] and attrs[j] and full_json(id, jsons[j], unpack_attrs(attrs[j]), pins[j] == 1)
-      if jsons[j] and not json then corrupt = corrupt or id end
-      out[#out + 1] = json or false
+      if jsons[j] and not attrs[j] then corrupt = corrupt or id end
+      out[#out + 1] = (jsons[j] and attrs[j]) and {id, jsons[j], attrs[j], pins[j]} or false
     end
   end
   return out, corrupt
 end
 
--- The whole JSON of one item (nil when the window does not hold it, or it is corrupt).
-local function full_item(id)
-  return full_items({id})[1] or nil
+-- The entry of one item (nil when the window does not hold it).
+local function raw_item(id)
+  return raw_items({id})[1] or nil
+end
+
+-- The time (server µs, as text) in an item's stored JSON, either layout.
+local function stored_time(json)
+  return string.match(lean_json(json) or '', '^' .. STORED_HEAD .. '(%d+),')
 end
 
 -- Parse one item from ARGV[b+1..b+8]: id or '', body JSON ('{"content":...}'), type, tokens, priority, pinned,
@@ -163,11 +150,12 @@ local function count_added(it)
 end
 
 -- Store one new item: it = {id, seq, ts, tail, type, tokens, priority, pinned, group, calls},
--- last in arrival order or just before the id `before`. Returns its whole JSON.
+-- last in arrival order or just before the id `before`. Returns its entry (raw_entry).
 local function insert_item(it, before)
-  store_item(it, STORED_HEAD .. fmt(it.ts) .. ',' .. it.tail, before)
+  local json = STORED_HEAD .. fmt(it.ts) .. ',' .. it.tail
+  store_item(it, json, before)
   count_added(it)
-  return whole_json(it.id, fmt(it.ts), it.tail, it, it.pinned)
+  return raw_entry(it.id, json, pack_attrs(it), it.pinned)
 end
 
 -- The position in :fifo of `id` (seq s), searched in [lo, hi] by bisection on seq (:fifo is in
@@ -361,18 +349,31 @@ REPLAY_STANDS.add = function(record, rid)
   return not added
 end
 
+-- A replayed '=' record's item (one that existed before the add): as it is now if it still
+-- exists, else as it was then: {'=', time, body at, id, attrs, pin} (0.1 recorded
+-- {'=', whole JSON head, body at, id, group}).
+local function replayed_existing(r)
+  local now = raw_item(r[4])
+  if now then return now end
+  local body = string.sub(ARGV[r[3]], 2)
+  if r[6] ~= nil then return raw_entry(r[4], STORED_HEAD .. r[2] .. ',' .. body, r[5], r[6] == 1) end
+  local it = cjson.decode(r[2] .. body)
+  it.tokens, it.flags, it.group = it.token_count, '', r[5] or ''
+  return raw_entry(r[4], STORED_HEAD .. fmt(it.added_at_us) .. ',' .. body, pack_attrs(it), it.pinned)
+end
+
 REPLAYS.add = function(rec)
   local out = {'ok', rec[1], rec[2], rec[3], rec[4], rec[5]}
   for i = 6, #rec do
     local r = rec[i]
     if r[1] == '=' then
-      out[#out + 1] = full_item(r[4]) or with_group(r[2] .. string.sub(ARGV[r[3]], 2), r[5] or '')
+      out[#out + 1] = replayed_existing(r)
     else
       local it = parse_item(r[4])
-      it.seq, it.ts = tonumber(r[2]), tonumber(r[3])
+      it.seq = tonumber(r[2])
       if r[5] then it.group = r[5] end
       if it.id == '' then it.id = 'ctx-' .. r[2] end
-      out[#out + 1] = whole_json(it.id, r[3], it.tail, it, it.pinned)
+      out[#out + 1] = raw_entry(it.id, STORED_HEAD .. r[3] .. ',' .. it.tail, pack_attrs(it), it.pinned)
     end
   end
   return out
