@@ -25,15 +25,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import multiprocessing as mp
+import os
 import random
 import re
 import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -461,7 +460,7 @@ def report(results: dict[str, Any], names: list[str]) -> None:
                         "turns",
                     ],
                     rows,
-                )  # fmt: skip
+                )
             )
         print("\ncontextstore's costliest commands per turn (fits / over):")
         for case in ("fits", "over"):
@@ -479,13 +478,13 @@ def goals(results: dict[str, Any], names: list[str]) -> None:
         return
     rows = []
     for server, by_system in results["servers"].items():
-        for case, factor, label in (("fits", 1.0, "≤ the best peer's"), ("over", 0.5, "≤ 0.5× the best peer's")):
+        for case, factor, label in (("fits", 1.0, "≤ the best peer's"), ("over", 0.5, "≤ 0.5x the best peer's")):
             ours = by_system["contextstore"][case]["server_commands_us_per_turn"]
             best = min(by_system[p][case]["server_commands_us_per_turn"] for p in peers)
             ratio = ours / best
             met = "met" if ratio <= factor else "not met"
             rows.append(
-                [f"Redis {server}: Redis µs per turn, {case} {label}", f"{ours:.0f} vs {best:.0f} ({ratio:.2f}×)", met]
+                [f"Redis {server}: Redis µs per turn, {case} {label}", f"{ours:.0f} vs {best:.0f} ({ratio:.2f}x)", met]
             )
     print("\n### Goals\n")
     print(table(["goal", "measured", "status"], rows))
@@ -512,7 +511,7 @@ def main() -> int:
     if args.server == "7":
         binaries.pop("6.2")
     results: dict[str, Any] = {"versions": versions(*PEER_DISTS), "args": vars(args), "servers": {}}
-    for label, binary in binaries.items():
+    for binary in binaries.values():
         os.environ["CONTEXTSTORE_BENCH_REDIS"] = binary
         with redis_server(tcp=True) as url:
             version = server_version(url)
