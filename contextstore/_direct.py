@@ -1,12 +1,13 @@
-"""A lean EVALSHA for clients the store made itself (``from_url`` / ``embedded``), sync and asyncio.
+"""A lean script call (``FCALL`` or ``EVALSHA``) for clients the store made itself
+(``from_url`` / ``embedded``), sync and asyncio.
 
-redis-py's ``Script.__call__`` goes through ``execute_command``: argument encoding, command
-parsing, response callbacks and its own retry wrapper, about 35-55 µs per call on the
-benchmark machine (benchmarks/peers.py). A script call needs none of that: the request is an
-array of bulk strings, written here in one buffer on a pooled connection, and the reply is read
-with the connection's own parser. Errors are redis-py's own exceptions, so the store's retry
-policy and error mapping see exactly what they see on the ``Script`` path; a connection that
-failed mid-call is disconnected before it goes back to the pool.
+redis-py's ``execute_command`` does argument encoding, command parsing, response callbacks and
+its own retry wrapper, about 35-55 µs per call on the benchmark machine (benchmarks/peers.py). A
+script call needs none of that: the request is an array of bulk strings, written here in one
+buffer on a pooled connection, and the reply is read with the connection's own parser. Errors are
+redis-py's own exceptions, so the store's retry policy and error mapping see exactly what they see
+on the other path; a connection that failed mid-call is disconnected before it goes back to the
+pool. What to send, and what to load when the server lacks it, is the ``ScriptRegistry``'s.
 """
 
 from __future__ import annotations
@@ -33,19 +34,19 @@ def conn_args(pool: Any) -> tuple[str, ...]:
     return ("EVALSHA",) if param is not None and param.default is inspect.Parameter.empty else ()
 
 
-class DirectEvalsha:
-    """EVALSHA on a pooled connection of a ``redis.Redis`` the store made, without redis-py's
-    command machinery; errors are redis-py's own, so retries and mapping are unchanged."""
+class DirectCall:
+    """A script call on a pooled connection of a ``redis.Redis`` the store made, without
+    redis-py's command machinery; errors are redis-py's own, so retries and mapping are unchanged."""
 
     def __init__(self, client: redis.Redis) -> None:
         self._client = client
         self._pool = client.connection_pool
         self._conn_args = conn_args(self._pool)
 
-    def _call(self, sha: str, keys: list[str], argv: list[Any]) -> Any:
+    def _call(self, words: list[Any]) -> Any:
         conn: Any = self._pool.get_connection(*self._conn_args)  # untyped in redis-py
         try:
-            conn.send_packed_command([pack(["EVALSHA", sha, len(keys), *keys, *argv])])
+            conn.send_packed_command([pack(words)])
             return conn.read_response()
         except redis.exceptions.ResponseError:
             raise  # a whole reply was read: the connection is fine
@@ -55,27 +56,29 @@ class DirectEvalsha:
         finally:
             self._pool.release(conn)
 
-    def evalsha(self, script: Any, keys: list[str], argv: list[Any]) -> Any:
-        """Run a ``register_script`` object; load it once if the server does not know it."""
+    def call(self, scripts: Any, name: str, keys: list[str], argv: list[Any]) -> Any:
+        """Run script ``name`` of the ``ScriptRegistry``; load it once if the server lacks it."""
         try:
-            return self._call(script.sha, keys, argv)
-        except redis.exceptions.NoScriptError:
-            self._client.script_load(script.script)
-            return self._call(script.sha, keys, argv)
+            return self._call(scripts.words(name, keys, argv))
+        except redis.exceptions.ResponseError as exc:
+            if not scripts.missing(exc):
+                raise
+        scripts.load(self._client, name)
+        return self._call(scripts.words(name, keys, argv))
 
 
-class AsyncDirectEvalsha:
-    """``DirectEvalsha`` for a ``redis.asyncio.Redis`` the store made (one per event loop)."""
+class AsyncDirectCall:
+    """``DirectCall`` for a ``redis.asyncio.Redis`` the store made (one per event loop)."""
 
     def __init__(self, client: redis.asyncio.Redis) -> None:
         self._client = client
         self._pool: Any = client.connection_pool
         self._conn_args = conn_args(self._pool)
 
-    async def _call(self, sha: str, keys: list[str], argv: list[Any]) -> Any:
+    async def _call(self, words: list[Any]) -> Any:
         conn: Any = await self._pool.get_connection(*self._conn_args)
         try:
-            await conn.send_packed_command(pack(["EVALSHA", sha, len(keys), *keys, *argv]))
+            await conn.send_packed_command(pack(words))
             return await conn.read_response()
         except redis.exceptions.ResponseError:
             raise
@@ -87,10 +90,12 @@ class AsyncDirectEvalsha:
             if inspect.isawaitable(released):  # a coroutine from redis-py 5.0.1 on
                 await released
 
-    async def evalsha(self, script: Any, keys: list[str], argv: list[Any]) -> Any:
-        """Run a ``register_script`` object; load it once if the server does not know it."""
+    async def call(self, scripts: Any, name: str, keys: list[str], argv: list[Any]) -> Any:
+        """Run script ``name`` of the ``ScriptRegistry``; load it once if the server lacks it."""
         try:
-            return await self._call(script.sha, keys, argv)
-        except redis.exceptions.NoScriptError:
-            await self._client.script_load(script.script)
-            return await self._call(script.sha, keys, argv)
+            return await self._call(scripts.words(name, keys, argv))
+        except redis.exceptions.ResponseError as exc:
+            if not scripts.missing(exc):
+                raise
+        await scripts.aload(self._client, name)
+        return await self._call(scripts.words(name, keys, argv))

@@ -20,7 +20,7 @@ from typing import Any
 
 import redis.asyncio
 
-from ._direct import AsyncDirectEvalsha
+from ._direct import AsyncDirectCall
 from .errors import ContextStoreError
 
 #: seconds ``close()`` waits for a loop running in another thread to close its client
@@ -36,12 +36,12 @@ class LoopClient:
     scripts: Any
     owned: bool
     closer: AsyncGenerator[None, None] | None = field(default=None)
-    #: the lean EVALSHA path, for a plain ``redis.asyncio.Redis`` the store owns (else None)
-    direct: AsyncDirectEvalsha | None = field(init=False, default=None)
+    #: the lean script-call path, for a plain ``redis.asyncio.Redis`` the store owns (else None)
+    direct: AsyncDirectCall | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         if self.owned and type(self.client) is redis.asyncio.Redis:
-            self.direct = AsyncDirectEvalsha(self.client)
+            self.direct = AsyncDirectCall(self.client)
 
 
 def copy_client(client: Any) -> Any:

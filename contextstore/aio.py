@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
+from functools import partial
 from types import TracebackType
 from typing import Any, Literal, TypeVar
 
@@ -63,7 +64,8 @@ class AsyncContextStore(StoreBase):
     @property
     def _loops(self) -> LoopClients:
         if self._loop_clients is None:
-            self._loop_clients = LoopClients(self._client, self._owns_client, ScriptRegistry, self._client_factory)
+            registry = partial(ScriptRegistry, functions=self._functions)
+            self._loop_clients = LoopClients(self._client, self._owns_client, registry, self._client_factory)
         return self._loop_clients
 
     async def _run(self, plan: Plan[T]) -> T:
@@ -85,11 +87,11 @@ class AsyncContextStore(StoreBase):
         while True:
             try:
                 if durable is not None:
-                    reply = await arun_replicated(current.client, scripts[request.name], keys, argv, durable)
+                    reply = await arun_replicated(current.client, scripts, request.name, keys, argv, durable)
                     return self._answered(request, reply)
                 if direct is not None:
-                    return self._answered(request, await direct.evalsha(scripts[request.name], keys, argv))
-                return self._answered(request, await scripts[request.name](keys=keys, args=argv))
+                    return self._answered(request, await direct.call(scripts, request.name, keys, argv))
+                return self._answered(request, await scripts.arun(request.name, keys, argv))
             except REDIS_EXCEPTIONS as exc:
                 attempt += 1
                 started = time.monotonic() if attempt == 1 else started

@@ -161,6 +161,9 @@ class StoreOptions(TypedDict, total=False):
     replicas: int
     #: with durability="replicated": how long a write waits for them (default 1000 ms)
     timeout_ms: int
+    #: None (default): run the scripts as one function library where the server has functions
+    #: (Redis 7+, Valkey), else EVALSHA; False: always EVALSHA
+    functions: bool | None
 
 
 #: the values of the ``durability`` store option

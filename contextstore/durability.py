@@ -20,8 +20,8 @@ from .config import Durability
 from .keys import is_cluster
 
 
-def _request(script: Any, keys: list[str], argv: list[Any], d: Durability) -> bytes:
-    return pack(["EVALSHA", script.sha, len(keys), *keys, *argv]) + pack(["WAIT", d.replicas, d.timeout_ms])
+def _request(words: list[Any], d: Durability) -> bytes:
+    return pack(words) + pack(["WAIT", d.replicas, d.timeout_ms])
 
 
 def _outcome(replies: list[Any]) -> tuple[Any, int]:
@@ -37,11 +37,11 @@ def _sync_target(client: Any, key: str) -> Any:
     return client.get_node_from_key(key).redis_connection if is_cluster(client) else client
 
 
-def _sync_pair(target: Any, script: Any, keys: list[str], argv: list[Any], d: Durability) -> tuple[Any, int]:
+def _sync_pair(target: Any, words: list[Any], d: Durability) -> tuple[Any, int]:
     pool = target.connection_pool
     conn = pool.get_connection(*conn_args(pool))
     try:
-        conn.send_packed_command([_request(script, keys, argv, d)])
+        conn.send_packed_command([_request(words, d)])
         replies: list[Any] = []
         for _ in range(2):
             try:
@@ -56,15 +56,18 @@ def _sync_pair(target: Any, script: Any, keys: list[str], argv: list[Any], d: Du
     return _outcome(replies)
 
 
-def run_replicated(client: Any, script: Any, keys: list[str], argv: list[Any], d: Durability) -> Any:
-    """Run ``script`` and WAIT on one connection of the node that owns ``keys``; its reply."""
+def run_replicated(client: Any, scripts: Any, name: str, keys: list[str], argv: list[Any], d: Durability) -> Any:
+    """Run script ``name`` (of the ``ScriptRegistry``) and WAIT on one connection of the node
+    that owns ``keys``; its reply."""
     target = _sync_target(client, keys[0])
     try:
         try:
-            reply, acked = _sync_pair(target, script, keys, argv, d)
-        except rx.NoScriptError:
-            target.script_load(script.script)
-            reply, acked = _sync_pair(target, script, keys, argv, d)
+            reply, acked = _sync_pair(target, scripts.words(name, keys, argv), d)
+        except rx.ResponseError as exc:
+            if not scripts.missing(exc):
+                raise
+            scripts.load(target, name)
+            reply, acked = _sync_pair(target, scripts.words(name, keys, argv), d)
     except (rx.AskError, rx.ConnectionError, rx.TimeoutError):
         if is_cluster(client):
             client.nodes_manager.initialize()  # the slot moved or its node failed: look again
@@ -73,7 +76,7 @@ def run_replicated(client: Any, script: Any, keys: list[str], argv: list[Any], d
     return reply
 
 
-async def _async_pair(client: Any, script: Any, keys: list[str], argv: list[Any], d: Durability) -> tuple[Any, int]:
+async def _async_pair(client: Any, words: list[Any], keys: list[str], d: Durability) -> tuple[Any, int]:
     if is_cluster(client):
         node = client.get_node_from_key(keys[0])
         conn, release = node.acquire_connection(), node.release
@@ -81,7 +84,7 @@ async def _async_pair(client: Any, script: Any, keys: list[str], argv: list[Any]
         conn = await client.connection_pool.get_connection(*conn_args(client.connection_pool))
         release = client.connection_pool.release
     try:
-        await conn.send_packed_command(_request(script, keys, argv, d))
+        await conn.send_packed_command(_request(words, d))
         replies: list[Any] = []
         for _ in range(2):
             try:
@@ -98,19 +101,31 @@ async def _async_pair(client: Any, script: Any, keys: list[str], argv: list[Any]
     return _outcome(replies)
 
 
-async def arun_replicated(client: Any, script: Any, keys: list[str], argv: list[Any], d: Durability) -> Any:
+class _NodeLoader:
+    """``function_load`` / ``script_load`` on one node of an asyncio cluster client."""
+
+    def __init__(self, node: Any) -> None:
+        self.node = node
+
+    async def function_load(self, code: str) -> Any:
+        return await self.node.execute_command("FUNCTION", "LOAD", code)
+
+    async def script_load(self, code: str) -> Any:
+        return await self.node.execute_command("SCRIPT", "LOAD", code)
+
+
+async def arun_replicated(client: Any, scripts: Any, name: str, keys: list[str], argv: list[Any], d: Durability) -> Any:
     """``run_replicated`` for the asyncio clients."""
     if is_cluster(client):
         await client.initialize()
     try:
         try:
-            reply, acked = await _async_pair(client, script, keys, argv, d)
-        except rx.NoScriptError:
-            if is_cluster(client):
-                await client.get_node_from_key(keys[0]).execute_command("SCRIPT", "LOAD", script.script)
-            else:
-                await client.script_load(script.script)
-            reply, acked = await _async_pair(client, script, keys, argv, d)
+            reply, acked = await _async_pair(client, scripts.words(name, keys, argv), keys, d)
+        except rx.ResponseError as exc:
+            if not scripts.missing(exc):
+                raise
+            await scripts.aload(_NodeLoader(client.get_node_from_key(keys[0])) if is_cluster(client) else client, name)
+            reply, acked = await _async_pair(client, scripts.words(name, keys, argv), keys, d)
     except (rx.AskError, rx.ConnectionError, rx.TimeoutError):
         if is_cluster(client):
             await client.nodes_manager.initialize()

@@ -73,7 +73,10 @@ class StoreBase:
         self._server: EmbeddedServer | None = None
         self._client_factory: Callable[[], Any] | None = None  # makes another client like ours
         self._where = describe_client(client)
-        self._scripts = ScriptRegistry(client)
+        self._functions = options.get("functions")
+        if self._functions not in (None, True, False):
+            raise InvalidOptionsError(f"functions must be None, True or False, not {self._functions!r}")
+        self._scripts = ScriptRegistry(client, self._functions)
         self._reached = False  # a call has succeeded: from then on, failures are retried
         self._closed = False
 

@@ -14,7 +14,7 @@ import redis.retry
 from typing_extensions import Unpack
 
 from . import _compacting, _listing, _streaming, compactor, streams
-from ._direct import DirectEvalsha
+from ._direct import DirectCall
 from .durability import run_replicated
 from .errors import REDIS_EXCEPTIONS
 from .events import Event, OtherEvent
@@ -58,11 +58,11 @@ class ContextStore(StoreBase):
     _retry_class = redis.retry.Retry
 
     @property
-    def _direct(self) -> DirectEvalsha | None:
-        """The lean EVALSHA path, for a plain ``redis.Redis`` this store made itself."""
+    def _direct(self) -> DirectCall | None:
+        """The lean script-call path, for a plain ``redis.Redis`` this store made itself."""
         if "_direct_cache" not in self.__dict__:
             owned_plain = self._owns_client and type(self._client) is redis.Redis
-            self.__dict__["_direct_cache"] = DirectEvalsha(self._client) if owned_plain else None
+            self.__dict__["_direct_cache"] = DirectCall(self._client) if owned_plain else None
         return self.__dict__["_direct_cache"]  # type: ignore[no-any-return]
 
     def _run(self, plan: Plan[T]) -> T:
@@ -78,15 +78,15 @@ class ContextStore(StoreBase):
         if isinstance(request, External):
             return request.call()
         keys, argv, attempt, started = list(request.keys), request.argv(), 0, 0.0
-        direct, durable = self._direct, self._settings.durability if request.request else None
+        direct, durable, scripts = self._direct, self._settings.durability if request.request else None, self._scripts
         while True:
             try:
                 if durable is not None:
-                    reply = run_replicated(self._client, self._scripts[request.name], keys, argv, durable)
+                    reply = run_replicated(self._client, scripts, request.name, keys, argv, durable)
                     return self._answered(request, reply)
                 if direct is not None:
-                    return self._answered(request, direct.evalsha(self._scripts[request.name], keys, argv))
-                return self._answered(request, self._scripts[request.name](keys=keys, args=argv))
+                    return self._answered(request, direct.call(scripts, request.name, keys, argv))
+                return self._answered(request, scripts.run(request.name, keys, argv))
             except REDIS_EXCEPTIONS as exc:
                 attempt += 1
                 started = time.monotonic() if attempt == 1 else started

