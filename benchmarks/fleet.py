@@ -129,7 +129,7 @@ class ContextStoreFleet(FleetSystem):
 
     def window(self, sid: str) -> Any:
         if sid not in self.windows:
-            self.windows[sid] = self.store.handle(sid, max_tokens=10**7, max_items=2000)
+            self.windows[sid] = self.store.handle(sid, max_tokens=200_000, max_items=2000)
         return self.windows[sid]
 
     @staticmethod

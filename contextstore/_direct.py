@@ -13,6 +13,7 @@ pool. What to send, and what to load when the server lacks it, is the ``ScriptRe
 from __future__ import annotations
 
 import inspect
+from collections.abc import Sequence
 from typing import Any
 
 import redis
@@ -38,8 +39,8 @@ class DirectCall:
     """A script call on a pooled connection of a ``redis.Redis`` the store made, without
     redis-py's command machinery; errors are redis-py's own, so retries and mapping are unchanged."""
 
-    def __init__(self, client: redis.Redis) -> None:
-        self._client = client
+    def __init__(self, client: redis.Redis, scripts: Any) -> None:
+        self._client, self._scripts = client, scripts
         self._pool = client.connection_pool
         self._conn_args = conn_args(self._pool)
 
@@ -56,8 +57,14 @@ class DirectCall:
         finally:
             self._pool.release(conn)
 
-    def call(self, scripts: Any, name: str, keys: list[str], argv: list[Any]) -> Any:
+    @classmethod
+    def of(cls, client: Any, owned: bool, scripts: Any) -> DirectCall | None:
+        """The lean path for ``client`` when it is a plain ``redis.Redis`` the store made, else None."""
+        return cls(client, scripts) if owned and type(client) is redis.Redis else None
+
+    def run(self, name: str, keys: list[str], argv: list[Any]) -> Any:
         """Run script ``name`` of the ``ScriptRegistry``; load it once if the server lacks it."""
+        scripts = self._scripts
         try:
             return self._call(scripts.words(name, keys, argv))
         except redis.exceptions.ResponseError as exc:
@@ -70,8 +77,8 @@ class DirectCall:
 class AsyncDirectCall:
     """``DirectCall`` for a ``redis.asyncio.Redis`` the store made (one per event loop)."""
 
-    def __init__(self, client: redis.asyncio.Redis) -> None:
-        self._client = client
+    def __init__(self, client: redis.asyncio.Redis, scripts: Any) -> None:
+        self._client, self._scripts = client, scripts
         self._pool: Any = client.connection_pool
         self._conn_args = conn_args(self._pool)
 
@@ -90,8 +97,9 @@ class AsyncDirectCall:
             if inspect.isawaitable(released):  # a coroutine from redis-py 5.0.1 on
                 await released
 
-    async def call(self, scripts: Any, name: str, keys: list[str], argv: list[Any]) -> Any:
+    async def arun(self, name: str, keys: list[str], argv: list[Any]) -> Any:
         """Run script ``name`` of the ``ScriptRegistry``; load it once if the server lacks it."""
+        scripts = self._scripts
         try:
             return await self._call(scripts.words(name, keys, argv))
         except redis.exceptions.ResponseError as exc:
@@ -99,3 +107,19 @@ class AsyncDirectCall:
                 raise
         await scripts.aload(self._client, name)
         return await self._call(scripts.words(name, keys, argv))
+
+
+def plain_read(client: Any, commands: Sequence[Sequence[Any]]) -> list[Any]:
+    """``commands`` in one MULTI/EXEC on ``client``; their replies."""
+    pipe = client.pipeline(transaction=True)
+    for words in commands:
+        pipe.execute_command(*words)
+    return pipe.execute()  # type: ignore[no-any-return]
+
+
+async def aplain_read(client: Any, commands: Sequence[Sequence[Any]]) -> list[Any]:
+    """``plain_read`` for an asyncio client."""
+    pipe = client.pipeline(transaction=True)
+    for words in commands:
+        pipe.execute_command(*words)
+    return await pipe.execute()  # type: ignore[no-any-return]

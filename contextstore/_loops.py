@@ -41,7 +41,7 @@ class LoopClient:
 
     def __post_init__(self) -> None:
         if self.owned and type(self.client) is redis.asyncio.Redis:
-            self.direct = AsyncDirectCall(self.client)
+            self.direct = AsyncDirectCall(self.client, self.scripts)
 
 
 def copy_client(client: Any) -> Any:

@@ -16,6 +16,7 @@ import redis.asyncio.retry
 from typing_extensions import Unpack
 
 from . import _compacting, _listing, _streaming, compactor, streams
+from ._direct import aplain_read
 from ._loops import LoopClients
 from .config import StoreOptions
 from .durability import arun_replicated
@@ -27,7 +28,7 @@ from .plans import items as item_plans
 from .plans import snapshot as snapshot_plans
 from .plans import summaries as summary_plans
 from .plans import window as window_plans
-from .plans.base import External, Plan, ScriptCall, WindowState
+from .plans.base import External, PlainRead, Plan, ScriptCall, WindowState
 from .scripts import ScriptRegistry
 from .store import StoreBase
 from .streams import EventBatch
@@ -77,21 +78,14 @@ class AsyncContextStore(StoreBase):
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
 
-    async def _execute(self, request: ScriptCall | External) -> Any:
+    async def _execute(self, request: ScriptCall | External | PlainRead) -> Any:
         if isinstance(request, External):
             return await request.acall()
-        keys, argv, attempt, started = list(request.keys), request.argv(), 0, 0.0
+        attempt, started = 0, 0.0
         current = await self._loops.current()
-        scripts, direct = current.scripts, current.direct
-        durable = self._settings.durability if request.request else None
         while True:
             try:
-                if durable is not None:
-                    reply = await arun_replicated(current.client, scripts, request.name, keys, argv, durable)
-                    return self._answered(request, reply)
-                if direct is not None:
-                    return self._answered(request, await direct.call(scripts, request.name, keys, argv))
-                return self._answered(request, await scripts.arun(request.name, keys, argv))
+                return self._answered(request, await self._once(request, current))
             except REDIS_EXCEPTIONS as exc:
                 attempt += 1
                 started = time.monotonic() if attempt == 1 else started
@@ -99,6 +93,16 @@ class AsyncContextStore(StoreBase):
             except RuntimeError as exc:  # a caller's client bound to another (or a closed) loop
                 raise self._loop_error(exc) from exc
             await asyncio.sleep(delay)
+
+    async def _once(self, request: ScriptCall | PlainRead, current: Any) -> Any:
+        """One attempt on this loop's client: the plain commands, or the script (and WAIT when
+        writes must replicate)."""
+        if isinstance(request, PlainRead):
+            return await aplain_read(current.client, request.commands)
+        keys, argv, durable, scripts = list(request.keys), request.argv(), self._durable(request), current.scripts
+        if durable is not None:
+            return await arun_replicated(current.client, scripts, request, durable)
+        return await (current.direct or scripts).arun(request.name, keys, argv)
 
     def _loop_error(self, exc: RuntimeError) -> ContextStoreError:
         return ContextStoreError(

@@ -56,9 +56,10 @@ def _sync_pair(target: Any, words: list[Any], d: Durability) -> tuple[Any, int]:
     return _outcome(replies)
 
 
-def run_replicated(client: Any, scripts: Any, name: str, keys: list[str], argv: list[Any], d: Durability) -> Any:
-    """Run script ``name`` (of the ``ScriptRegistry``) and WAIT on one connection of the node
-    that owns ``keys``; its reply."""
+def run_replicated(client: Any, scripts: Any, call: Any, d: Durability) -> Any:
+    """Run ``call`` (a ``ScriptCall``, with the ``ScriptRegistry``) and WAIT on one connection of
+    the node that owns its keys; its reply."""
+    name, keys, argv = call.name, list(call.keys), call.argv()
     target = _sync_target(client, keys[0])
     try:
         try:
@@ -114,8 +115,9 @@ class _NodeLoader:
         return await self.node.execute_command("SCRIPT", "LOAD", code)
 
 
-async def arun_replicated(client: Any, scripts: Any, name: str, keys: list[str], argv: list[Any], d: Durability) -> Any:
+async def arun_replicated(client: Any, scripts: Any, call: Any, d: Durability) -> Any:
     """``run_replicated`` for the asyncio clients."""
+    name, keys, argv = call.name, list(call.keys), call.argv()
     if is_cluster(client):
         await client.initialize()
     try:

@@ -15,9 +15,9 @@ from typing_extensions import Unpack
 from .config import StoreLimits, StoreOptions, checked, durability_of
 from .embedded import EmbeddedServer
 from .errors import InvalidOptionsError, StoreClosedError, from_redis, is_refusal, is_retryable
-from .keys import meta_pattern, validate_window_id, window_id_from_meta_key, window_id_of
+from .keys import is_cluster, meta_pattern, validate_window_id, window_id_from_meta_key, window_id_of
 from .metrics import Metrics
-from .plans.base import ScriptCall, Settings
+from .plans.base import PlainRead, ScriptCall, Settings
 from .retry import RetryPolicy
 from .scripts import ScriptRegistry
 from .streams import StreamCall
@@ -53,8 +53,8 @@ def make_settings(options: StoreOptions) -> Settings:
     )
 
 
-def _name(call: ScriptCall | StreamCall) -> str:
-    return call.name if isinstance(call, ScriptCall) else call.method
+def _name(call: ScriptCall | StreamCall | PlainRead) -> str:
+    return call.method if isinstance(call, StreamCall) else call.name
 
 
 class StoreBase:
@@ -77,6 +77,7 @@ class StoreBase:
         if self._functions not in (None, True, False):
             raise InvalidOptionsError(f"functions must be None, True or False, not {self._functions!r}")
         self._scripts = ScriptRegistry(client, self._functions)
+        self._settings.plain_reads = not is_cluster(client)
         self._reached = False  # a call has succeeded: from then on, failures are retried
         self._closed = False
 
@@ -126,7 +127,9 @@ class StoreBase:
         url = os.environ.get("CONTEXTSTORE_URL")
         return cls.from_url(url, **options) if url else cls.embedded(**options)
 
-    def _retry_delay(self, exc: Exception, attempt: int, call: ScriptCall | StreamCall, started: float) -> float:
+    def _retry_delay(
+        self, exc: Exception, attempt: int, call: ScriptCall | StreamCall | PlainRead, started: float
+    ) -> float:
         """Seconds to wait before sending ``call`` again after its ``attempt``-th failure (the
         first at ``started``), or raise the mapped error when ``exc`` is not retryable or the
         attempts or the policy's deadline are spent."""
@@ -161,10 +164,14 @@ class StoreBase:
         )
         return delay
 
-    def _answered(self, call: ScriptCall, reply: Any) -> Any:
-        """A script's reply as its plan takes it: a mutation's counters go to the metrics."""
+    def _durable(self, call: ScriptCall) -> Any:
+        """The durability a call waits for: the store's, for a mutation; None for a read."""
+        return self._settings.durability if call.request else None
+
+    def _answered(self, call: ScriptCall | PlainRead, reply: Any) -> Any:
+        """A reply as its plan takes it: a mutation's counters go to the metrics."""
         self._reached = True
-        if not call.request:
+        if not isinstance(call, ScriptCall) or not call.request:
             return reply
         inner, counters = unwrap_mutation(reply)
         self._metrics.changed(window_id_of(call.keys), counters)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from functools import cached_property
 from types import TracebackType
 from typing import Any, Literal, TypeVar
 
@@ -14,7 +15,7 @@ import redis.retry
 from typing_extensions import Unpack
 
 from . import _compacting, _listing, _streaming, compactor, streams
-from ._direct import DirectCall
+from ._direct import DirectCall, plain_read
 from .durability import run_replicated
 from .errors import REDIS_EXCEPTIONS
 from .events import Event, OtherEvent
@@ -24,7 +25,7 @@ from .plans import items as item_plans
 from .plans import snapshot as snapshot_plans
 from .plans import summaries as summary_plans
 from .plans import window as window_plans
-from .plans.base import External, Plan, ScriptCall, WindowState
+from .plans.base import External, PlainRead, Plan, ScriptCall, WindowState
 from .store import StatField, StoreBase
 from .streams import EventBatch
 from .types import (
@@ -57,13 +58,10 @@ class ContextStore(StoreBase):
     _cluster_class = redis.cluster.RedisCluster
     _retry_class = redis.retry.Retry
 
-    @property
+    @cached_property
     def _direct(self) -> DirectCall | None:
         """The lean script-call path, for a plain ``redis.Redis`` this store made itself."""
-        if "_direct_cache" not in self.__dict__:
-            owned_plain = self._owns_client and type(self._client) is redis.Redis
-            self.__dict__["_direct_cache"] = DirectCall(self._client) if owned_plain else None
-        return self.__dict__["_direct_cache"]  # type: ignore[no-any-return]
+        return DirectCall.of(self._client, self._owns_client, self._scripts)
 
     def _run(self, plan: Plan[T]) -> T:
         self._ensure_server()
@@ -74,24 +72,26 @@ class ContextStore(StoreBase):
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
 
-    def _execute(self, request: ScriptCall | External) -> Any:
+    def _execute(self, request: ScriptCall | External | PlainRead) -> Any:
         if isinstance(request, External):
             return request.call()
-        keys, argv, attempt, started = list(request.keys), request.argv(), 0, 0.0
-        direct, durable, scripts = self._direct, self._settings.durability if request.request else None, self._scripts
+        attempt, started = 0, 0.0
         while True:
             try:
-                if durable is not None:
-                    reply = run_replicated(self._client, scripts, request.name, keys, argv, durable)
-                    return self._answered(request, reply)
-                if direct is not None:
-                    return self._answered(request, direct.call(scripts, request.name, keys, argv))
-                return self._answered(request, scripts.run(request.name, keys, argv))
+                return self._answered(request, self._once(request))
             except REDIS_EXCEPTIONS as exc:
                 attempt += 1
                 started = time.monotonic() if attempt == 1 else started
                 delay = self._retry_delay(exc, attempt, request, started)
             time.sleep(delay)
+
+    def _once(self, request: ScriptCall | PlainRead) -> Any:
+        """One attempt: the plain commands, or the script (and WAIT when writes must replicate)."""
+        if isinstance(request, PlainRead):
+            return plain_read(self._client, request.commands)
+        if (durable := self._durable(request)) is not None:
+            return run_replicated(self._client, self._scripts, request, durable)
+        return (self._direct or self._scripts).run(request.name, list(request.keys), request.argv())
 
     def window(self, window_id: str, *, create: bool = True, **config: Unpack[WindowOptions]) -> ContextWindow:
         """Attach to ``window_id``, creating it with the given config if it does not exist;

@@ -89,7 +89,17 @@ class External:
         return result
 
 
-Plan = Generator["ScriptCall | External", Any, T]
+@dataclass(frozen=True, slots=True)
+class PlainRead:
+    """Run ``commands`` (each a tuple of words) in one MULTI/EXEC on the window's node; the
+    reply is the list of their replies. Plain commands, no script: the server sends what its
+    keys hold at C speed, and the transaction makes it one consistent read."""
+
+    commands: tuple[tuple[Any, ...], ...]
+    name: str = "read"
+
+
+Plan = Generator["ScriptCall | External | PlainRead", Any, T]
 
 
 def helper_call(helper: Any, method: str, args: tuple[Any, ...], kind: str) -> External:
@@ -123,6 +133,7 @@ class Settings:
     relevance_scorer: Any = None
     retry: RetryPolicy | None = None
     durability: Durability | None = None  # durability="replicated": WAIT after each write
+    plain_reads: bool = False  # whole-window reads may be plain commands (a client that is not a cluster's)
     joint_count: Callable[[str], int] = field(init=False)  # memoised counter.count (build joints)
     item_cache: ItemCache = field(init=False)  # the items builds have read (itemcache.py)
     _placeholder_tokens: int = field(init=False, default=0)
@@ -147,3 +158,5 @@ class WindowState:
     window_id: str
     keys: WindowKeys
     config: WindowConfig
+    #: whole-window reads may be plain commands (``Settings.plain_reads``; plans/reads.py)
+    plain_reads: bool = False

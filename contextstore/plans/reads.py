@@ -1,5 +1,10 @@
 """Reads of a window in bounded calls, so that no read script runs long however large the window.
 
+A window whose config keeps it within one page (``max_tokens`` and ``max_items``) is read whole
+with plain commands in one MULTI/EXEC (``_plain``) when the store's client is not a cluster's:
+the server sends what its keys hold, about seven times cheaper than a script copying the same
+data through Lua. A build whose store already caches the window asks read.lua what changed.
+
 A read lists ids (in arrival or build order) in pages of at most ``PAGE_IDS`` and returns item
 JSON up to ``PAGE_BYTES`` per call; the JSON it could not send is fetched by id afterwards, in
 calls of the same size. A small window (the common case) is read in one call.
@@ -22,7 +27,7 @@ from ..errors import raise_for_reply
 from ..itemcache import CachedWindow
 from ..layout import Meta
 from ..types import ContextItem
-from .base import Plan, ScriptCall, Settings, WindowState
+from .base import PlainRead, Plan, ScriptCall, Settings, WindowState
 
 #: most ids one call lists
 PAGE_IDS = 5000
@@ -30,6 +35,9 @@ PAGE_IDS = 5000
 PAGE_BYTES = 4 << 20
 #: reads started again after the window changed under them, before one unbounded call
 ATTEMPTS = 4
+#: the most bytes of stored JSON a token may stand for: a window whose ``max_tokens`` times this
+#: is within ``PAGE_BYTES`` (and ``max_items`` within ``PAGE_IDS``) is read whole in one call
+BYTES_PER_TOKEN = 8
 
 
 @dataclass(slots=True)
@@ -43,6 +51,28 @@ class Listing:
     ids: list[Any]
     deferred: list[Any]
     status: int = -1
+
+
+def _plain_fits(state: WindowState) -> bool:
+    """Whether the whole window may be read with plain commands in one call: its config keeps
+    it within the bounds of one page (``max_tokens`` and ``max_items``; a restore may exceed
+    them, which only makes that one reply larger)."""
+    cfg = state.config
+    small = cfg.max_tokens is not None and cfg.max_tokens * BYTES_PER_TOKEN <= PAGE_BYTES
+    return state.plain_reads and small and cfg.max_items <= PAGE_IDS
+
+
+def _plain(state: WindowState, mode: str) -> Plan[Listing]:
+    """The whole window in one MULTI/EXEC of plain commands: the meta, the ids in arrival
+    (``fifo``) or build order, and every item's stored JSON, attrs and pin, which the client
+    puts together; the server sends what its keys hold and does no per-item work."""
+    k = state.keys
+    listing = ("LRANGE", k.fifo, 0, -1) if mode == "fifo" else ("ZRANGE", k.order, 0, -1)
+    commands = (("HGETALL", k.meta), listing, ("HGETALL", k.items), ("HGETALL", k.attrs), ("SMEMBERS", k.pinned))
+    meta, ids, jsons, attrs, pinned = yield PlainRead(commands)
+    found = wire.ReadReply({wire.text(f): wire.text(v) for f, v in meta.items()}, len(pinned), [])
+    found.raw = [[i, jsons[i], attrs.get(i, b""), int(i in pinned)] for i in ids if i in jsons]
+    return Listing(found, list(ids), [])
 
 
 def _stamp(meta: dict[str, str]) -> tuple[str | None, ...]:
@@ -118,6 +148,8 @@ def read(state: WindowState, mode: str, types: str = "", limit: int = -1) -> Pla
     a listing mode (fifo, order, pinned) filtered by ``types``, the last ``limit`` of them."""
     if mode == "meta":
         return wire.decode_read(raise_for_reply((yield ScriptCall("read", state.keys, ["meta"]))))
+    if mode in ("fifo", "order") and not types and limit < 0 and _plain_fits(state):
+        return (yield from _plain(state, mode)).found
     listing = yield from _read(state, wire.read_args(mode, types, limit), limit)
     return listing.found
 
@@ -129,6 +161,11 @@ def read_for_build(settings: Settings, state: WindowState) -> Plan[wire.ReadRepl
     cache, window = settings.item_cache, state.keys.meta
     known = cache.known(window)
     while True:
+        if known is None and _plain_fits(state):  # nothing cached: the whole window, plainly
+            listing = yield from _plain(state, "order")
+            found = listing.found
+            found.decoded, found.cached = cache.merge(window, None, found.meta, found.raw, listing.ids) or ([], None)
+            return found
         head = ["build", known.epoch, str(known.seq)] if known is not None else ["build", "", "-1"]
         listing = yield from _read(state, head, tail=[str(known.count)] if known is not None else [])
         found = listing.found

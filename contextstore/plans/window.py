@@ -50,7 +50,8 @@ def handle_state(settings: Settings, window_id: object, passed: dict[str, Any]) 
     first mutation creates the window with it; nothing is compared with a stored config."""
     wid = validate_window_id(window_id)
     values = config_values({k: v for k, v in passed.items() if v is not None}, settings.item_limit)
-    return WindowState(wid, window_keys(settings.prefix, wid), creation_config(values, settings.item_limit))
+    keys, config = window_keys(settings.prefix, wid), creation_config(values, settings.item_limit)
+    return WindowState(wid, keys, config, settings.plain_reads)
 
 
 def configure(state: WindowState, changes: dict[str, Any], request_id: object = None) -> Plan[WindowConfig]:
