@@ -1,5 +1,5 @@
 """A TCP proxy for fault tests: forwards client requests to Redis and, at random, lets a script
-call (EVALSHA) through and then cuts the connection before its reply reaches the client (the
+call (EVALSHA, FCALL) through and then cuts the connection before its reply reaches the client (the
 server ran the script; the client cannot know). Listens on 127.0.0.1 only."""
 
 from __future__ import annotations
@@ -67,6 +67,12 @@ class CuttingProxy:
                 t.start()
                 self._threads.append(t)
 
+    @staticmethod
+    def _is_script_call(data: bytes) -> bool:
+        """Whether a request runs a script: EVALSHA (6.2) or FCALL (7+, Valkey)."""
+        head = data[:40].upper()
+        return b"EVALSHA" in head or b"FCALL" in head
+
     def _pump(
         self,
         src: socket.socket,
@@ -83,7 +89,7 @@ class CuttingProxy:
                     break
                 if is_request:
                     with self._lock:  # only script calls: the connection handshake goes through
-                        if b"EVALSHA" in data[:40].upper() and self.rng.random() < self.cut_probability:
+                        if self._is_script_call(data) and self.rng.random() < self.cut_probability:
                             state["cut_next_reply"] = True
                     dst.sendall(data)
                 else:

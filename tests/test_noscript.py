@@ -14,7 +14,15 @@ import redis
 import contextstore as cs
 from contextstore.scripts import library
 
-from support import RedisProcess, SyncProxy, check_invariants, find_redis_server, redis7_binary, valkey_binary
+from support import (
+    RedisProcess,
+    SyncProxy,
+    check_invariants,
+    find_redis_server,
+    open_store,
+    redis7_binary,
+    valkey_binary,
+)
 
 SERVERS = {"redis6.2": find_redis_server, "redis7": redis7_binary, "valkey8": valkey_binary}
 
@@ -153,3 +161,32 @@ def test_a_user_who_may_not_load_functions_gets_evalsha(each_server, prefix):
     assert _calls(r, "evalsha") > 0 and not r.function_list()
     r.acl_deluser("scripter")
     r.close()
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_cluster_of_each_server_runs_and_reloads_its_scripts(kind, prefix):
+    """A cluster client finds out per server too: 6.2 (whose command table lacks ``FCALL``,
+    which the cluster client refuses before sending) keeps to EVALSHA, 7 and Valkey use the
+    library, loaded on every primary, and both come back after every node lost them."""
+    from cluster_support import LocalCluster
+
+    for name, find in sorted(SERVERS.items()):
+        binary = find()
+        if binary is None:
+            continue
+        cluster = LocalCluster(primaries=3, binary=binary).start()
+        try:
+            ids = [f"agent-{i}" for i in range(6)]
+            with open_store(kind, url=cluster.url(), prefix=prefix) as store:
+                for wid in ids:
+                    store.window(wid).add(f"before on {name}")
+                for port in cluster.ports:
+                    _lose_scripts(redis.Redis(port=port))
+                for wid in ids:
+                    store.window(wid).add(f"after on {name}")
+                    assert [i.content for i in store.window(wid).items()] == [f"before on {name}", f"after on {name}"]
+            wanted = "fcall" if name != "redis6.2" else "evalsha"
+            assert sum(_calls(redis.Redis(port=p), wanted) for p in cluster.ports) >= 2 * len(ids), name
+        finally:
+            cluster.stop()
