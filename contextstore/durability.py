@@ -108,8 +108,8 @@ class _NodeLoader:
     def __init__(self, node: Any) -> None:
         self.node = node
 
-    async def function_load(self, code: str) -> Any:
-        return await self.node.execute_command("FUNCTION", "LOAD", code)
+    async def function_load(self, code: str, replace: bool = False) -> Any:
+        return await self.node.execute_command("FUNCTION", "LOAD", *(["REPLACE"] if replace else []), code)
 
     async def script_load(self, code: str) -> Any:
         return await self.node.execute_command("SCRIPT", "LOAD", code)

@@ -24,3 +24,22 @@ def test_peers_smoke_prints_every_table_and_the_goals():
         row = next(line for line in goals.splitlines() if goal in line)
         assert row.rstrip(" |").endswith(("met", "not met")), row
     assert "0 / 0" in goals  # writers: nothing lost or duplicated, even in a smoke run
+
+
+def test_fleet_smoke_prints_the_tables_and_every_goal():
+    """A fleet of two workers over a few sessions, then the single calls: every table prints,
+    every goal has a verdict, and the workers' turns lost or duplicated no message."""
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "fleet.py"), "--smoke"],
+        capture_output=True, text=True, timeout=300, cwd=ROOT,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    text = out.stdout
+    for heading in ("sessions that fit their budget", "sessions 3x over their budget", "single calls", "### Goals"):
+        assert heading in text, f"{heading!r} missing from:\n{text[-3000:]}"
+    goals = text.split("### Goals", 1)[1]
+    for goal in ("lost or duplicated", "add, server time", "add, client p50", "unchanged window", "memory per message"):
+        row = next(line for line in goals.splitlines() if goal in line)
+        assert row.rstrip(" |").endswith(("met", "not met")), row
+    lost = next(line for line in goals.splitlines() if "lost or duplicated" in line)
+    assert "| 0 " in lost and lost.rstrip(" |").endswith("met"), lost
