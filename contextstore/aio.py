@@ -199,29 +199,32 @@ class AsyncContextWindow:
         return result
 
     async def add(
-        self, content_or_item: str | ContextItem, *, request_id: str | None = None, **fields: Unpack[ItemFields]
-    ) -> ContextItem:
+        self, content_or_item: str | ContextItem, *, request_id: str | None = None,
+        expect_version: str | None = None, **fields: Unpack[ItemFields],
+    ) -> ContextItem:  # fmt: skip
         """Add one item; returns it as stored (see ``ContextWindow.add``)."""
-        plan = item_plans.add(self._settings, self._state, [(content_or_item, dict(fields))], request_id)
+        entry = [(content_or_item, dict(fields))]
+        plan = item_plans.add(self._settings, self._state, entry, request_id, expect_version=expect_version)
         return (await self._timed(plan, self._store._metrics.add_latency)).items[0]
 
     async def replace(
         self, items: list[str | ContextItem | dict[str, Any]], *, last: int | None = None,
-        expect_ids: Sequence[str] | None = None, request_id: str | None = None,
+        expect_ids: Sequence[str] | None = None, request_id: str | None = None, expect_version: str | None = None,
     ) -> int:  # fmt: skip
         """Replace the newest ``last`` items (None: every item, pinned too) with ``items`` in
         one atomic step, so no reader sees the history half-replaced; how many were added.
-        ``expect_ids``: exactly these newest items (arrival order), else ``VersionConflictError``."""
-        plan = item_plans.replace(self._settings, self._state, item_plans.entries(items), last, request_id, expect_ids)
+        ``expect_ids``: exactly these newest items (arrival order), else ``VersionConflictError``,
+        as when ``expect_version`` (a build's or stats' ``version``) is not the window's."""
+        batch = item_plans.entries(items)
+        plan = item_plans.replace(self._settings, self._state, batch, last, request_id, expect_ids, expect_version)
         return (await self._timed(plan, self._store._metrics.add_latency)).added
 
-    async def add_many(self, items: list[str | ContextItem | dict[str, Any]], *, request_id: str | None = None) -> int:
+    async def add_many(self, items: list[str | ContextItem | dict[str, Any]], *, request_id: str | None = None,
+                       expect_version: str | None = None) -> int:  # fmt: skip
         """Add several items all-or-nothing; returns how many were added."""
         batch = item_plans.entries(items)
-        if not batch:
-            return 0
-        plan = item_plans.add(self._settings, self._state, batch, request_id)
-        return (await self._timed(plan, self._store._metrics.add_latency)).added
+        plan = item_plans.add(self._settings, self._state, batch, request_id, expect_version=expect_version)
+        return (await self._timed(plan, self._store._metrics.add_latency)).added if batch else 0
 
     async def get(self, item_id: str) -> ContextItem | None:
         """The item with this id, or None."""

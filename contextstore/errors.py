@@ -190,9 +190,13 @@ class ScriptError(ContextStoreError):
 
 
 class VersionConflictError(ContextStoreError):
-    """A conditional write found that the window moved on since the caller read it (the newest
-    items are no longer the ones it expected to replace); nothing was written. Read again and
-    decide again."""
+    """A conditional write found the window moved on since it was read (its ``version`` is not
+    ``expect_version``, or the newest items are not the ones to replace): nothing was written.
+    ``current_version``: the window's, when it was the version."""
+
+    def __init__(self, message: str, current_version: str = "") -> None:
+        super().__init__(message)
+        self.current_version = current_version
 
 
 class CommitConflict(ContextStoreError):
@@ -216,7 +220,7 @@ SCRIPT_ERRORS: dict[str, ErrorFactory] = {
     "FULL": lambda d, _: ContextWindowFullError(d[0], *(int(x) for x in d[1:6])),
     "DUPLICATE": lambda d, _: DuplicateItemError(f"item id {d[0]!r} exists with other content"),
     "CONFLICT": lambda d, _: CommitConflict(d[0] if d else ""),
-    "MOVED": lambda d, _: VersionConflictError(f"the window moved on: {' '.join(d)}"),
+    "MOVED": lambda d, _: VersionConflictError(f"the window moved on: {' '.join(d)}", *d[1:2]),  # version, current
     "REUSED": lambda d, _: InvalidOptionsError(f"request id {d[0]!r} was already used for a different call"),
     "BADARG": lambda d, badarg: badarg(f"rejected by the server: {' '.join(d)}"),
     "CORRUPT": lambda d, _: CorruptWindowError(f"item {d[0]!r} is stored in a shape the scripts never write"),

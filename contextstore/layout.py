@@ -85,6 +85,11 @@ class Meta:
     #: runs again when one came since its record (lib/requests.lua), not after an eviction
     REMOVED_BY_CALLER = "removed_by_caller"
 
+    #: what a window's ``version`` is made of (``window_version``): its lifetime, the last seq
+    #: handed out (every add) and the removals by hand; not compaction, summaries, pins or
+    #: priorities, which change old context rather than the conversation a turn answers
+    VERSION: ClassVar[tuple[str, ...]] = (CREATED_MS, SEQ, REMOVED_BY_CALLER)
+
     #: the config fields, in the order the scripts take and answer them
     CONFIG = (
         MAX_TOKENS, MAX_ITEMS, ITEM_LIMIT, THRESHOLD, STRATEGY, TTL, KEEP_RECENT, CLEAR_AT_LEAST, CLEAR_EXCLUDE,
@@ -98,6 +103,14 @@ class Meta:
         KEEP_RECENT: "0", CLEAR_AT_LEAST: "0", CLEAR_EXCLUDE: "", WARN_PERCENT: repr(DEFAULT_WARN_PERCENT),
         EVENTS_MAXLEN: str(STREAM_MAXLEN), ARCHIVE_TTL: str(DEFAULT_ARCHIVE_TTL_SECONDS),
     }  # fmt: skip
+
+
+def window_version(meta: Mapping[str, object]) -> str:
+    """The window's ``version`` (§17) from its meta hash: the ``Meta.VERSION`` fields joined by
+    ``.`` ("" for a missing window); lib/meta.lua's ``window_version`` makes the same."""
+    if not meta:
+        return ""
+    return ".".join(str(int(float(str(meta.get(f) or 0)))) for f in Meta.VERSION)
 
 
 def _lua_table(pairs: Mapping[str, object]) -> str:
@@ -124,6 +137,7 @@ def lua_constants() -> str:
             f"local STRATEGIES = {_lua_table({s.value: True for s in CompactionStrategy})}",
             f"local SERVER_SIDE = {_lua_table(server_side)}",
             f"local F = {_lua_table(meta)}",
+            "local VERSION_FIELDS = {" + ", ".join(f"'{f}'" for f in Meta.VERSION) + "}",
             f"local MAX_PRIORITY, MAX_TOKENS, MAX_TTL_SECONDS, MAX_ITEM_LIMIT = "
             f"{MAX_PRIORITY}, {MAX_TOKENS}, {MAX_TTL_SECONDS}, {MAX_ITEM_LIMIT}",
             f"local RANK_WEIGHT, PRIORITY_WEIGHT = {RANK_WEIGHT}, {PRIORITY_WEIGHT}",

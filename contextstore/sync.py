@@ -180,34 +180,34 @@ class ContextWindow:
         return result
 
     def add(
-        self, content_or_item: str | ContextItem, *, request_id: str | None = None, **fields: Unpack[ItemFields]
-    ) -> ContextItem:
-        """Add one item; returns it as stored (id, seq, added_at, token_count filled in).
-
-        Evicts the oldest unpinned item at ``max_items`` and compacts at the token threshold;
-        raises ``ContextWindowFullError`` (window unchanged) if it still cannot fit.
-        """
-        plan = item_plans.add(self._settings, self._state, [(content_or_item, dict(fields))], request_id)
+        self, content_or_item: str | ContextItem, *, request_id: str | None = None,
+        expect_version: str | None = None, **fields: Unpack[ItemFields],
+    ) -> ContextItem:  # fmt: skip
+        """Add one item; returns it as stored (id, seq, added_at, token_count filled in). Evicts
+        the oldest unpinned item at ``max_items`` and compacts at the token threshold; raises
+        ``ContextWindowFullError`` (window unchanged) if it still cannot fit."""
+        entry = [(content_or_item, dict(fields))]
+        plan = item_plans.add(self._settings, self._state, entry, request_id, expect_version=expect_version)
         return self._timed(plan, self._store._metrics.add_latency).items[0]
 
     def replace(
         self, items: list[str | ContextItem | dict[str, Any]], *, last: int | None = None,
-        expect_ids: Sequence[str] | None = None, request_id: str | None = None,
+        expect_ids: Sequence[str] | None = None, request_id: str | None = None, expect_version: str | None = None,
     ) -> int:  # fmt: skip
         """Replace the newest ``last`` items (None: every item, pinned too) with ``items`` in
         one atomic step, so no reader sees the history half-replaced; how many were added.
-        ``expect_ids``: exactly these newest items (arrival order), else ``VersionConflictError``."""
-        plan = item_plans.replace(self._settings, self._state, item_plans.entries(items), last, request_id, expect_ids)
+        ``expect_ids``: exactly these newest items (arrival order), else ``VersionConflictError``,
+        as when ``expect_version`` (a build's or stats' ``version``) is not the window's."""
+        batch = item_plans.entries(items)
+        plan = item_plans.replace(self._settings, self._state, batch, last, request_id, expect_ids, expect_version)
         return self._timed(plan, self._store._metrics.add_latency).added
 
-    def add_many(self, items: list[str | ContextItem | dict[str, Any]], *, request_id: str | None = None) -> int:
+    def add_many(self, items: list[str | ContextItem | dict[str, Any]], *, request_id: str | None = None,
+                 expect_version: str | None = None) -> int:  # fmt: skip
         """Add several items all-or-nothing; returns how many were added."""
         batch = item_plans.entries(items)
-        if not batch:
-            return 0
-        return self._timed(
-            item_plans.add(self._settings, self._state, batch, request_id), self._store._metrics.add_latency
-        ).added
+        plan = item_plans.add(self._settings, self._state, batch, request_id, expect_version=expect_version)
+        return self._timed(plan, self._store._metrics.add_latency).added if batch else 0
 
     def get(self, item_id: str) -> ContextItem | None:
         """The item with this id, or None."""

@@ -158,6 +158,9 @@ class BuiltContext(msgspec.Struct, frozen=True, kw_only=True):
     #: the excluded items newer than every unpinned item the build took (arrival order): the
     #: window holds more than the build budget lets in (see ``docs/guide.md``, budgets)
     dropped_newest: list[str] = []
+    #: the window's version as the build read it: pass it as ``expect_version`` to write only
+    #: while no other writer added or removed items since (``docs/turns.md``)
+    version: str = ""
 
 
 class BuiltMessages(msgspec.Struct, frozen=True, kw_only=True):
@@ -176,6 +179,8 @@ class BuiltMessages(msgspec.Struct, frozen=True, kw_only=True):
     tokens_freed_by_compaction: int = 0
     #: the excluded items newer than every unpinned item the build took (see ``BuiltContext``)
     dropped_newest: list[str] = []
+    #: the window's version as the build read it (see ``BuiltContext``)
+    version: str = ""
 
 
 class ArchivedSummary(msgspec.Struct, frozen=True, kw_only=True):
@@ -229,6 +234,8 @@ class ContextWindowStats(msgspec.Struct, frozen=True, kw_only=True):
     tokens_by_type: dict[ItemType, int]
     compaction_count: int
     total_tokens_freed: int
+    #: the window's version (see ``BuiltContext.version``; "" when the window does not exist)
+    version: str = ""
 
 
 class WindowConfig(msgspec.Struct, frozen=True, kw_only=True):

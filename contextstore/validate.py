@@ -23,6 +23,7 @@ ITEM_KEYWORDS = frozenset(
     {"type", "priority", "pinned", "role", "source_ref", "metadata", "token_count", "id", "group"}
 )
 _GENERATED_ID = re.compile(r"ctx-\d+")
+_VERSION = re.compile(r"(\d{1,20}(\.\d{1,20}){0,7})?")
 _WHITESPACE = re.compile(r"\s")
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._\-:@/+=]{1,128}")
 _json = msgspec.json.Encoder()
@@ -78,6 +79,13 @@ def id_list(name: str, value: object) -> list[str]:
     if not ids or not all(isinstance(i, str) and i and not _WHITESPACE.search(i) for i in ids):
         raise InvalidOptionsError(f"{name} must be a non-empty list of item ids, not {value!r}")
     return ids
+
+
+def version(name: str, value: object) -> str | None:
+    """A window ``version`` as a build or ``stats()`` reported it (digits and dots; "": no window), or None."""
+    if value is not None and not (isinstance(value, str) and _VERSION.fullmatch(value)):
+        raise InvalidOptionsError(f"{name} must be a version a build or stats() reported, not {value!r}")
+    return value
 
 
 def request_id(value: object) -> str:

@@ -7,7 +7,9 @@
 --   '=<id> <id> ...' (exactly these newest items, in arrival order: {'!', 'MOVED', ...} when the
 --   newest items are others);
 --   ARGV[N_CONFIG + 3]: d, most items a compaction inside this call may act on before it asks the
---   caller to compact first (0: never ask); ARGV[N_CONFIG + 4]: n (0 only with a replace); then
+--   caller to compact first (0: never ask); ARGV[N_CONFIG + 4]: conditions, '' or the version the
+--   window must have ('v=<version>', see window_version in lib/meta.lua: {'!', 'MOVED', 'version',
+--   current} otherwise); ARGV[N_CONFIG + 5]: n (0 only with a replace); then
 --   n groups of 8: id ('' = ctx-<seq>), body JSON ({"content":...}), type, token_count,
 --   priority, pinned ('1'/'0'), group ('' = none, or for a tool result: its call's group),
 --   tool link ('C:<name>=<call id> ...' for a tool call, 'R:<call id>' for a result, or '').
@@ -32,7 +34,18 @@
 -- unless every item fits, so a failed add leaves the window exactly as it was. A group an item
 -- of this call joins is never evicted or compacted by this call.
 
-local BASE = N_CONFIG + 4
+local BASE = N_CONFIG + 5
+
+-- The conditions of ARGV[N_CONFIG + 4] hold, or the error reply (nothing written).
+local function check_conditions(cfg)
+  local cond = ARGV[N_CONFIG + 4]
+  if cond == '' then return nil end
+  local want = string.match(cond, '^v=([%d%.]*)$')
+  if not want then return fail('BADARG', 'conditions') end
+  local now = cfg.new and '' or window_version()
+  if want ~= now then return fail('MOVED', 'version', now) end
+  return nil
+end
 
 -- A tool call's ids must be new; a tool result answers a call of its group (stored or in this
 -- call) and takes that group when it has none. Returns an error reply or nil.
@@ -282,6 +295,8 @@ local placeholder = tonumber(ARGV[N_CONFIG + 1])
 if not is_int(placeholder, 1, MAX_TOKENS) then return fail('BADARG', 'placeholder tokens') end
 local defer_after = tonumber(ARGV[N_CONFIG + 3])
 if not is_int(defer_after, 0, 1e6) then return fail('BADARG', 'defer') end
+local unmet = check_conditions(cfg)
+if unmet then return unmet end
 local dropping, bad = replaced(cfg)
 if not dropping then return bad end
 local items, joining = parse_items(cfg, dropping)

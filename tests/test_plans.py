@@ -95,9 +95,10 @@ def test_add_sends_one_script_call_and_decodes_the_stored_items():
     rest = call.args[wire.CONFIG_ARGS :]
     # placeholder tokens, nothing replaced, one item, no caller id
     # placeholder tokens, replace, most items compacted inside the add, item count, then the item
-    assert rest[:5] == [str(words(CLEARED_PLACEHOLDER)), "", str(compaction_plans.COMPACT_CHUNK), "1", ""]
-    assert rest[5] == b'{"content":"hello big world","role":"user"}'  # what :items stores, after its time
-    assert rest[6:] == ["user_message", "3", "50", "0", "", ""]  # type, tokens, priority, pinned, group, link
+    # placeholder tokens, replace, defer, conditions, n, then the item: id, body, ...
+    assert rest[:6] == [str(words(CLEARED_PLACEHOLDER)), "", str(compaction_plans.COMPACT_CHUNK), "", "1", ""]
+    assert rest[6] == b'{"content":"hello big world","role":"user"}'  # what :items stores, after its time
+    assert rest[7:] == ["user_message", "3", "50", "0", "", ""]  # type, tokens, priority, pinned, group, link
     assert call.argv()[0].startswith(call.request + "|")  # the request and its argument fingerprint
     assert (reply.added, reply.evicted, reply.compactions, reply.trigger, reply.freed) == (1, 0, 0, 0, 0)
     assert reply.items[0].id == "ctx-1" and reply.items[0].role == "user"

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from .. import logs, wire
 from ..errors import BudgetTooSmallError, InvalidOptionsError, NoConversationError
-from ..layout import Meta
+from ..layout import Meta, window_version
 from ..render import markdown, messages, prompt
 from ..render.select import RELEVANT_TYPES, Choice, Unit, choose, members, newest_with, ranked_key, units_for
 from ..types import BuildOptions, BuiltContext, BuiltMessages, CompactionStrategy, ContextItem, WindowConfig
@@ -119,6 +119,7 @@ def build(settings: Settings, state: WindowState, options: object = None) -> Pla
         tokens_freed_by_compaction=freed,
         omitted_item_ids=built.omitted,
         dropped_newest=dropped,
+        version=window_version(found.meta),
     )
 
 
@@ -193,6 +194,7 @@ def build_messages(
         was_compacted=freed > 0,
         tokens_freed_by_compaction=freed,
         dropped_newest=dropped,
+        version=window_version(found.meta),
     )
 
 

@@ -86,6 +86,7 @@ def replace(
     last: object = None,
     request_id: object = None,
     expect_ids: object = None,
+    expect_version: object = None,
 ) -> Plan[wire.AddReply]:
     """Replace the newest ``last`` items (None: every item) with ``batch`` in one step (add.lua);
     with ``expect_ids``, only if the newest items are exactly those (``VersionConflictError``)."""
@@ -96,21 +97,28 @@ def replace(
         what = "=" + " ".join(ids)
     else:
         what = "all" if last is None else str(validate.int_in("last", last, 1, MAX_ITEM_LIMIT))
-    return (yield from add(settings, state, batch, request_id, what))
+    return (yield from add(settings, state, batch, request_id, what, expect_version))
 
 
 def add(
-    settings: Settings, state: WindowState, batch: Sequence[Entry], request_id: object = None, replacing: str = ""
+    settings: Settings,
+    state: WindowState,
+    batch: Sequence[Entry],
+    request_id: object = None,
+    replacing: str = "",
+    expect_version: object = None,
 ) -> Plan[wire.AddReply]:
     """Add items all-or-nothing (add.lua): evict at ``max_items``, compact at the threshold,
     or raise ``ContextWindowFullError`` with the window unchanged. A compaction larger than
-    ``COMPACT_CHUNK`` items runs first, in parts, when the add is sure to fit after it."""
+    ``COMPACT_CHUNK`` items runs first, in parts, when the add is sure to fit after it. With
+    ``expect_version``, only while the window's version is that one (``VersionConflictError``)."""
     request = new_request("replace" if replacing else "add", request_id)
+    version = validate.version("expect_version", expect_version)
     items = _checked(settings, batch)
     runs, trigger, freed = 0, 0, 0
     for round in range(COMPACT_FIRST_ROUNDS + 1):
         defer = COMPACT_CHUNK if round < COMPACT_FIRST_ROUNDS else 0
-        args = wire.add_args(state.config, items, settings.placeholder_tokens, replacing, defer)
+        args = wire.add_args(state.config, items, settings.placeholder_tokens, replacing, defer, version)
         got = yield from _add_call(state, args, request)
         if isinstance(got, wire.AddReply):
             break

@@ -8,7 +8,7 @@ from .. import logs, wire
 from ..config import config_values, creation_config
 from ..errors import ConfigConflictError, InvalidOptionsError, WindowNotFoundError, raise_for_reply
 from ..keys import validate_window_id, window_keys
-from ..layout import Meta
+from ..layout import Meta, window_version
 from ..types import ContextWindowStats, ItemType, WindowConfig
 from ..validate import flag
 from ..verify import VerifyReport, inspect_window
@@ -97,6 +97,7 @@ def stats(state: WindowState) -> Plan[ContextWindowStats]:
         tokens_by_type=_by_type(found.meta, Meta.TOKENS_OF),
         compaction_count=found.counter(Meta.COMPACTIONS),
         total_tokens_freed=found.counter(Meta.FREED),
+        version=window_version(found.meta),
     )
 
 

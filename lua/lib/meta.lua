@@ -163,3 +163,11 @@ local function check_usage()
     meta_set(F.WARNED, 0)
   end
 end
+
+-- The window's version (contextstore/layout.window_version makes the same from the meta hash):
+-- the VERSION_FIELDS counters joined by '.'; what `expect_version` is checked against.
+local function window_version()
+  local parts = {}
+  for i, f in ipairs(VERSION_FIELDS) do parts[i] = string.format('%d', meta_get(f)) end
+  return table.concat(parts, '.')
+end
