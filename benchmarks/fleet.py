@@ -450,13 +450,15 @@ def run_system(name: str, url: str, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def redis7() -> str | None:
-    """A redis-server 7 or newer on PATH, if there is one."""
-    found = shutil.which("redis-server")
-    if not found:
-        return None
-    out = subprocess.run([found, "--version"], capture_output=True, text=True, timeout=30).stdout
-    m = re.search(r"v=(\d+)\.", out)
-    return found if m and int(m.group(1)) >= 7 else None
+    """A redis-server 7 or newer on PATH or where Debian puts it (the venv's may be the bundled 6.2)."""
+    for found in (shutil.which("redis-server"), "/usr/bin/redis-server", "/usr/local/bin/redis-server"):
+        if not found or not os.path.exists(found):
+            continue
+        out = subprocess.run([found, "--version"], capture_output=True, text=True, timeout=30).stdout
+        m = re.search(r"v=(\d+)\.", out)
+        if m and int(m.group(1)) >= 7:
+            return found
+    return None
 
 
 # -- the report --------------------------------------------------------------------------------
