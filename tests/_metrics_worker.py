@@ -23,6 +23,20 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 import contextstore as cs
 
 
+def points_by_window(reader: InMemoryMetricReader) -> dict[str, dict[str, float]]:
+    """What ``reader`` holds: metric name -> window id -> value (a histogram's count)."""
+    out: dict[str, dict[str, float]] = {}
+    for rm in reader.get_metrics_data().resource_metrics:
+        for sm in rm.scope_metrics:
+            for metric in sm.metrics:
+                for point in metric.data.data_points:
+                    value = getattr(point, "count", None)
+                    out.setdefault(metric.name, {})[str(point.attributes["window_id"])] = (
+                        point.value if value is None else value
+                    )
+    return out
+
+
 def main() -> None:
     url, prefix, plan = sys.argv[1], sys.argv[2], sys.argv[3].split()
     close_index = int(sys.argv[4]) if len(sys.argv) > 4 else None
@@ -57,15 +71,7 @@ def main() -> None:
             loop.run_until_complete(closing.close())
         else:
             closing.close()
-    out: dict[str, dict[str, float]] = {}
-    for rm in reader.get_metrics_data().resource_metrics:
-        for sm in rm.scope_metrics:
-            for metric in sm.metrics:
-                for point in metric.data.data_points:
-                    value = getattr(point, "count", None)
-                    out.setdefault(metric.name, {})[str(point.attributes["window_id"])] = (
-                        point.value if value is None else value
-                    )
+    out = points_by_window(reader)
     print(json.dumps(out))
 
 

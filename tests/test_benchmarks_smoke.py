@@ -10,13 +10,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_peers_smoke_prints_every_table_and_the_goals():
+def smoke(script: str, timeout: int) -> str:
+    """What ``benchmarks/<script> --smoke`` prints, once it exited 0."""
     out = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "peers.py"), "--smoke"],
-        capture_output=True, text=True, timeout=240, cwd=ROOT,
+        [sys.executable, str(ROOT / "benchmarks" / script), "--smoke"],
+        capture_output=True, text=True, timeout=timeout, cwd=ROOT,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
-    text = out.stdout
+    return out.stdout
+
+
+def test_peers_smoke_prints_every_table_and_the_goals():
+    text = smoke("peers.py", 240)
     for heading in ("append 60 messages", "build, 60 3x over", "build, 60 fits", "prompt prefix", "goals"):
         assert heading in text, f"{heading!r} missing from:\n{text[-3000:]}"
     goals = text.split("\ngoals\n", 1)[1]
@@ -29,12 +34,7 @@ def test_peers_smoke_prints_every_table_and_the_goals():
 def test_fleet_smoke_prints_the_tables_and_every_goal():
     """A fleet of two workers over a few sessions, then the single calls: every table prints,
     every goal has a verdict, and the workers' turns lost or duplicated no message."""
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "fleet.py"), "--smoke"],
-        capture_output=True, text=True, timeout=300, cwd=ROOT,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr[-3000:]
-    text = out.stdout
+    text = smoke("fleet.py", 300)
     for heading in ("sessions that fit their budget", "sessions 3x over their budget", "single calls", "### Goals"):
         assert heading in text, f"{heading!r} missing from:\n{text[-3000:]}"
     goals = text.split("### Goals", 1)[1]

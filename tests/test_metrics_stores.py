@@ -16,6 +16,7 @@ import pytest
 import contextstore as cs
 
 otel_sdk = pytest.importorskip("opentelemetry.sdk.metrics")
+from _metrics_worker import points_by_window  # noqa: E402
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader  # noqa: E402
 
 WORKER = Path(__file__).parent / "_metrics_worker.py"
@@ -76,15 +77,7 @@ def test_stores_sharing_an_explicit_provider_all_report(make_store: Any, prefix:
         for n in range(i + 2):
             win.add(f"message {n}", type="text")
         win.build()
-    out: dict[str, dict[str, float]] = {}
-    for rm in reader.get_metrics_data().resource_metrics:
-        for sm in rm.scope_metrics:
-            for metric in sm.metrics:
-                for point in metric.data.data_points:
-                    value = getattr(point, "count", None)
-                    out.setdefault(metric.name, {})[str(point.attributes["window_id"])] = (
-                        point.value if value is None else value
-                    )
+    out = points_by_window(reader)
     assert_reported(out, [0, 1, 2])
     provider.shutdown()
 
