@@ -185,3 +185,13 @@ def table(headers: list[str], rows: list[list[Any]]) -> str:
     return "\n".join(
         [line(cells[0]), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *(line(r) for r in cells[1:])]
     )
+
+
+#: the peers' distributions whose versions the results record
+PEER_DISTS = (
+    "llama-index-core",
+    "llama-index-storage-chat-store-redis",
+    "openai-agents",
+    "langchain-core",
+    "langchain-community",
+)

@@ -44,14 +44,16 @@ from shard import report as report_shard
 
 import contextstore as cs
 
-from _common import chat_message, redis_binary, redis_server, server_version, summarize, table, versions, write_result
-
-PEER_DISTS = (
-    "llama-index-core",
-    "llama-index-storage-chat-store-redis",
-    "openai-agents",
-    "langchain-core",
-    "langchain-community",
+from _common import (
+    PEER_DISTS,
+    chat_message,
+    redis_binary,
+    redis_server,
+    server_version,
+    summarize,
+    table,
+    versions,
+    write_result,
 )
 
 # -- the conversations -------------------------------------------------------------------------

@@ -39,6 +39,7 @@ import contextstore as cs
 
 from _common import (
     FLOOR_LUA,
+    PEER_DISTS,
     chat_message,
     conversation,
     redis_server,
@@ -48,14 +49,6 @@ from _common import (
     timed,
     versions,
     write_result,
-)
-
-PEER_DISTS = (
-    "llama-index-core",
-    "llama-index-storage-chat-store-redis",
-    "openai-agents",
-    "langchain-core",
-    "langchain-community",
 )
 
 
