@@ -257,9 +257,8 @@ def _is_oom(exc: BaseException) -> bool:
 
 
 def _is_denied(exc: BaseException) -> bool:
-    return isinstance(exc, (rx.NoPermissionError, rx.AuthenticationError, rx.AuthorizationError)) or (
-        "NOPERM" in str(exc)
-    )
+    denied = (rx.NoPermissionError, rx.AuthenticationError, rx.AuthorizationError)
+    return isinstance(exc, denied) or "NOPERM" in str(exc)
 
 
 def _is_cluster_unreachable(exc: BaseException) -> bool:
@@ -326,9 +325,11 @@ def _entry(exc: BaseException) -> tuple[bool, Callable[[BaseException, str], Con
 _REFUSALS = {errno.ECONNREFUSED, errno.ENOENT, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EADDRNOTAVAIL}
 
 
-def is_refusal(exc: BaseException | None) -> bool:
-    """True when ``exc`` (or an error it was raised from) says that nothing listens there: a
-    refused connection, a missing unix socket, an unknown host, an unreachable network."""
+def is_refusal(exc: BaseException | None, cluster: bool = False) -> bool:
+    """True when ``exc`` (or its cause) says nothing listens there (refused, no socket, unknown host or
+    network); on a cluster only "no node reachable" does: a node in the slot map is failing over."""
+    if cluster and not isinstance(exc, rx.RedisClusterException):
+        return False
     seen = 0
     while exc is not None and seen < 8:
         if isinstance(exc, socket.gaierror) or (isinstance(exc, OSError) and exc.errno in _REFUSALS):

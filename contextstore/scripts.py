@@ -26,6 +26,7 @@ from typing import Any
 import redis.exceptions as rx
 
 from .errors import ContextStoreError
+from .keys import is_cluster
 from .layout import lua_constants
 
 SCRIPT_NAMES = (
@@ -126,8 +127,10 @@ def library() -> tuple[str, dict[str, str]]:
 class ScriptRegistry:
     """How one client runs the scripts: one function library where the server has functions
     (Redis 7+, Valkey: ``FCALL`` / ``FCALL_RO``, loaded once with ``FUNCTION LOAD``), else one
-    ``EVALSHA`` script each (Redis 6.2, or a server whose ACL refuses ``FUNCTION LOAD``, or
-    ``functions=False``). No I/O until the first call, which finds out: a call whose function
+    ``EVALSHA`` script each (Redis 6.2, a server whose ACL refuses ``FUNCTION LOAD``,
+    ``functions=False``, or a cluster client: redis-py routes an ``FCALL`` by asking a node for
+    its keys, ``COMMAND GETKEYS``, on every call, and fails before routing when that node is
+    down; an ``EVALSHA``'s keys it reads itself). No I/O until the first call, which finds out: a call whose function
     or script the server lacks (``Function not found``, ``NOSCRIPT``, an unknown ``FCALL``)
     loads it and runs again (``missing`` / ``load``), so a flush, a restart or a failover to a
     server without them is repaired by the call that meets it."""
@@ -135,7 +138,7 @@ class ScriptRegistry:
     def __init__(self, client: Any, functions: bool | None = None) -> None:
         self._client = client
         #: "functions", "eval", or "auto" until the server has answered
-        self.mode = "eval" if functions is False else "auto"
+        self.mode = "eval" if functions is False or is_cluster(client) else "auto"
         self._scripts: dict[str, Any] = {}
 
     def script(self, name: str) -> Any:
@@ -158,10 +161,9 @@ class ScriptRegistry:
         if isinstance(exc, rx.NoScriptError):
             return True
         text = str(exc)
-        if isinstance(exc, rx.ResponseError):
-            return "Function not found" in text or "unknown command 'FCALL" in text or "unknown command `FCALL" in text
-        # a cluster client looks up the keys of a command the server does not list (6.2: FCALL)
-        return type(exc) is rx.RedisError and text.startswith("FCALL")
+        return isinstance(exc, rx.ResponseError) and (
+            "Function not found" in text or "unknown command 'FCALL" in text or "unknown command `FCALL" in text
+        )
 
     def _settle(self, exc: BaseException) -> None:
         """After ``FUNCTION LOAD ... REPLACE`` failed with ``exc``: the server cannot have
@@ -200,7 +202,7 @@ class ScriptRegistry:
         its keys), loading it once when the server lacks it."""
         try:
             return self._client.execute_command(*self.words(name, keys, argv))
-        except rx.RedisError as exc:
+        except rx.ResponseError as exc:
             if not self.missing(exc):
                 raise
         self.load(self._client, name)
@@ -210,7 +212,7 @@ class ScriptRegistry:
         """``run`` for an asyncio client."""
         try:
             return await self._client.execute_command(*self.words(name, keys, argv))
-        except rx.RedisError as exc:
+        except rx.ResponseError as exc:
             if not self.missing(exc):
                 raise
         await self.aload(self._client, name)

@@ -14,7 +14,7 @@ from typing_extensions import Unpack
 
 from .config import StoreLimits, StoreOptions, checked, durability_of
 from .embedded import EmbeddedServer
-from .errors import InvalidOptionsError, StoreClosedError, from_redis, is_refusal, is_retryable
+from .errors import REDIS_EXCEPTIONS, InvalidOptionsError, StoreClosedError, from_redis, is_refusal, is_retryable
 from .keys import is_cluster, meta_pattern, validate_window_id, window_id_from_meta_key, window_id_of
 from .metrics import Metrics
 from .plans.base import PlainRead, ScriptCall, Settings
@@ -77,7 +77,8 @@ class StoreBase:
         if self._functions not in (None, True, False):
             raise InvalidOptionsError(f"functions must be None, True or False, not {self._functions!r}")
         self._scripts = ScriptRegistry(client, self._functions)
-        self._settings.plain_reads = not is_cluster(client)
+        self._cluster = is_cluster(client)
+        self._settings.plain_reads = not self._cluster
         self._reached = False  # a call has succeeded: from then on, failures are retried
         self._closed = False
 
@@ -98,7 +99,8 @@ class StoreBase:
     def from_url(cls: type[S], url: str, **options: Unpack[StoreOptions]) -> S:
         """Connect to a ``redis://``, ``rediss://`` or ``unix://`` URL (credentials included);
         ``?cluster=true`` makes a Redis Cluster client (the URL names any node). No I/O until
-        the first operation."""
+        the first operation, except that a sync cluster client reads the slot map at once (and
+        raises ``StoreUnavailableError`` when no node answers)."""
         try:
             plain, cluster = cluster_url(str(url))
             kind = cls._cluster_class if cluster else cls._redis_class
@@ -109,6 +111,8 @@ class StoreBase:
             raise InvalidOptionsError(
                 f"invalid Redis URL {redact_url(str(url))}: {scrub(str(exc), str(url))}"
             ) from None
+        except REDIS_EXCEPTIONS as exc:
+            raise from_redis(exc, redact_url(url)) from exc
         store = cls._owning(client, redact_url(url), None, options)
         store._client_factory = factory  # the asyncio store makes one client per event loop
         return store
@@ -136,7 +140,7 @@ class StoreBase:
         policy = self._settings.retry
         if policy is None or not is_retryable(exc):
             raise from_redis(exc, self._where) from exc
-        if not self._reached and is_refusal(exc):  # nothing listens there: no use waiting
+        if not self._reached and is_refusal(exc, self._cluster):  # nothing listens there: no use waiting
             raise from_redis(exc, self._where) from exc
         delay = policy.next_delay(attempt, started)
         if delay is None:

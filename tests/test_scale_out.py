@@ -5,6 +5,7 @@ clean. Each test starts its own cluster on 127.0.0.1 from the bundled redis-serv
 
 from __future__ import annotations
 
+import asyncio
 import multiprocessing as mp
 import os
 import threading
@@ -156,6 +157,35 @@ def test_failover_under_load_reaches_no_caller_and_replicated_writes_survive(
         assert second["error"] == [], second["error"][:5]
         # replicated writes survive the promotion: every one acknowledged is there, once
         _check_windows(store, second["ack"], ids)
+
+
+def test_a_primary_killed_before_a_stores_first_call_is_waited_for(cluster: LocalCluster) -> None:
+    """A fresh store (sync and asyncio) whose first call meets a primary that the slot map names
+    but that is down rides the failover out like a store that had been reached: only a cluster
+    with no reachable node at all is reported at once."""
+    prefix, wid = "first", "w"
+    slot = slot_of_window(prefix, wid)
+    dead = cluster.owner(slot)
+    live = next(p for p in cluster.primary_ports if p != dead)
+    url = f"redis://127.0.0.1:{live}/0?cluster=true"
+    store, astore = cs.ContextStore.from_url(url, prefix=prefix), cs.AsyncContextStore.from_url(url, prefix=prefix)
+    cluster.kill(dead)
+    added: dict[str, Any] = {}
+    sync_add = threading.Thread(target=lambda: added.update(sync=store.window(wid).add("from sync")))
+    sync_add.start()
+
+    async def async_add() -> None:
+        try:
+            added["async"] = await (await astore.window(wid)).add("from async")
+        finally:
+            await astore.close()
+
+    asyncio.run(async_add())
+    sync_add.join(60)
+    assert cluster.owner(slot) != dead  # the replica took over
+    assert sorted(i.content for i in store.window(wid).items()) == ["from async", "from sync"]
+    assert set(added) == {"sync", "async"}
+    store.close()
 
 
 def test_windows_misses_nothing_while_slots_move(cluster: LocalCluster) -> None:

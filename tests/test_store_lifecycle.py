@@ -30,13 +30,15 @@ def _waits(caplog: pytest.LogCaptureFixture) -> list[str]:
 
 def _unreachable_urls() -> list[str]:
     missing_socket = os.path.join(tempfile.mkdtemp(prefix="cs-nosock-"), "redis.sock")
-    return [f"redis://127.0.0.1:{free_port()}/0", f"unix://{missing_socket}"]
+    port = free_port()
+    return [f"redis://127.0.0.1:{port}/0", f"unix://{missing_socket}", f"redis://127.0.0.1:{port}/0?cluster=true"]
 
 
-@pytest.mark.parametrize("url", _unreachable_urls(), ids=["refused", "no-socket"])
+@pytest.mark.parametrize("url", _unreachable_urls(), ids=["refused", "no-socket", "cluster"])
 def test_nothing_listening_fails_at_the_first_contact_without_retrying(url, caplog):
     caplog.set_level(logging.DEBUG, logger="contextstore")
-    with cs.ContextStore.from_url(url, retry=PATIENT) as store, pytest.raises(cs.StoreUnavailableError):
+    # a sync cluster client reads the slot map in from_url
+    with pytest.raises(cs.StoreUnavailableError), cs.ContextStore.from_url(url, retry=PATIENT) as store:
         store.window("w")
     astore = cs.AsyncContextStore.from_url(url, retry=PATIENT)
 
