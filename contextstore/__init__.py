@@ -31,6 +31,9 @@ from .errors import (
     SummarizerError,
     SummaryNotFoundError,
     ToolCallLinkError,
+    TurnBusyError,
+    TurnLostError,
+    TurnQueuedError,
     VersionConflictError,
     WindowNotFoundError,
 )
@@ -41,6 +44,7 @@ from .streams import EventBatch
 from .summarize import ExtractiveSummarizer, OpenAISummarizer, Summarizer
 from .sync import ContextStore, ContextWindow
 from .tokens import TiktokenCounter, TokenCounter
+from .turns import AsyncTurn, Turn
 from .types import (
     ArchivedSummary,
     BuildOptions,
@@ -64,6 +68,7 @@ __all__ = [
     "ArchivedSummary",
     "AsyncContextStore",
     "AsyncContextWindow",
+    "AsyncTurn",
     "BM25Scorer",
     "BudgetTooSmallError",
     "BuildOptions",
@@ -111,6 +116,10 @@ __all__ = [
     "TiktokenCounter",
     "TokenCounter",
     "ToolCallLinkError",
+    "Turn",
+    "TurnBusyError",
+    "TurnLostError",
+    "TurnQueuedError",
     "VerifyReport",
     "VersionConflictError",
     "WindowNotFoundError",

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from . import streams
-from .errors import REDIS_EXCEPTIONS
+from .redis_failures import REDIS_EXCEPTIONS
 from .streams import Deliver, EventBatch, Sleep, StreamCall, StreamPlan
 
 if TYPE_CHECKING:

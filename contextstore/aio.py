@@ -15,12 +15,12 @@ import redis.asyncio.cluster
 import redis.asyncio.retry
 from typing_extensions import Unpack
 
-from . import _compacting, _listing, _streaming, compactor, streams
+from . import _compacting, _listing, _streaming, compactor, streams, turns
 from ._direct import aplain_read
 from ._loops import LoopClients
 from .config import StoreOptions
 from .durability import arun_replicated
-from .errors import REDIS_EXCEPTIONS, ContextStoreError
+from .errors import ContextStoreError
 from .events import Event, OtherEvent
 from .plans import build as build_plans
 from .plans import compaction as compaction_plans
@@ -29,6 +29,7 @@ from .plans import snapshot as snapshot_plans
 from .plans import summaries as summary_plans
 from .plans import window as window_plans
 from .plans.base import External, PlainRead, Plan, ScriptCall, WindowState
+from .redis_failures import REDIS_EXCEPTIONS
 from .scripts import ScriptRegistry
 from .store import StoreBase
 from .streams import EventBatch
@@ -187,6 +188,11 @@ class AsyncContextWindow:
         self._state = state
         self._settings = store._settings
 
+    def turn(self, *, policy: str = "reject", lease_ms: int = 30_000, input: Any = None,
+             owner: str | None = None) -> turns.AsyncTurn:  # fmt: skip
+        """A turn lease on the window (``async with win.turn(...) as turn``): see ``contextstore.turns``."""
+        return turns.AsyncTurn(self, policy, lease_ms, input, owner)
+
     @property
     def window_id(self) -> str:
         """The window's id."""
@@ -268,13 +274,9 @@ class AsyncContextWindow:
         return await self._store._run(item_plans.clear(self._state, include_pinned, request_id))
 
     async def compact(
-        self,
-        strategy: CompactionStrategy | str | None = None,
-        target_percent: float = 70.0,
-        *,
-        query: str | None = None,
-        request_id: str | None = None,
-    ) -> int:
+        self, strategy: CompactionStrategy | str | None = None, target_percent: float = 70.0, *,
+        query: str | None = None, request_id: str | None = None,
+    ) -> int:  # fmt: skip
         """Remove (or summarize) unpinned items until usage <= target_percent; tokens freed."""
         plan = compaction_plans.compact(self._settings, self._state, strategy, target_percent, query, request_id)
         return await self._store._run(plan)
@@ -334,8 +336,7 @@ class AsyncContextWindow:
         await self._store._run(snapshot_plans.restore(self._settings, self._state, snapshot, request_id))
 
     def events(self, since: str | None = None, *, block_ms: int | None = None) -> AsyncIterator[Event | OtherEvent]:
-        """The window's events in order, typed (see ``ContextWindow.events``):
-        ``async for event in win.events(...)``."""
+        """The window's events in order, typed (``ContextWindow.events``): ``async for event in win.events(...)``."""
         plan = streams.follow(self.window_id, self._state.keys.events, since, block_ms)
         return _streaming.avalues(self._store, plan)
 

@@ -155,6 +155,56 @@ class SummaryUndone(Event, frozen=True, kw_only=True, tag="summary_undone"):
     total_tokens_after: int
 
 
+class TurnEvent(Event, frozen=True, kw_only=True):
+    """What the events about a turn carry: its fencing ``token``; ``item_ids``: the items it
+    wrote, space-separated."""
+
+    token: str
+    item_ids: str = ""
+
+
+class TurnStarted(TurnEvent, frozen=True, kw_only=True, tag="turn_started"):
+    """A turn took the window's lease (``took_over``: the owner of the turn it fenced off)."""
+
+    owner: str
+    policy: str
+    lease_ms: int
+    took_over: str = ""
+
+
+class TurnEnded(TurnEvent, frozen=True, kw_only=True, tag="turn_ended"):
+    """A turn gave its lease back (``outcome``: ok or error); ``pending``: inputs left waiting."""
+
+    owner: str
+    outcome: str
+    duration_ms: int
+    pending: int = 0
+
+
+class TurnConflict(TurnEvent, frozen=True, kw_only=True, tag="turn_conflict"):
+    """A turn met another: ``outcome`` rejected (TurnBusyError), enqueued (TurnQueuedError) or
+    lost (a write after the lease was lost: TurnLostError); ``holder``: the running turn's owner."""
+
+    outcome: str
+    holder: str = ""
+    pending: int = 0
+
+
+class TurnInterrupted(TurnEvent, frozen=True, kw_only=True, tag="turn_interrupted"):
+    """A running turn was fenced off by a turn of ``by`` (policy interrupt); its items stay."""
+
+    owner: str
+    by: str
+
+
+class TurnRolledBack(TurnEvent, frozen=True, kw_only=True, tag="turn_rolled_back"):
+    """A running turn was fenced off by a turn of ``by`` (policy rollback) and ``item_ids``,
+    what it wrote, were removed (``item_removed`` events with reason rollback)."""
+
+    owner: str
+    by: str
+
+
 class OtherEvent(msgspec.Struct, frozen=True, kw_only=True):
     """An entry whose kind this version does not know (written by a newer one), as it is."""
 
@@ -167,7 +217,8 @@ class OtherEvent(msgspec.Struct, frozen=True, kw_only=True):
 
 AnyEvent = Union[  # noqa: UP007 - a Union msgspec decodes by tag
     ItemAdded, ItemRemoved, ItemCleared, Compacted, Cleared, PriorityChanged, Pinned, Unpinned, Restored,
-    Configured, Built, UsageWarning, SummaryUndone,
+    Configured, Built, UsageWarning, SummaryUndone, TurnStarted, TurnEnded, TurnConflict, TurnInterrupted,
+    TurnRolledBack,
 ]  # fmt: skip
 KINDS = frozenset(c.__struct_config__.tag for c in AnyEvent.__args__)  # type: ignore[attr-defined]
 

@@ -18,7 +18,7 @@ MAX_WINDOW_ID = 200
 #: Names of the per-window keys, in the order they are passed to every script as KEYS.
 KEY_NAMES = (
     "meta", "items", "order", "fifo", "pinned", "attrs", "events", "requests", "replies", "groups", "calls",
-    "archive", "vectors", "lease",
+    "archive", "vectors", "lease", "turn",
 )  # fmt: skip
 
 
@@ -39,6 +39,7 @@ class WindowKeys(NamedTuple):
     archive: str
     vectors: str
     lease: str
+    turn: str
 
 
 def validate_window_id(window_id: object, what: str = "window id") -> str:

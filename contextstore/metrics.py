@@ -86,6 +86,12 @@ class Instruments:
         self.freed = meter.create_counter(
             "agents.context.tokens_freed_total", unit="{token}", description="Total tokens freed by compaction"
         )
+        self.turn = meter.create_histogram(
+            "agents.context.turn_duration_ms", unit="ms", description="Turn duration (lease held)"
+        )
+        self.turn_conflicts = meter.create_counter(
+            "agents.context.turn_conflict_total", unit="{conflict}", description="Turns rejected, enqueued or lost"
+        )
 
     def join(self, member: Metrics) -> None:
         """Report ``member``'s windows from now on."""
@@ -175,6 +181,16 @@ class Metrics:
         """Queue one build's wall time for the latency histogram."""
         if self._instruments is not None:
             self._queue(self._instruments.build, ms, window_id)
+
+    def turn_ended(self, window_id: str, ms: float, outcome: str) -> None:
+        """Queue one turn's duration (``outcome``: ok, error or lost)."""
+        if self._instruments is not None:
+            self._queued.append((self._instruments.turn, ms, {"window_id": window_id, "outcome": outcome}))
+
+    def turn_conflict(self, window_id: str, outcome: str) -> None:
+        """Count a turn that met another: rejected, enqueued, lost."""
+        if self._instruments is not None:
+            self._instruments.turn_conflicts.add(1, {"window_id": window_id, "outcome": outcome})
 
     def flush(self) -> None:
         """Record every queued latency (thread-safe: each is taken off the deque exactly once)."""

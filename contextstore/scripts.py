@@ -31,11 +31,11 @@ from .layout import lua_constants
 
 SCRIPT_NAMES = (
     "add", "remove", "pin", "priority", "clear", "compact", "commit", "restore",
-    "configure", "ensure", "delete", "event", "read", "undo", "lease", "vectors", "pop",
+    "configure", "ensure", "delete", "event", "read", "undo", "lease", "vectors", "pop", "turn",
 )  # fmt: skip
 
 #: every helper file, each after the ones it needs; ``requests`` (run_request) is in every script
-LIB_NAMES = ("core", "events", "meta", "items", "compaction", "archive", "requests")
+LIB_NAMES = ("core", "events", "meta", "items", "turns", "compaction", "archive", "requests")
 _NEEDS = re.compile(r"^-- needs: (.*)$", re.M)
 
 

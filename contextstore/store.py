@@ -14,10 +14,11 @@ from typing_extensions import Unpack
 
 from .config import StoreLimits, StoreOptions, checked, durability_of
 from .embedded import EmbeddedServer
-from .errors import REDIS_EXCEPTIONS, InvalidOptionsError, StoreClosedError, from_redis, is_refusal, is_retryable
+from .errors import InvalidOptionsError, StoreClosedError
 from .keys import is_cluster, meta_pattern, validate_window_id, window_id_from_meta_key, window_id_of
 from .metrics import Metrics
 from .plans.base import PlainRead, ScriptCall, Settings
+from .redis_failures import REDIS_EXCEPTIONS, from_redis, is_refusal, is_retryable
 from .retry import RetryPolicy
 from .scripts import ScriptRegistry
 from .streams import StreamCall

@@ -14,10 +14,9 @@ import redis.cluster
 import redis.retry
 from typing_extensions import Unpack
 
-from . import _compacting, _listing, _streaming, compactor, streams
+from . import _compacting, _listing, _streaming, compactor, streams, turns
 from ._direct import DirectCall, plain_read
 from .durability import run_replicated
-from .errors import REDIS_EXCEPTIONS
 from .events import Event, OtherEvent
 from .plans import build as build_plans
 from .plans import compaction as compaction_plans
@@ -26,6 +25,7 @@ from .plans import snapshot as snapshot_plans
 from .plans import summaries as summary_plans
 from .plans import window as window_plans
 from .plans.base import External, PlainRead, Plan, ScriptCall, WindowState
+from .redis_failures import REDIS_EXCEPTIONS
 from .store import StatField, StoreBase
 from .streams import EventBatch
 from .types import (
@@ -251,13 +251,9 @@ class ContextWindow:
         return self._run(item_plans.clear(self._state, include_pinned, request_id))
 
     def compact(
-        self,
-        strategy: CompactionStrategy | str | None = None,
-        target_percent: float = 70.0,
-        *,
-        query: str | None = None,
-        request_id: str | None = None,
-    ) -> int:
+        self, strategy: CompactionStrategy | str | None = None, target_percent: float = 70.0, *,
+        query: str | None = None, request_id: str | None = None,
+    ) -> int:  # fmt: skip
         """Remove (or summarize) unpinned items until usage <= target_percent; tokens freed."""
         plan = compaction_plans.compact(self._settings, self._state, strategy, target_percent, query, request_id)
         return self._run(plan)
@@ -318,10 +314,9 @@ class ContextWindow:
         self._run(snapshot_plans.restore(self._settings, self._state, snapshot, request_id))
 
     def events(self, since: str | None = None, *, block_ms: int | None = None) -> Iterator[Event | OtherEvent]:
-        """The window's events in order, typed: after ``since`` (a stream entry id; ``"0"``: the
-        oldest kept; None: only events that come after this call). ``block_ms=None`` yields what
-        is there and stops; ``N`` waits up to N ms for each next event and stops when none came;
-        ``0`` follows the window for ever."""
+        """The window's events in order, typed: after ``since`` (a stream entry id; ``"0"``: the oldest kept; None: only
+        events that come after this call). ``block_ms=None`` yields what is there and stops; ``N`` waits up to N ms for
+        each next event and stops when none came; ``0`` follows the window for ever."""
         return _streaming.values(self._store, streams.follow(self.window_id, self._state.keys.events, since, block_ms))
 
     def verify(self) -> VerifyReport:
@@ -340,6 +335,11 @@ class ContextWindow:
     def delete(self, *, request_id: str | None = None) -> bool:
         """Delete the window; True if it existed."""
         return self._run(window_plans.delete(self._state, request_id))
+
+    def turn(self, *, policy: str = "reject", lease_ms: int = 30_000, input: Any = None,
+             owner: str | None = None) -> turns.Turn:  # fmt: skip
+        """A turn lease on the window (``with win.turn(...) as turn``): see ``contextstore.turns``."""
+        return turns.Turn(self, policy, lease_ms, input, owner)
 
     @property
     def window_id(self) -> str:

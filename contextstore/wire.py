@@ -184,11 +184,11 @@ def tool_link(item: NewItem) -> str:
 
 def add_args(
     cfg: WindowConfig, items: Sequence[NewItem], placeholder_tokens: int, replace: str = "", defer_after: int = 0,
-    expect_version: str | None = None) -> Args:  # fmt: skip
+    conditions: str = "") -> Args:  # fmt: skip
     """add.lua's ARGV: config, the cleared placeholder's tokens, what to replace ('' nothing,
     'all', or the count of newest items), most items a compaction inside the add may act on
-    before it asks to compact first (0: never), the version the window must have, the items."""
-    conditions = "" if expect_version is None else f"v={expect_version}"
+    before it asks to compact first (0: never), the conditions (the version the window must
+    have, the turn: lib/turns.lua), the items."""
     args = [*config_args(cfg), str(placeholder_tokens), replace, str(defer_after), conditions, str(len(items))]
     for item in items:
         args += item_args(item)

@@ -1,5 +1,5 @@
 -- add.lua: add one or more items in one atomic step (add, add_many and replace).
--- needs: items compaction
+-- needs: items compaction turns
 -- KEYS: the window keys (see lib/core.lua).
 -- ARGV[1..N_CONFIG]: the caller's config (used only if the window does not exist).
 -- ARGV[N_CONFIG + 1]: tokens of the cleared-tool-result placeholder; ARGV[N_CONFIG + 2]: what
@@ -7,9 +7,13 @@
 --   '=<id> <id> ...' (exactly these newest items, in arrival order: {'!', 'MOVED', ...} when the
 --   newest items are others);
 --   ARGV[N_CONFIG + 3]: d, most items a compaction inside this call may act on before it asks the
---   caller to compact first (0: never ask); ARGV[N_CONFIG + 4]: conditions, '' or the version the
---   window must have ('v=<version>', see window_version in lib/meta.lua: {'!', 'MOVED', 'version',
---   current} otherwise); ARGV[N_CONFIG + 5]: n (0 only with a replace); then
+--   caller to compact first (0: never ask); ARGV[N_CONFIG + 4]: conditions, space-separated: the
+--   version the window must have ('v=<version>', see window_version in lib/meta.lua: {'!', 'MOVED',
+--   'version', current} otherwise), and the turn (lib/turns.lua parse_conditions: a write of the
+--   running turn, {'!', 'TURNLOST', why} when it lost the lease; or the start of a turn, which
+--   rejects ({'!', 'TURNBUSY', owner, ms left}), enqueues this call's items ({'!', 'QUEUED', n}),
+--   interrupts or rolls back the running one; a turn's call takes the pending inputs first, ahead of
+--   its own items); ARGV[N_CONFIG + 5]: n (0 only with a replace or a turn); then
 --   n groups of 8: id ('' = ctx-<seq>), body JSON ({"content":...}), type, token_count,
 --   priority, pinned ('1'/'0'), group ('' = none, or for a tool result: its call's group),
 --   tool link ('C:<name>=<call id> ...' for a tool call, 'R:<call id>' for a result, or '').
@@ -36,15 +40,17 @@
 
 local BASE = N_CONFIG + 5
 
--- The conditions of ARGV[N_CONFIG + 4] hold, or the error reply (nothing written).
+-- The conditions of ARGV[N_CONFIG + 4], checked: what they ask of the turn lease (plan_turn in
+-- lib/turns.lua), or nil and the error reply (no item written; a turn conflict is an event).
 local function check_conditions(cfg)
-  local cond = ARGV[N_CONFIG + 4]
-  if cond == '' then return nil end
-  local want = string.match(cond, '^v=([%d%.]*)$')
-  if not want then return fail('BADARG', 'conditions') end
-  local now = cfg.new and '' or window_version()
-  if want ~= now then return fail('MOVED', 'version', now) end
-  return nil
+  local c, bad = parse_conditions(ARGV[N_CONFIG + 4])
+  if not c then return nil, bad end
+  if c.version then
+    local now = cfg.new and '' or window_version()
+    if c.version ~= now then return nil, fail('MOVED', 'version', now) end
+  end
+  if c.begin and ARGV[N_CONFIG + 2] ~= '' then return nil, fail('BADARG', 'conditions') end
+  return plan_turn(c)
 end
 
 -- A tool call's ids must be new; a tool result answers a call of its group (stored or in this
@@ -71,9 +77,9 @@ end
 
 -- The items of the call, checked; an existing caller id with the same content is marked
 -- `existing` (a safe retry), with other content it is a DUPLICATE.
-local function parse_items(cfg, dropping)
+local function parse_items(cfg, dropping, turn)
   local n = tonumber(ARGV[BASE])
-  local least = dropping.replace and 0 or 1
+  local least = (dropping.replace or turn.token) and 0 or 1
   if not is_int(n, least, 1e6) or #ARGV ~= BASE + 8 * n then return nil, fail('BADARG', 'item count') end
   local items, batch_calls, joining = {}, {}, {}
   for i = 1, n do
@@ -224,6 +230,21 @@ local function make_room(cfg, plan, it, oldest)
   return nil
 end
 
+-- What a replace or a rollback takes away (`out`): the stored items of `list`, their ids, tokens and
+-- tool call ids.
+local function dropping_of(out, list)
+  out.list = list
+  for _, id in ipairs(out.list) do
+    out.ids[id] = true
+    out.tokens = out.tokens + unpack_attrs(redis.call('HGET', K_ATTRS, id)).tokens
+    local meta = cjson.decode(redis.call('HGET', K_ITEMS, id)).metadata
+    if type(meta) == 'table' and type(meta.tool_calls) == 'table' then
+      for _, call in ipairs(meta.tool_calls) do out.calls[call.id] = true end
+    end
+  end
+  return out
+end
+
 -- What a replace takes away: the newest k items (or all), their ids and their tool call ids.
 -- Returns the set, or nil and an error reply.
 local function replaced(cfg)
@@ -240,21 +261,12 @@ local function replaced(cfg)
   if what == '' or cfg.new then return out end
   local k = (what == 'all' and 0) or (expected and #expected) or tonumber(what)
   if not is_int(k, 0, MAX_ITEM_LIMIT) or (what ~= 'all' and k == 0) then return nil, fail('BADARG', 'replace') end
-  out.list = redis.call('LRANGE', K_FIFO, what == 'all' and 0 or -k, -1)
-  for _, id in ipairs(out.list) do
-    out.ids[id] = true
-    out.tokens = out.tokens + unpack_attrs(redis.call('HGET', K_ATTRS, id)).tokens
-    local meta = cjson.decode(redis.call('HGET', K_ITEMS, id)).metadata
-    if type(meta) == 'table' and type(meta.tool_calls) == 'table' then
-      for _, call in ipairs(meta.tool_calls) do out.calls[call.id] = true end
-    end
-  end
-  return out
+  return dropping_of(out, redis.call('LRANGE', K_FIFO, what == 'all' and 0 or -k, -1))
 end
 
 local function apply(cfg, plan)
   persist_config(cfg)
-  remove_many(plan.dropped, 'replace')
+  remove_many(plan.dropped, plan.drop_reason)
   local ts = now_us()
   for _, act in ipairs(plan.actions) do
     if act[1] == 'evict' then
@@ -267,6 +279,11 @@ local function apply(cfg, plan)
       act[2].json = insert_item(act[2])
     end
   end
+  local added_ids = {}
+  for _, a in ipairs(plan.added) do
+    if not plan.removed[a.id] then added_ids[#added_ids + 1] = a.id end
+  end
+  apply_turn(plan.turn, added_ids)
   meta_set(F.SEQ, plan.seq)
   rearm_ttl(cfg)
   COUNTERS_KNOWN = true
@@ -286,6 +303,7 @@ local function reply(items, plan)
       rec[#rec + 1] = {'+', fmt(it.seq), fmt(it.ts), body_at - 2, it.resolved}
     end
   end
+  if plan.spliced > 0 then return out end  -- the pending inputs are not in ARGV of a retry: keep the reply
   return out, {add = rec, m = meta_get(F.REMOVED_BY_CALLER)}
 end
 
@@ -295,18 +313,23 @@ local placeholder = tonumber(ARGV[N_CONFIG + 1])
 if not is_int(placeholder, 1, MAX_TOKENS) then return fail('BADARG', 'placeholder tokens') end
 local defer_after = tonumber(ARGV[N_CONFIG + 3])
 if not is_int(defer_after, 0, 1e6) then return fail('BADARG', 'defer') end
-local unmet = check_conditions(cfg)
-if unmet then return unmet end
+local turn, unmet = check_conditions(cfg)
+if not turn then return unmet end
 local dropping, bad = replaced(cfg)
 if not dropping then return bad end
-local items, joining = parse_items(cfg, dropping)
+if turn.rollback then
+  dropping = dropping_of({list = {}, ids = {}, calls = {}, tokens = 0, reason = 'rollback'}, turn.rollback)
+end
+local spliced = turn.take and splice_pending(BASE) or 0
+local items, joining = parse_items(cfg, dropping, turn)
 if not items then return joining end  -- the error reply
+if turn.queue then return enqueue_inputs(BASE, #items, turn) end
 
 local plan = {count = cfg.items - #dropping.list, tokens = cfg.tokens - dropping.tokens, seq = cfg.seq,
   removed = dropping.ids, dropped = dropping.list, added = {}, cleared = {},
   actions = {}, evicted = 0, compactions = 0, freed = 0, joining = joining, blocked = {}, stored = not cfg.new,
   placeholder = placeholder, strategy = SERVER_SIDE[cfg.strategy] and cfg.strategy or 'remove_low_priority',
-  defer_after = defer_after}
+  defer_after = defer_after, turn = turn, spliced = spliced, drop_reason = dropping.reason or 'replace'}
 local oldest = evictable(cfg, plan)
 for _, it in ipairs(items) do
   if not it.existing then

@@ -17,7 +17,8 @@
 --   'meta' (no items), 'get' (ARGV[2] = one id), 'archived' (ARGV[2] = a summary id: the items it
 --     replaced, none when the archive has no unexpired entry for it), 'archive' (in place of item
 --     JSON, every unexpired archive entry as "<summary id>=<server ms it expires>") or 'all'
---     (every key, raw: see below).
+--     (every key, raw: see below), 'turn' (in place of items, the :turn hash as a flat field/value
+--     array, then the server's time in ms: the running turn and the pending inputs).
 -- An item stored in a shape no script writes makes the reply {'!', 'CORRUPT', id}.
 -- Reply: {meta as a flat field/value array (empty if the window does not exist), pinned count,
 --         {item...}} (each {id, stored JSON, attrs, pinned 1/0}: raw_entry in lib/items.lua; the
@@ -32,6 +33,7 @@ if #meta == 0 and ARGV[1] ~= 'all' then return {{}, 0, {}} end
 local mode = ARGV[1]
 local npinned = redis.call('SCARD', K_PINNED)
 if mode == 'meta' then return {meta, npinned, {}} end
+if mode == 'turn' then return {meta, npinned, redis.call('HGETALL', K_TURN), math.floor(now_us() / 1000)} end
 if mode == 'all' then
   -- every key as it is (:items as stored), for verify(): {meta, npinned, items, fifo, order, pinned, attrs,
   -- scores, groups, calls, ids with a cached vector}; scores: id -> the build-order score its :attrs give (score() owns

@@ -26,7 +26,7 @@ SYNC_ONLY_PROPERTIES = {
     "default_strategy",
 }
 #: methods that do no I/O, so neither twin awaits them
-NO_IO = {"handle"}
+NO_IO = {"handle", "turn"}  # no I/O: a handle; a context manager (its enter does the I/O)
 #: the context-manager protocols differ by name (``with`` / ``async with``)
 PROTOCOLS = {"__enter__", "__exit__", "__aenter__", "__aexit__"}
 
@@ -59,7 +59,11 @@ def test_same_public_names_and_signatures(sync, aio):
             returns_async = str(a_sig.return_annotation).startswith("AsyncIterator[")
             assert inspect.iscoroutinefunction(a_attr) or returns_async, f"{aio.__name__}.{name} is not async"
             assert not inspect.iscoroutinefunction(s_attr), f"{sync.__name__}.{name} is async"
-        twins = {"AsyncContextWindow": "ContextWindow", "AsyncContextStore": "ContextStore"}
+        twins = {
+            "AsyncContextWindow": "ContextWindow",
+            "AsyncContextStore": "ContextStore",
+            "turns.AsyncTurn": "turns.Turn",
+        }
         a_ret = twins.get(a_sig.return_annotation, a_sig.return_annotation).replace("AsyncIterator[", "Iterator[")
         assert s_sig.return_annotation == a_ret, name
 

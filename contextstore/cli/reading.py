@@ -13,11 +13,12 @@ import click
 import msgspec
 from rich.console import Console
 
+from .. import turns
 from ..events import KINDS as EVENT_KINDS
 from ..render.select import build_key
 from ..types import BuildOptions, ItemType
 from .app import BadInput, CommandFailed, Env, cli, emit_json, json_option, pass_env, window_argument
-from .views import CONTENT_WIDTH, event_line, item_view, items_table, stats_view, windows_table
+from .views import CONTENT_WIDTH, event_line, item_view, items_table, stats_view, turn_lines, windows_table
 
 TYPE_NAMES = [t.value for t in ItemType]
 #: the width of ``show``'s table when stdout is no terminal (a pipe, a file): rows are not cut
@@ -96,6 +97,8 @@ def show(env: Env, window: str, order: str, types: tuple[str, ...], limit: int |
     if not console.is_terminal:  # piped: as wide as the rows need, never 80 columns
         console, content = Console(width=PIPED_WIDTH), PIPED_CONTENT
     console.print(items_table(found, title=f"{window} ({order} order)", width=console.width, content_width=content))
+    for line in turn_lines(turns.status(win)):
+        console.print(line, markup=False)
 
 
 @cli.command("get")

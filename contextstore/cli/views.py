@@ -15,6 +15,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from ..turns import TurnStatus
 from ..types import ContextItem, ContextWindowStats, ItemType
 
 #: how much of an item's first line the item table shows
@@ -198,3 +199,17 @@ def event_line(event: object) -> str:
         data.pop(name, None)
     fields = " ".join(f"{k}={v}" for k, v in data.items() if v not in (None, "", [], {}))
     return f"{when} {kind} {fields}".rstrip()
+
+
+def turn_lines(status: TurnStatus) -> list[str]:
+    """The running turn and the inputs waiting for one, a line each (none when neither)."""
+    lines = []
+    if status.owner:
+        lines.append(
+            f"turn running for {status.started_ms_ago / 1000:.1f} s by {status.owner} (policy {status.policy}, "
+            f"lease {status.lease_left_ms / 1000:.1f} s left, {len(status.item_ids)} items written)"
+        )
+    for text in status.pending:
+        first = text.splitlines()[0] if text else ""
+        lines.append(f"pending input: {first[:100]!r}")
+    return lines

@@ -107,18 +107,21 @@ def add(
     request_id: object = None,
     replacing: str = "",
     expect_version: object = None,
+    turn: str = "",
 ) -> Plan[wire.AddReply]:
     """Add items all-or-nothing (add.lua): evict at ``max_items``, compact at the threshold,
     or raise ``ContextWindowFullError`` with the window unchanged. A compaction larger than
     ``COMPACT_CHUNK`` items runs first, in parts, when the add is sure to fit after it. With
-    ``expect_version``, only while the window's version is that one (``VersionConflictError``)."""
+    ``expect_version``, only while the window's version is that one (``VersionConflictError``);
+    ``turn``: the turn's condition (``contextstore.turns``)."""
     request = new_request("replace" if replacing else "add", request_id)
     version = validate.version("expect_version", expect_version)
+    conditions = " ".join(c for c in ("" if version is None else f"v={version}", turn) if c)
     items = _checked(settings, batch)
     runs, trigger, freed = 0, 0, 0
     for round in range(COMPACT_FIRST_ROUNDS + 1):
         defer = COMPACT_CHUNK if round < COMPACT_FIRST_ROUNDS else 0
-        args = wire.add_args(state.config, items, settings.placeholder_tokens, replacing, defer, version)
+        args = wire.add_args(state.config, items, settings.placeholder_tokens, replacing, defer, conditions)
         got = yield from _add_call(state, args, request)
         if isinstance(got, wire.AddReply):
             break

@@ -1,6 +1,6 @@
 -- lib/compaction.lua: what a server-side compaction does (remove whole units, or clear old tool
 -- results), planned in memory first, then applied and recorded.
--- needs: items
+-- needs: items turns
 --
 -- A unit is a group (a tool call and its results: all or nothing) or one ungrouped item. A unit
 -- with a pinned member is never removed; the keep_recent newest conversation units (a group, or
@@ -135,7 +135,7 @@ end
 -- message), as a set of unit keys, walking the item an add is making room for
 -- (state.incoming: the newest units are those after the add, so a conversation always moves
 -- on), this call's items, then :fifo from the tail.
-local function kept_units(state, keep_recent)
+local function recent_units(state, keep_recent)
   local kept, n = {}, 0
   local function count(id, a)
     if a.group ~= '' or CONVERSATION[a.type] then
@@ -160,6 +160,20 @@ local function kept_units(state, keep_recent)
       if not state.removed[ids[j]] and count(ids[j], unpack_attrs(attrs[j])) then return kept end
     end
     pos = pos - 128
+  end
+  return kept
+end
+
+-- The units no compaction takes besides pinned ones: the keep_recent newest conversation
+-- units (recent_units, each `true`) and the units of what the running turn wrote ('turn').
+local function kept_units(state, keep_recent)
+  local kept = recent_units(state, keep_recent)
+  for id in pairs(running_turn_ids()) do
+    local packed = not state.removed[id] and redis.call('HGET', K_ATTRS, id)
+    if packed then
+      local key = unit_key(id, unpack_attrs(packed))
+      kept[key] = kept[key] or 'turn'
+    end
   end
   return kept
 end
@@ -197,7 +211,8 @@ local function removable_units(strategy, state, kept)
   local walk = strategy == 'remove_oldest' and walk_by_arrival(state) or walk_by_priority(state)
   local by_priority, seen, held, cur = strategy ~= 'remove_oldest', {}, {}, nil
   local function removable(u)
-    return u and not u.pinned and not u.joining and not (u.conversation and kept()[u.name])
+    local held = u and kept()[u.name]
+    return u and not u.pinned and not u.joining and not ((u.conversation and held) or held == 'turn')
   end
   return function()
     while true do

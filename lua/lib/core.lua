@@ -5,7 +5,7 @@
 -- contextstore/layout.py, then the lib files the script names in its `needs:` line (and theirs),
 -- then the script's body as `local function main() ... end`, then `return run_request(main)`.
 --
--- KEYS (the same fourteen for every script, all under the hash tag {<window_id>}):
+-- KEYS (the same fifteen for every script, all under the hash tag {<window_id>}):
 --   KEYS[1] meta     hash: config + counters (field names: F, generated)
 --   KEYS[2] items    hash: id -> item JSON
 --   KEYS[3] order    zset: id scored in build order (type rank, priority desc, seq asc)
@@ -22,6 +22,7 @@
 --   KEYS[13] vectors hash: item id -> "<scorer tag>|<content sha1>|<base64 float32>" (embeddings
 --                    cached for EmbeddingScorer; removed with the item)
 --   KEYS[14] lease   string: the token of the compactor working on the window (PX expiry)
+--   KEYS[15] turn    hash: the running turn's lease and the inputs enqueued for it (lib/turns.lua)
 -- ARGV[1] of every script: the request, "<request id>|<fingerprint>", or "" (no request id).
 --   It is removed from ARGV before the script runs, so a script's own arguments start at ARGV[1].
 -- KEYS and ARGV are locals of the assembled script (contextstore/scripts.py): the call's own.
@@ -40,7 +41,7 @@
 -- begin_call (lib/requests.lua): a function library (Redis 7+) keeps these helpers loaded
 -- between calls, so nothing of one call may stay for the next.
 local K_META, K_ITEMS, K_ORDER, K_FIFO, K_PINNED, K_ATTRS, K_EVENTS, K_REQUESTS, K_REPLIES
-local K_GROUPS, K_CALLS, K_ARCHIVE, K_VECTORS, K_LEASE
+local K_GROUPS, K_CALLS, K_ARCHIVE, K_VECTORS, K_LEASE, K_TURN
 local ITEM_KEYS, ALL_KEYS
 local REQUEST = ''
 local WROTE = false  -- set by every write helper; a request is recorded only if it wrote
