@@ -4,7 +4,8 @@
 ``mode`` decides the answers: ``"ok"`` summarizes by counting (``"summary of N lines: <first
 words of each line>"``), ``"500"`` fails with an internal server error, ``"slow"`` answers after
 ``delay`` seconds, ``"empty"`` answers with no content, ``"chat"`` answers a chat turn with how
-many messages it was sent and the last user question (``"seen N messages; re: <question>"``).
+many messages it was sent and the last user question (``"seen N messages; re: <question>"``),
+``"jitter"`` the same after a random 20-100% of ``delay``.
 Every request body is kept in ``requests``.
 
 It also speaks enough of the Responses API for openai-agents: ``/v1/responses`` answers with one
@@ -15,6 +16,7 @@ assistant message (``"seen N items"``), ``/v1/responses/compact`` with one opaqu
 from __future__ import annotations
 
 import json
+import random
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -47,7 +49,7 @@ class FakeChatServer:
 
     def answer(self, body: dict[str, Any]) -> str:
         """The summary the ``ok`` mode gives: how many transcript lines, and their first words."""
-        if self.mode == "chat":
+        if self.mode in ("chat", "jitter"):
             messages = body["messages"]
             return f"seen {len(messages)} messages; re: {messages[-1]['content']}"
         text = body["messages"][-1]["content"].split("\n\n", 1)[1]
@@ -77,6 +79,8 @@ class FakeChatServer:
                 try:
                     if owner.mode == "slow":
                         time.sleep(owner.delay)
+                    elif owner.mode == "jitter":  # a chat model of random latency
+                        time.sleep(random.uniform(0.2, 1.0) * owner.delay)
                     content = None if owner.mode == "empty" else owner.answer(body)
                     self._send(200, _completion(body["model"], content))
                 finally:
