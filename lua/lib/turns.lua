@@ -2,7 +2,7 @@
 -- running turn (token, until: the server ms its lease runs to, lease: its length in ms, owner,
 -- started, policy, ids: what it wrote, space-separated) and the inputs enqueued for it or the
 -- next turn (pending: a JSON array of add.lua item groups of 8 strings).
--- needs: items
+-- needs: meta
 
 local TURN_POLICIES = {reject = true, enqueue = true, interrupt = true, rollback = true}
 local TURN_FIELDS = {'token', 'until', 'lease', 'owner', 'started', 'policy', 'ids'}
