@@ -275,7 +275,7 @@ def status_plan(state: Any) -> Plan[TurnStatus]:
 
 def status(window: ContextWindow) -> TurnStatus:
     """The running turn of a sync window and its pending inputs (``contextstore show`` prints it)."""
-    return window._store._run(status_plan(window._state))  # type: ignore[no-any-return]
+    return window._store._run(status_plan(window._state))
 
 
 def _plan(call: ScriptCall) -> Plan[Any]:

@@ -3,7 +3,9 @@
 -- KEYS: the window keys (lib/core.lua); :turn and :events are written.
 -- ARGV[1]: 'renew' (extend the lease of turn ARGV[2] by ARGV[3] ms from now: 1, or
 --   {'!', 'TURNLOST', why} when it no longer holds it) or 'end' (end turn ARGV[2] with outcome
---   ARGV[3], 'ok' or 'error': {1 or 0 when it no longer held the lease, pending inputs left}).
+--   ARGV[3], 'ok' or 'error').
+-- Reply: renew: 1, or {'!', 'TURNLOST', why}; end: {1, or 0 when it no longer held the lease, pending
+--   inputs left}.
 local op, token, arg = ARGV[1], ARGV[2], ARGV[3]
 if not token or not string.match(token, '^%x+$') then return fail('BADARG', 'turn token') end
 if redis.call('EXISTS', K_META) == 0 then  -- deleted or expired: no turn, nothing to write
