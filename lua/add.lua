@@ -279,11 +279,7 @@ local function apply(cfg, plan)
       act[2].json = insert_item(act[2])
     end
   end
-  local added_ids = {}
-  for _, a in ipairs(plan.added) do
-    if not plan.removed[a.id] then added_ids[#added_ids + 1] = a.id end
-  end
-  apply_turn(plan.turn, added_ids)
+  apply_turn(plan.turn, plan)
   meta_set(F.SEQ, plan.seq)
   rearm_ttl(cfg)
   COUNTERS_KNOWN = true

@@ -33,7 +33,7 @@ if #meta == 0 and ARGV[1] ~= 'all' then return {{}, 0, {}} end
 local mode = ARGV[1]
 local npinned = redis.call('SCARD', K_PINNED)
 if mode == 'meta' then return {meta, npinned, {}} end
-if mode == 'turn' then return {meta, npinned, redis.call('HGETALL', K_TURN), math.floor(now_us() / 1000)} end
+if mode == 'turn' then return {meta, npinned, redis.call('HGETALL', K_TURN), now_ms()} end
 if mode == 'all' then
   -- every key as it is (:items as stored), for verify(): {meta, npinned, items, fifo, order, pinned, attrs,
   -- scores, groups, calls, ids with a cached vector}; scores: id -> the build-order score its :attrs give (score() owns

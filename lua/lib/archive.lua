@@ -21,10 +21,6 @@ local function write_archive_index(expiries)
   hset_words(K_ARCHIVE, ARCHIVE_INDEX, parts)
 end
 
-local function now_ms()
-  return math.floor(now_us() / 1000)
-end
-
 -- Keep the stored JSON and attrs of `ids` (existing items) under `summary_id` for `ttl`
 -- seconds; drop the entries that expired.
 local function archive_put(summary_id, ids, ttl)

@@ -93,3 +93,7 @@ local function now_us()  -- the server's clock, read once per call
   end
   return NOW_US
 end
+
+local function now_ms()
+  return math.floor(now_us() / 1000)
+end

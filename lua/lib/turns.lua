@@ -7,14 +7,10 @@
 local TURN_POLICIES = {reject = true, enqueue = true, interrupt = true, rollback = true}
 local TURN_FIELDS = {'token', 'until', 'lease', 'owner', 'started', 'policy', 'ids'}
 
-local function turn_now_ms()
-  return math.floor(now_us() / 1000)
-end
-
 -- The turn holding the window's lease, or nil (none, or its lease ran out).
 local function running_turn()
   local f = redis.call('HMGET', K_TURN, unpack(TURN_FIELDS))
-  if not f[1] or not f[2] or tonumber(f[2]) <= turn_now_ms() then return nil end
+  if not f[1] or not f[2] or tonumber(f[2]) <= now_ms() then return nil end
   return {token = f[1], until_ms = tonumber(f[2]), lease = tonumber(f[3]), owner = f[4], started = tonumber(f[5]),
     policy = f[6], ids = f[7] or ''}
 end
@@ -79,7 +75,7 @@ local function plan_turn(c)
   if not turn or turn.token == b.token then return plan end
   if b.policy == 'reject' then
     event('turn_conflict', 'token', b.token, 'outcome', 'rejected', 'holder', turn.owner)
-    return nil, fail('TURNBUSY', turn.owner, fmt(turn.until_ms - turn_now_ms()))
+    return nil, fail('TURNBUSY', turn.owner, fmt(turn.until_ms - now_ms()))
   end
   plan.take = false
   if b.policy == 'enqueue' then
@@ -125,11 +121,15 @@ local function enqueue_inputs(base, n, plan)
   return fail('QUEUED', fmt(#pending))
 end
 
--- After the call's writes: the lease (begun, or renewed by this write of the turn) and what the
--- turn wrote; the events of a turn begun, taken over or rolled back.
-local function apply_turn(plan, added_ids)
+-- After an add's writes (`add`: add.lua's plan): the lease (begun, or renewed by this write of
+-- the turn) and what the turn wrote; the events of a turn begun, taken over or rolled back.
+local function apply_turn(plan, add)
   if not plan.token then return end
-  local now = turn_now_ms()
+  local added_ids = {}
+  for _, a in ipairs(add.added) do
+    if not add.removed[a.id] then added_ids[#added_ids + 1] = a.id end
+  end
+  local now = now_ms()
   if plan.take then redis.call('HDEL', K_TURN, 'pending') end
   if plan.begin then
     local b, old = plan.begin, plan.replaced
@@ -155,7 +155,7 @@ local function end_turn(token, outcome)
   if not turn or turn.token ~= token then return {0, left} end
   redis.call('HDEL', K_TURN, unpack(TURN_FIELDS))
   event('turn_ended', 'token', token, 'owner', turn.owner, 'outcome', outcome,
-    'duration_ms', fmt(turn_now_ms() - turn.started), 'item_ids', turn.ids, 'pending', fmt(left))
+    'duration_ms', fmt(now_ms() - turn.started), 'item_ids', turn.ids, 'pending', fmt(left))
   return {1, left}
 end
 
@@ -163,6 +163,6 @@ end
 local function renew_turn(token, lease)
   local turn = running_turn()
   if not turn or turn.token ~= token then return turn_lost(token, turn) end
-  redis.call('HSET', K_TURN, 'until', fmt(turn_now_ms() + lease), 'lease', fmt(lease))
+  redis.call('HSET', K_TURN, 'until', fmt(now_ms() + lease), 'lease', fmt(lease))
   return 1
 end
