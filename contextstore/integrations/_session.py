@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from ..aio import AsyncContextStore, AsyncContextWindow
 from ..errors import InvalidOptionsError, ToolCallLinkError, VersionConflictError
 from ..layout import CLEARED_KEY
+from ..retry import RetryPolicy
 from ..sync import ContextStore, ContextWindow
 from ..types import ContextItem
 from ..validate import is_generated_id
@@ -20,6 +22,9 @@ T = TypeVar("T")
 #: how often a conditional replace (an insertion, a compaction's suffix) reads again after
 #: another writer moved the window on, before it gives up with ``VersionConflictError``
 REPLACE_ATTEMPTS = 20
+#: the wait before reading again (full jitter, 1 ms doubling up to 50 ms), so that writers
+#: racing for the same suffix spread out instead of colliding on every attempt
+REPLACE_BACKOFF = RetryPolicy(base=0.001, cap=0.05)
 
 #: the window config an integration creates a session's window with, unless given other values:
 #: a token budget (the oldest turns go first, whole tool calls at a time, past the threshold),
@@ -127,7 +132,7 @@ class SessionWindow:
         one atomic step: the items from there on are stored again after it (``again(item)``: their
         ``add_many`` keywords) by a replace that expects exactly them, so an insertion racing other
         writers reads again instead of losing what they wrote."""
-        for _ in range(REPLACE_ATTEMPTS):
+        for attempt in range(1, REPLACE_ATTEMPTS + 1):
             items = self.items()
             at = insertion_point(items, idx)
             suffix = items[at:]
@@ -143,7 +148,7 @@ class SessionWindow:
                 self.add(batch, "replace", expect_ids=ids)
                 return
             except VersionConflictError:
-                continue
+                time.sleep(REPLACE_BACKOFF.delay(attempt))
         raise VersionConflictError(f"insert into {self.session_id!r}: the window kept moving on")
 
     def items(self, limit: int | None = None) -> list[ContextItem]:
