@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -29,6 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import redis
 
 import contextstore as cs
+from contextstore import scripts
+from contextstore.layout import lua_constants
 
 from _common import chat_message, redis_server, server_version, summarize, table
 
@@ -170,7 +173,7 @@ def turn_costs(url: str, messages: int) -> dict[str, dict[str, float]]:
     turn.lua)."""
     r, rng = redis.Redis.from_url(url), random.Random(5)
     out: dict[str, dict[str, float]] = {}
-    with cs.ContextStore.from_url(url, prefix="turns") as store:
+    with cs.ContextStore.from_url(url, prefix="turns", item_limit=messages * 4) as store:
         plain, leased = store.window("plain", max_items=messages * 2), store.window("leased", max_items=messages * 2)
         for w in (plain, leased):
             _fill(w, messages // 2, rng)
@@ -189,6 +192,37 @@ def turn_costs(url: str, messages: int) -> dict[str, dict[str, float]]:
         out["conversation turn, win.turn()"] = measured(r, within, 300)
     r.close()
     return out
+
+
+HELPER_SCRIPTS = ("add", "read", "event", "turn", "pin", "remove")
+
+
+def helper_costs(url: str, names: tuple[str, ...] = HELPER_SCRIPTS) -> list[list[str]]:
+    """What re-creating a script's helpers costs per ``EVALSHA`` (Redis 6.2 runs the whole
+    script on every call): every helper file it needs against only the statements it reaches
+    (``scripts.shaken``), each run with ``return 1`` for a body, side by side, best of 3."""
+    r = redis.Redis.from_url(url)
+    base, libs = scripts._libs()
+
+    def cost(source: str, n: int = 2000) -> float:
+        script = r.register_script(f"local KEYS, ARGV = KEYS, ARGV\n{source}\nreturn 1")
+        script(keys=[], args=[])
+        r.config_resetstat()
+        for _ in range(n):
+            script(keys=[], args=[])
+        stat = r.info("commandstats")["cmdstat_evalsha"]
+        return float(stat["usec"]) / float(stat["calls"])
+
+    rows = []
+    for name in names:
+        body = (base / f"{name}.lua").read_text(encoding="utf-8")
+        parts = [lua_constants(), *(libs[n] for n in scripts._closure(scripts.needs(body), libs))]
+        every, reached = "\n".join(parts), scripts.shaken(parts, body)
+        best = [min(cost(every) for _ in range(3)), min(cost(reached) for _ in range(3))]
+        functions = [len(re.findall(r"^local function", src, re.M)) for src in (every, reached)]
+        rows.append([name, f"{functions[0]} → {functions[1]}", f"{best[0]:.1f} → {best[1]:.1f}"])
+    r.close()
+    return rows
 
 
 def shard_costs(url: str, messages: int = 1000) -> dict[str, Any]:
@@ -258,7 +292,10 @@ def main() -> int:
     with redis_server(tcp=True) as url:
         version = server_version(url)
         costs = shard_costs(url, args.messages)
+        helpers = helper_costs(url)
     report(version, costs)
+    print(f"\n### Redis {version}: a script's helpers, re-created on every EVALSHA (6.2 runs scripts so)\n")
+    print(table(["script", "local functions: every needed file → reached", "µs per call"], helpers))
     print(table(["goal", "measured", "status"], goal_rows(version, costs)))
     return 0
 

@@ -80,16 +80,69 @@ def _libs() -> tuple[Path, dict[str, str]]:
     return base, {n: (base / "lib" / f"{n}.lua").read_text(encoding="utf-8") for n in LIB_NAMES}
 
 
+#: a top-level statement of a helper file: a local or function definition, or an assignment into
+#: a table (``REPLAYS.add = function ...``); the lines after it up to the next one belong to it
+_STATEMENT = re.compile(r"^(?:local |function |[A-Za-z_][\w.]*\s*=)")
+_NAME = re.compile(r"[A-Za-z_]\w*")
+_COMMENT = re.compile(r"--[^\n]*")
+
+
+def _statements(text: str) -> list[tuple[set[str], str, str]]:
+    """The top-level statements of Lua ``text``, in order: (names defined, the names an
+    assignment extends (``REPLAYS`` of ``REPLAYS.add = ...``), text). Lines before the first
+    statement (the file's header comment) come as one block that defines nothing."""
+    blocks: list[list[str]] = [[]]
+    for line in text.splitlines():
+        if _STATEMENT.match(line) and (len(blocks) == 1 or any(not x.startswith("--") for x in blocks[-1])):
+            blocks.append([])
+        blocks[-1].append(line)
+    out = []
+    for lines in blocks:
+        if not lines:
+            continue
+        head = lines[0]
+        if head.startswith("local function ") or head.startswith("function "):
+            defined, extends = {_NAME.findall(head)[2 if head.startswith("local") else 1]}, ""
+        elif head.startswith("local "):
+            defined, extends = set(_NAME.findall(head.split("=")[0])[1:]), ""
+        else:
+            target = _NAME.match(head)
+            defined, extends = set(), target.group(0) if target else ""
+        out.append((defined, extends, "\n".join(lines)))
+    return out
+
+
+def shaken(parts: list[str], body: str) -> str:
+    """``parts`` (constants and helper files) with only the statements ``body`` reaches, directly
+    or through others, in their order, and each part's header comment: a 6.2 script re-creates
+    every helper it carries on each ``EVALSHA`` (the server time grows with their number and
+    their upvalues), so it carries only those it calls. An assignment into a table
+    (``REPLAYS.add = ...``) stays when the table does."""
+    statements = [s for part in parts for s in _statements(part)]
+    reached, todo = set(), set(_NAME.findall(_COMMENT.sub("", body))) | {"run_request"}
+    keep = [not defined and not extends for defined, extends, _ in statements]  # header comments
+    while todo:
+        reached |= todo
+        found: set[str] = set()
+        for i, (defined, extends, stmt) in enumerate(statements):
+            if not keep[i] and (defined & reached or extends in reached):
+                keep[i] = True
+                found |= set(_NAME.findall(_COMMENT.sub("", stmt)))
+        todo = found - reached
+    return "\n".join(stmt for (_, _, stmt), k in zip(statements, keep, strict=True) if k)
+
+
 @lru_cache(maxsize=1)
 def sources() -> dict[str, str]:
     """Every script's full source for EVAL (Redis 6.2), keyed by script name: the call's KEYS
-    and ARGV as locals, the constants, the helpers it needs, its body as ``main``."""
+    and ARGV as locals, the constants and helpers it reaches (``shaken``), its body as ``main``."""
     base, libs = _libs()
     out = {}
     for name in SCRIPT_NAMES:
         body = (base / f"{name}.lua").read_text(encoding="utf-8")
-        parts = ["local KEYS, ARGV = KEYS, ARGV", lua_constants(), *(libs[n] for n in _closure(needs(body), libs))]
-        out[name] = "\n".join(parts) + f"\nlocal function main()\n{body}\nend\nreturn run_request(main, KEYS, ARGV)\n"
+        helpers = shaken([lua_constants(), *(libs[n] for n in _closure(needs(body), libs))], body)
+        main = f"local function main()\n{body}\nend\nreturn run_request(main, KEYS, ARGV)\n"
+        out[name] = f"local KEYS, ARGV = KEYS, ARGV\n{helpers}\n{main}"
     return out
 
 

@@ -57,6 +57,25 @@ def test_every_script_names_real_helpers_and_is_assembled_with_them(name):
     assert f"function_name = '{names[name]}'" in library and f"MAINS[{name!r}] = function()" in library
 
 
+def test_a_62_script_carries_only_the_helpers_it_reaches():
+    """Each EVALSHA re-creates every helper its script carries, so a script carries only the
+    statements its body reaches (and an assignment into a table it carries)."""
+    parts = [
+        "-- header of a\nlocal A = {}\nlocal function used(x)\n  return A[x]\nend\n"
+        "local function unused()\n  return 1\nend\n",
+        "-- header of b\nlocal function also_unused()\n  return used(1)\nend\n"
+        "A.extra = function() return 2 end\nlocal function run_request(main) return main() end",
+    ]
+    out = scripts.shaken(parts, "return used('k')")
+    assert "-- header of a" in out and "-- header of b" in out
+    assert "local function used" in out and "local A = {}" in out and "A.extra" in out
+    assert "run_request" in out  # every script ends with it
+    assert "unused" not in out
+    read = scripts.sources()["read"]
+    assert "local function plan_compaction" not in read and "local function insert_item" not in read
+    assert "local function plan_compaction" in scripts.sources()["add"]
+
+
 def test_no_lua_file_spells_a_meta_hash_field_itself():
     """Lua reads and writes :meta through F (generated); a quoted field name would be a second
     owner of the fact."""
