@@ -10,12 +10,14 @@ from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from ..aio import AsyncContextStore, AsyncContextWindow
-from ..errors import InvalidOptionsError, ToolCallLinkError, VersionConflictError
+from ..errors import InvalidOptionsError, ToolCallLinkError, TurnLostError, VersionConflictError
 from ..layout import CLEARED_KEY
 from ..retry import RetryPolicy
 from ..sync import ContextStore, ContextWindow
+from ..turns import Turn
 from ..types import ContextItem
 from ..validate import is_generated_id
+from ._turns import refused, running_turn
 
 T = TypeVar("T")
 
@@ -111,21 +113,48 @@ class SessionWindow:
             return await fn(*args, **kwargs)
         return await asyncio.to_thread(fn, *args, **kwargs)
 
-    def add(self, entries: Callable[[bool], list[dict[str, Any]]], method: str = "add_many", **kw: Any) -> None:
-        """``add_many(entries(True))`` (or ``replace``, with ``kw``) in one atomic step; when a
-        tool call id is already in the window or a result's call is not, ``entries(False)``
-        (tool calls not paired) instead."""
+    def _write(self, method: str, batch: list[dict[str, Any]], **kw: Any) -> Any:
+        """``add_many`` through the turn this context runs on the window (``_turns``), else the
+        window's ``method``."""
+        turn = running_turn(self) if method == "add_many" else None
+        if turn is None:
+            return self.call(method, batch, **kw)
         try:
-            self.call(method, entries(True), **kw)
+            if isinstance(turn, Turn):
+                return turn.add_many(batch, **kw)
+            return run_in_thread(lambda: turn.add_many(batch, **kw))
+        except TurnLostError:
+            refused(self)
+            raise
+
+    async def _awrite(self, method: str, batch: list[dict[str, Any]], **kw: Any) -> Any:
+        """The async form of ``_write``."""
+        turn = running_turn(self) if method == "add_many" else None
+        if turn is None:
+            return await self.acall(method, batch, **kw)
+        try:
+            if isinstance(turn, Turn):
+                return await asyncio.to_thread(turn.add_many, batch, **kw)
+            return await turn.add_many(batch, **kw)
+        except TurnLostError:
+            refused(self)
+            raise
+
+    def add(self, entries: Callable[[bool], list[dict[str, Any]]], method: str = "add_many", **kw: Any) -> None:
+        """``add_many(entries(True))`` (or ``replace``, with ``kw``) in one atomic step, fenced by
+        the turn this context runs on the window, if any; when a tool call id is already in the
+        window or a result's call is not, ``entries(False)`` (tool calls not paired) instead."""
+        try:
+            self._write(method, entries(True), **kw)
         except ToolCallLinkError:
-            self.call(method, entries(False), **kw)
+            self._write(method, entries(False), **kw)
 
     async def aadd(self, entries: Callable[[bool], list[dict[str, Any]]], method: str = "add_many", **kw: Any) -> None:
         """The async form of ``add``."""
         try:
-            await self.acall(method, entries(True), **kw)
+            await self._awrite(method, entries(True), **kw)
         except ToolCallLinkError:
-            await self.acall(method, entries(False), **kw)
+            await self._awrite(method, entries(False), **kw)
 
     def insert(self, idx: int, entry: Callable[[bool], dict[str, Any]], again: Callable[[ContextItem], Any]) -> None:
         """Insert ``entry(linked)`` where ``list.insert(idx, ...)`` would (``insertion_point``), in

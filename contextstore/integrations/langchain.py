@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import Any
 
 from ..aio import AsyncContextStore
@@ -29,6 +30,7 @@ from ..layout import CLEARED_KEY
 from ..sync import ContextStore
 from ..types import ContextItem
 from ._session import SessionWindow
+from ._turns import asession_turn, session_turn
 
 try:
     from langchain_core.chat_history import BaseChatMessageHistory
@@ -126,6 +128,31 @@ class ContextStoreChatMessageHistory(BaseChatMessageHistory):
         """Append ``messages`` in one atomic step."""
         if messages:
             await self._session.aadd(lambda linked: [to_window_item(m, linked) for m in messages])
+
+    def turn(
+        self, *, policy: str = "reject", lease_ms: int = 30_000, input: Any = None, owner: str | None = None
+    ) -> AbstractContextManager[Any]:
+        """``with history.turn(...)``: the session's turn lease (``docs/turns.md``) around a run
+        (a ``RunnableWithMessageHistory.invoke``). Every ``add_messages`` of a history of this
+        store and session id from this context (the histories ``get_session_history`` makes) is
+        fenced by the turn: nothing stored once another turn took over or the lease ran out, and
+        ``TurnLostError`` as the turn ends (the chain only logs its history's errors). ``policy``:
+        ``reject``, ``enqueue``, ``interrupt`` or ``rollback``; ``input`` (messages) is added as
+        the turn starts, or enqueued (``TurnQueuedError``).
+        A ``ContextStore`` only (``aturn`` on either store). Yields the window's turn."""
+        return session_turn(self._session, True, **self._turn_args(policy, lease_ms, input, owner))
+
+    def aturn(
+        self, *, policy: str = "reject", lease_ms: int = 30_000, input: Any = None, owner: str | None = None
+    ) -> AbstractAsyncContextManager[Any]:
+        """``async with history.aturn(...)``: ``turn`` for async code (``ainvoke``)."""
+        return asession_turn(self._session, True, **self._turn_args(policy, lease_ms, input, owner))
+
+    @staticmethod
+    def _turn_args(policy: str, lease_ms: int, input: Any, owner: str | None) -> dict[str, Any]:
+        given = [input] if isinstance(input, BaseMessage) else list(input or [])
+        entries = [to_window_item(m) for m in given]
+        return {"policy": policy, "lease_ms": lease_ms, "input": entries or None, "owner": owner}
 
     def clear(self) -> None:
         """Remove every message (the window's config stays)."""

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from ..aio import AsyncContextStore
@@ -34,6 +35,7 @@ from ..layout import CLEARED_KEY
 from ..sync import ContextStore
 from ..types import ContextItem
 from ._session import SessionWindow
+from ._turns import asession_turn
 
 try:
     from agents.memory.session import SessionABC
@@ -149,6 +151,20 @@ class ContextStoreSession(SessionABC):
         """Append ``items`` in one atomic step."""
         if items:
             await self._session.aadd(lambda linked: [to_window_item(dict(i), linked) for i in items])
+
+    def turn(
+        self, *, policy: str = "reject", lease_ms: int = 30_000, input: Any = None, owner: str | None = None
+    ) -> AbstractAsyncContextManager[Any]:
+        """``async with session.turn(...)``: the session's turn lease (``docs/turns.md``) around a
+        run. Every ``add_items`` of this session from this task (the ``Runner``'s saves) is fenced
+        by the turn: ``TurnLostError`` and nothing stored once another turn took over or the lease
+        ran out. ``policy`` says what happens when another turn runs (``reject``, ``enqueue``,
+        ``interrupt``, ``rollback``); ``input`` (a str or Responses input items) is added as the
+        turn starts, or enqueued (``TurnQueuedError``): then run with ``Runner.run(agent, [],
+        session=session)``, which reads it from the session. Yields the window's turn."""
+        given = [input] if isinstance(input, (str, dict)) else list(input or [])
+        entries = [to_window_item({"role": "user", "content": i} if isinstance(i, str) else dict(i)) for i in given]
+        return asession_turn(self._session, policy=policy, lease_ms=lease_ms, input=entries or None, owner=owner)
 
     async def pop_item(self) -> Any | None:
         """Remove and return the newest item (None when the session is empty), atomically."""
