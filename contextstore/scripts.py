@@ -87,10 +87,12 @@ _NAME = re.compile(r"[A-Za-z_]\w*")
 _COMMENT = re.compile(r"--[^\n]*")
 
 
-def _statements(text: str) -> list[tuple[set[str], str, str]]:
-    """The top-level statements of Lua ``text``, in order: (names defined, the names an
-    assignment extends (``REPLAYS`` of ``REPLAYS.add = ...``), text). Lines before the first
-    statement (the file's header comment) come as one block that defines nothing."""
+@lru_cache(maxsize=64)
+def _statements(text: str) -> tuple[tuple[frozenset[str], str, str, tuple[str, ...]], ...]:
+    """The top-level statements of Lua ``text``, in order: (names defined, the name an
+    assignment extends (``REPLAYS`` of ``REPLAYS.add = ...``), text, the names it uses). Lines
+    before the first statement (the file's header comment) come as one block that defines
+    nothing. Cached: every script's assembly reads the same helper files."""
     blocks: list[list[str]] = [[]]
     for line in text.splitlines():
         if _STATEMENT.match(line) and (len(blocks) == 1 or any(not x.startswith("--") for x in blocks[-1])):
@@ -108,8 +110,9 @@ def _statements(text: str) -> list[tuple[set[str], str, str]]:
         else:
             target = _NAME.match(head)
             defined, extends = set(), target.group(0) if target else ""
-        out.append((defined, extends, "\n".join(lines)))
-    return out
+        stmt = "\n".join(lines)
+        out.append((frozenset(defined), extends, stmt, tuple(set(_NAME.findall(_COMMENT.sub("", stmt))))))
+    return tuple(out)
 
 
 def shaken(parts: list[str], body: str) -> str:
@@ -119,17 +122,22 @@ def shaken(parts: list[str], body: str) -> str:
     their upvalues), so it carries only those it calls. An assignment into a table
     (``REPLAYS.add = ...``) stays when the table does."""
     statements = [s for part in parts for s in _statements(part)]
-    reached, todo = set(), set(_NAME.findall(_COMMENT.sub("", body))) | {"run_request"}
-    keep = [not defined and not extends for defined, extends, _ in statements]  # header comments
+    owners: dict[str, list[int]] = {}  # name -> the statements that define or extend it
+    for i, (defined, extends, _, _) in enumerate(statements):
+        for name in defined | ({extends} if extends else set()):
+            owners.setdefault(name, []).append(i)
+    keep = [not defined and not extends for defined, extends, _, _ in statements]  # header comments
+    todo, reached = [*_NAME.findall(_COMMENT.sub("", body)), "run_request"], set()
     while todo:
-        reached |= todo
-        found: set[str] = set()
-        for i, (defined, extends, stmt) in enumerate(statements):
-            if not keep[i] and (defined & reached or extends in reached):
+        name = todo.pop()
+        if name in reached:
+            continue
+        reached.add(name)
+        for i in owners.get(name, ()):
+            if not keep[i]:
                 keep[i] = True
-                found |= set(_NAME.findall(_COMMENT.sub("", stmt)))
-        todo = found - reached
-    return "\n".join(stmt for (_, _, stmt), k in zip(statements, keep, strict=True) if k)
+                todo += statements[i][3]
+    return "\n".join(stmt for (_, _, stmt, _), k in zip(statements, keep, strict=True) if k)
 
 
 @lru_cache(maxsize=1)

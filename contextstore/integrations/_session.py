@@ -99,43 +99,35 @@ class SessionWindow:
         self.config = {**SESSION_DEFAULTS, **window_config}
         self.window: ContextWindow | AsyncContextWindow = store.handle(session_id, **self.config)
 
-    def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        """``window.<method>(...)`` from sync code."""
-        fn = getattr(self.window, method)
-        if isinstance(self.window, ContextWindow):
+    def call(self, method: str, *args: Any, _on: Any = None, **kwargs: Any) -> Any:
+        """``window.<method>(...)`` (or ``_on``'s: the window's turn) from sync code."""
+        target = self.window if _on is None else _on
+        fn = getattr(target, method)
+        if isinstance(target, (ContextWindow, Turn)):
             return fn(*args, **kwargs)
         return run_in_thread(lambda: fn(*args, **kwargs))
 
-    async def acall(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        """``window.<method>(...)`` from async code (a sync store's call runs in a thread)."""
-        fn = getattr(self.window, method)
-        if isinstance(self.window, AsyncContextWindow):
+    async def acall(self, method: str, *args: Any, _on: Any = None, **kwargs: Any) -> Any:
+        """``window.<method>(...)`` (or ``_on``'s) from async code (a sync store's call runs in a thread)."""
+        target = self.window if _on is None else _on
+        fn = getattr(target, method)
+        if not isinstance(target, (ContextWindow, Turn)):
             return await fn(*args, **kwargs)
         return await asyncio.to_thread(fn, *args, **kwargs)
 
     def _write(self, method: str, batch: list[dict[str, Any]], **kw: Any) -> Any:
         """``add_many`` through the turn this context runs on the window (``_turns``), else the
-        window's ``method``."""
-        turn = running_turn(self) if method == "add_many" else None
-        if turn is None:
-            return self.call(method, batch, **kw)
+        window's ``method``; a refused write of the turn is noted (``_turns.refused``)."""
         try:
-            if isinstance(turn, Turn):
-                return turn.add_many(batch, **kw)
-            return run_in_thread(lambda: turn.add_many(batch, **kw))
+            return self.call(method, batch, _on=running_turn(self) if method == "add_many" else None, **kw)
         except TurnLostError:
             refused(self)
             raise
 
     async def _awrite(self, method: str, batch: list[dict[str, Any]], **kw: Any) -> Any:
         """The async form of ``_write``."""
-        turn = running_turn(self) if method == "add_many" else None
-        if turn is None:
-            return await self.acall(method, batch, **kw)
         try:
-            if isinstance(turn, Turn):
-                return await asyncio.to_thread(turn.add_many, batch, **kw)
-            return await turn.add_many(batch, **kw)
+            return await self.acall(method, batch, _on=running_turn(self) if method == "add_many" else None, **kw)
         except TurnLostError:
             refused(self)
             raise

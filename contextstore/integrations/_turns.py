@@ -46,23 +46,27 @@ class _Running:
 _RUNNING: ContextVar[dict[tuple[int, str], _Running] | None] = ContextVar("contextstore_turns", default=None)
 
 
+def _key(session: SessionWindow) -> tuple[int, str]:
+    return (id(session.store), session.session_id)
+
+
 def running_turn(session: SessionWindow) -> Turn | AsyncTurn | None:
     """The turn this context opened on ``session``'s window (None: writes are plain)."""
-    running = (_RUNNING.get() or {}).get((id(session.store), session.session_id))
+    running = (_RUNNING.get() or {}).get(_key(session))
     return running.turn if running else None
 
 
 def refused(session: SessionWindow) -> None:
     """Note that a write of the turn this context runs on ``session``'s window was refused."""
-    running = (_RUNNING.get() or {}).get((id(session.store), session.session_id))
+    running = (_RUNNING.get() or {}).get(_key(session))
     if running:
         running.refused = True
 
 
 @contextmanager
 def _running(session: SessionWindow, turn: Turn | AsyncTurn) -> Iterator[_Running]:
-    key, running = (id(session.store), session.session_id), _Running(turn)
-    token = _RUNNING.set({**(_RUNNING.get() or {}), key: running})
+    running = _Running(turn)
+    token = _RUNNING.set({**(_RUNNING.get() or {}), _key(session): running})
     try:
         yield running
     finally:
