@@ -131,6 +131,14 @@ def unchanged_build_costs(url: str, messages: int) -> dict[str, dict[str, float]
         w.build_messages_structured(opts)
         out["build, unchanged window"] = measured(r, lambda i: w.build_messages_structured(opts), 300)
 
+        def read_first(i: int) -> None:  # the same build as before one-call builds: a read, then the event
+            known = store._settings.item_cache.known(w._state.keys.meta)  # benchmark only: forget the last read
+            if known is not None:
+                known.read = None
+            w.build_messages_structured(opts)
+
+        out["build, unchanged window, read first"] = measured(r, read_first, 300)
+
     def cold(i: int) -> None:
         with cs.ContextStore.from_url(url, prefix="shard", item_limit=messages * 4) as fresh:
             fresh.handle("builds", max_tokens=400_000, max_items=messages * 4).build_messages_structured(opts)
@@ -275,7 +283,8 @@ def goal_rows(version: str, costs: dict[str, Any]) -> list[list[str]]:
         [f"Redis {version}: add, client p50 ≤ 2x a bare EVALSHA round trip",
          f"{add['client_p50_us']:.0f} vs {two['client_p50_us']:.0f} µs ({ratio_client:.2f}x)", met(ratio_client <= 2)],
         [f"Redis {version}: build of an unchanged window ≤ 30 µs of server time",
-         f"{unchanged['script_us']:.0f} µs ({unchanged['cpu_us']:.0f} µs of process CPU)",
+         f"{unchanged['script_us']:.0f} µs, {unchanged['script_calls']:.0f} call ({unchanged['cpu_us']:.0f} µs of "
+         f"process CPU; read first: {c['build, unchanged window, read first']['script_us']:.0f} µs)",
          met(unchanged["script_us"] <= 30)],
         [f"Redis {version}: memory per message ≤ 1.1x the bare floor (log expired)",
          f"{m['bytes_per_message']:.0f} vs {m['floor_per_message']:.0f} B ({ratio_memory:.2f}x)",

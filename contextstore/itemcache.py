@@ -3,13 +3,16 @@
 While a window's epoch (``layout.Meta.EPOCH``) stays the same, a stored item never changes: every
 script that changes an item in place (pin, priority, a cleared tool result) or brings items
 back with seqs already handed out (a summary, its undo, a restore, a new lifetime) starts a new
-epoch. So a client that holds every item of epoch E up to seq S asks read.lua (mode ``build``)
-for the ids in build order and the JSON of the items above S only; at a new epoch it gets them
-all again. Within an epoch every add takes a new seq and every removal lowers the item count, so
-when the epoch, the seq and the count are still the ones the client holds, so is the window:
-read.lua then lists nothing, and the client reuses its listing (``ordered``) and what it worked
-out from it (``derived``: the units a build chooses from). Sans-I/O: ``known`` says what to ask
-for, ``merge`` turns the reply into the items.
+epoch, and so does a config change. So a client that holds every item of epoch E up to seq S
+asks read.lua (mode ``build``) for the ids in build order and the JSON of the items above S
+only; at a new epoch it gets them all again. Within an epoch every add takes a new seq and every
+removal lowers the item count, so when the epoch, the seq and the count are still the ones the
+client holds, so is the window: read.lua then lists nothing, and the client reuses its listing
+(``ordered``) and what it worked out from it (``derived``: the units a build chooses from). A
+build may even start from the cache with no read at all: its one call, the ``built`` event, is
+written only if the epoch, the seq, the count, the lifetime and the removals still hold
+(``plans.reads.cached_for_build``). Sans-I/O: ``known`` says what to ask for, ``merge`` turns
+the reply into the items.
 
 Entries are immutable (a merge makes a new one) so threads sharing a store never see a half
 update; a store keeps at most ``max_bytes`` of content, least recently built windows go first.
@@ -36,7 +39,7 @@ class CachedWindow:
     spell ids: bytes or str), the last listing (``count`` items in build order), and per-item
     build costs memoised per build format."""
 
-    __slots__ = ("costs", "count", "derived", "epoch", "items", "ordered", "seq", "size")
+    __slots__ = ("costs", "count", "derived", "epoch", "items", "ordered", "read", "seq", "size")
 
     def __init__(
         self, epoch: str, seq: int, items: dict[Any, ContextItem], size: int, ordered: list[ContextItem]
@@ -51,6 +54,9 @@ class CachedWindow:
         #: (render.prompt.JointCosts; a seq names one content within an epoch, an id may be
         #: reused by a caller)
         self.costs: dict[tuple[str, str, str, int], dict[Any, int]] = {}
+        #: the meta hash and pinned count of the last read that confirmed this entry (a build from
+        #: the cache alone uses them, and its ``built`` event is written only if they still hold)
+        self.read: tuple[dict[str, str], int] | None = None
 
 
 def _size(items: Sequence[ContextItem]) -> int:
@@ -71,6 +77,8 @@ class ItemCache:
         self._windows: OrderedDict[str, CachedWindow] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
+        #: windows whose last build from the cache alone found them moved on (``moving``)
+        self._moving: set[str] = set()
 
     def known(self, window: str) -> CachedWindow | None:
         """What the store holds of ``window`` (its meta key), or None."""
@@ -125,6 +133,17 @@ class ItemCache:
         self._store(window, entry)
         return ordered, entry
 
+    def moving(self, window: str, moving: bool | None = None) -> bool:
+        """Whether ``window`` changed under its last build from the cache alone (set with
+        ``moving=True``), so builds read first until a read finds it as cached (``False``):
+        a window other workers keep writing would make every such build pay a second call."""
+        with self._lock:
+            if moving:
+                self._moving.add(window)
+            elif moving is not None:
+                self._moving.discard(window)
+            return window in self._moving
+
     def touch(self, window: str, entry: CachedWindow) -> CachedWindow:
         """``entry``, read again as it is: now the most recently built window."""
         with self._lock:
@@ -137,9 +156,11 @@ class ItemCache:
             gone = self._windows.pop(window, None)
             self._bytes -= gone.size if gone is not None else 0
             if entry.size > self.max_bytes:
+                self._moving.discard(window)
                 return
             self._windows[window] = entry
             self._bytes += entry.size
             while self._bytes > self.max_bytes:
-                _, oldest = self._windows.popitem(last=False)
+                dropped, oldest = self._windows.popitem(last=False)
                 self._bytes -= oldest.size
+                self._moving.discard(dropped)  # bounded by the windows cached

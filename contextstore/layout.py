@@ -78,8 +78,9 @@ class Meta:
     ARCHIVE_TTL = "archive_ttl"  # seconds the items a summary replaced stay in :archive
     SUMMARIES = "summaries"  # summaries made (the n of their ids, ctx-<seq>.<n>)
     #: changes whenever a stored item changes in place or items come back with seqs already handed
-    #: out (pin, priority, cleared result, summary, undo, restore, a new lifetime): what a client
-    #: caches of the items is good while the epoch stays (contextstore/itemcache.py)
+    #: out (pin, priority, cleared result, summary, undo, restore, a new lifetime), and with a config
+    #: change: what a client caches of the items and config is good while the epoch stays
+    #: (contextstore/itemcache.py)
     EPOCH = "epoch"
     #: calls that removed items by hand (remove, pop): a replayed add whose items are all gone
     #: runs again when one came since its record (lib/requests.lua), not after an eviction
@@ -95,6 +96,9 @@ class Meta:
         MAX_TOKENS, MAX_ITEMS, ITEM_LIMIT, THRESHOLD, STRATEGY, TTL, KEEP_RECENT, CLEAR_AT_LEAST, CLEAR_EXCLUDE,
         WARN_PERCENT, EVENTS_MAXLEN, ARCHIVE_TTL,
     )  # fmt: skip
+    #: what vouches for a client's cached window (items, config, version; see EPOCH): a build from
+    #: the cache alone has event.lua write its ``built`` event only while these hold
+    BUILD_INPUTS: ClassVar[tuple[str, ...]] = (EPOCH, ITEMS, *VERSION)
     #: config fields stored as text / as floats (the others are integers)
     TEXT = (STRATEGY, CLEAR_EXCLUDE)
     FLOAT = (THRESHOLD, WARN_PERCENT)

@@ -125,8 +125,7 @@ class ReadReply(msgspec.Struct):
 
 
 def read_args(mode: str, types: str = "", limit: int = -1) -> Args:
-    """The head of read.lua's ARGV: mode (fifo, order, pinned, all), type filter, most recent N
-    (``plans/reads.py`` adds where a page starts and its bounds)."""
+    """The head of read.lua's ARGV: mode, type filter, most recent N (``plans/reads.py`` adds the page)."""
     return [mode, types, str(limit)]
 
 
@@ -355,6 +354,7 @@ def restore_args(
     return args
 
 
-def event_args(name: str, fields: dict[str, str]) -> Args:
-    """event.lua's ARGV: the event name, then field/value pairs."""
-    return [name, *(x for pair in fields.items() for x in pair)]
+def event_args(name: str, fields: dict[str, str], held: dict[str, str] | None = None) -> Args:
+    """event.lua's ARGV: the meta field/value pairs the window must hold (``held``), the event name, its fields."""
+    flat = [x for pair in (held or {}).items() for x in pair]
+    return [str(len(flat) // 2), *flat, name, *(x for pair in fields.items() for x in pair)]

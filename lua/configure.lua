@@ -7,7 +7,7 @@
 -- Lowering max_items below the item count evicts the oldest whole units (a group, or an
 -- ungrouped item; reason eviction); if pinned items alone keep it above: {'!', 'FULL', 'items',
 -- count, max_items, 0}, nothing written. Lowering max_tokens compacts nothing now: the next add
--- does.
+-- does. A change starts a new epoch (layout.Meta.EPOCH).
 -- Reply: the config after the change, in layout.Meta.CONFIG order.
 
 local CHANGEABLE = {}
@@ -59,6 +59,9 @@ persist_config(cfg)
 redis.call('HSET', K_META, unpack(config_pairs(c)))
 CFG = c
 for _, id in ipairs(evict) do remove_many({id}, 'eviction') end
-if #fields > 0 then event('configured', unpack(fields)) end
+if #fields > 0 then
+  event('configured', unpack(fields))
+  new_epoch()  -- what clients cached of the window (a build's config with its items) is stale
+end
 rearm_ttl(c, true)
 return config_list(c)

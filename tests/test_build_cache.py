@@ -168,13 +168,19 @@ class CachedBuilds(RuleBasedStateMachine):
             donor.add(f"{content} {k}", type="user_message", role="user")
         self.o.restore(msgspec.structs.replace(donor.snapshot(), window_id=self.wid))
 
+    @rule(max_tokens=st.integers(30, 900))
+    def configure(self, max_tokens):
+        """A config change moves no item: a build within the window's own limit must see it."""
+        with contextlib.suppress(cs.ContextWindowFullError, cs.InvalidOptionsError):
+            self.o.configure(max_tokens=max_tokens)
+
     @rule()
     def delete(self):
         self.o.delete()
 
     @invariant()
     def tight_builds_agree(self):
-        for budget in (40, 120):
+        for budget in (40, 120, None):  # None: the window's max_tokens
             self._agree(cs.BuildOptions(max_tokens=budget, reserve_for_response=0))
 
     @rule(max_tokens=st.integers(20, 900), reserve=st.integers(0, 10), history=st.integers(0, 40),

@@ -157,7 +157,7 @@ def test_build_renders_within_the_budget_and_reports_every_item():
     sent, built = drive(plan, [build_reply(raw, tokens=20), 1])
     read_call, event_call = sent
     assert read_call.name == "read" and read_call.args[:3] == ["build", "", "-1"]
-    assert event_call.name == "event" and event_call.args[0] == "built" and event_call.request == ""
+    assert event_call.name == "event" and event_call.args[:2] == ["0", "built"] and event_call.request == ""
     assert built.content == (
         "You are terse.\n\n---\n\n[user]: one two three four five six seven eight nine ten"
         "\n\n---\n\n[assistant]: a short reply"
@@ -188,17 +188,64 @@ def test_a_second_build_asks_only_for_what_the_store_has_not_cached():
     assert sent[0].args[:3] == ["build", "", "-1"] and built.included_item_ids == ["ctx-1", "ctx-2"]
     third = stored(3, "message 3", type="user_message", role="user")
     again = build_reply([third], ["ctx-2", "ctx-3"], epoch="7", seq="3")  # ctx-1 went meanwhile
-    sent, built = drive(build_plans.build(s, st, opts), [again, 1])
-    assert sent[0].args[:3] == ["build", "7", "2"]  # the epoch and the last seq this store holds
+    sent, built = drive(build_plans.build(s, st, opts), [-1, again, 1])  # -1: the cached build is stale
+    assert sent[1].args[:3] == ["build", "7", "2"]  # the epoch and the last seq this store holds
     assert built.included_item_ids == ["ctx-2", "ctx-3"]
     assert "message 2" in built.content and "message 1" not in built.content
     # a new epoch: the cached items are stale, what was listed but not sent is read again in full
     sent, built = drive(
         build_plans.build(s, st, opts),
         [build_reply([], ["ctx-2"], epoch="8", seq="3"), build_reply([first[1]], epoch="8", seq="3"), 1],
-    )
+    )  # no event first: the build before found the window moving
     assert [c.args[:3] for c in sent[:2]] == [["build", "7", "3"], ["build", "", "-1"]]
     assert built.included_item_ids == ["ctx-2"]
+
+
+@pytest.mark.parametrize("chat", [False, True], ids=["build", "build_messages"])
+def test_a_build_of_a_window_the_store_has_read_is_one_conditional_event(chat):
+    s, st = settings(), state(max_tokens=100)
+    first = [stored(n, f"message {n}", type="user_message", role="user") for n in (1, 2)]
+    opts = cs.BuildOptions(reserve_for_response=0)
+
+    def run(replies):
+        plan = build_plans.build_messages(s, st, opts) if chat else build_plans.build(s, st, opts)
+        return drive(plan, replies)
+
+    _, before = run([build_reply(first, epoch="7", seq="2", items="2", created_ms="5"), 1])
+    sent, built = run([1])  # the event alone, checked against what the read said
+    (call,) = sent
+    n = int(call.args[0])
+    held = dict(zip(call.args[1 : 2 * n : 2], call.args[2 : 2 * n + 1 : 2], strict=True))
+    assert call.name == "event" and int(call.args[0]) == len(Meta.BUILD_INPUTS)
+    assert call.args[2 * len(Meta.BUILD_INPUTS) + 1] == "built"
+    assert held == {Meta.EPOCH: "7", Meta.ITEMS: "2", Meta.CREATED_MS: "5", Meta.SEQ: "2", Meta.REMOVED_BY_CALLER: ""}
+    assert built.included_item_ids == before.included_item_ids and built.version == before.version == "5.2.0"
+    # the window moved on: the event wrote nothing (-1); the build reads and runs again
+    third = stored(3, "message 3", type="user_message", role="user")
+    sent, built = run([-1, build_reply([third], ["ctx-1", "ctx-2", "ctx-3"], epoch="7", seq="3", items="3"), 1])
+    assert [c.name for c in sent] == ["event", "read", "event"] and sent[2].args[0] == "0"
+    assert built.included_item_ids == ["ctx-1", "ctx-2", "ctx-3"]
+    # a window seen moving is read first (no event sent in vain) until a read finds it unchanged
+    fourth = stored(4, "message 4", type="user_message", role="user")
+    sent, _ = run([build_reply([fourth], ["ctx-1", "ctx-2", "ctx-3", "ctx-4"], epoch="7", seq="4", items="4"), 1])
+    assert [c.name for c in sent] == ["read", "event"]
+    unchanged = [meta(epoch="7", seq="4", items="4"), 0, [], [], [], -2]  # read.lua: the cache holds the window
+    sent, _ = run([unchanged, 1])
+    assert [c.name for c in sent] == ["read", "event"]
+    sent, built = run([1])
+    assert [c.name for c in sent] == ["event"] and built.included_item_ids[-1] == "ctx-4"
+
+
+def test_a_cached_build_that_fails_reads_before_it_raises():
+    s, st = settings(), state(max_tokens=100)
+    pinned = [stored(1, "word " * 30, type="system_prompt", pinned=True)]
+    opts = cs.BuildOptions(reserve_for_response=0)
+    drive(build_plans.build(s, st, opts), [build_reply(pinned, epoch="7", seq="1", items="1"), 1])
+    small = cs.BuildOptions(reserve_for_response=0, max_tokens=20)  # too small for the cached pin
+    sent, built = drive(build_plans.build(s, st, small), [build_reply([], [], epoch="8", seq="1", items="0"), 1])
+    assert [c.name for c in sent] == ["read", "event"] and built.included_item_ids == []  # unpinned meanwhile
+    sent, built = drive(build_plans.build(s, st, small), [1])  # the cache now holds the read: one call
+    assert [c.name for c in sent] == ["event"] and built.included_item_ids == []
 
 
 # -- compaction ----------------------------------------------------------------------------------

@@ -5,10 +5,11 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from functools import partial
+from typing import Any, Literal, TypeVar
 
 from .. import logs, wire
-from ..errors import BudgetTooSmallError, InvalidOptionsError, NoConversationError
+from ..errors import BudgetTooSmallError, InvalidOptionsError, NoConversationError, raise_for_reply
 from ..layout import Meta, window_version
 from ..render import markdown, messages, prompt
 from ..render.select import RELEVANT_TYPES, Choice, Unit, choose, members, newest_with, ranked_key, units_for
@@ -16,10 +17,11 @@ from ..types import BuildOptions, BuiltContext, BuiltMessages, CompactionStrateg
 from .base import Plan, ScriptCall, Settings, WindowState
 from .compaction import compact, has_helper
 from .items import items
-from .reads import read_for_build
+from .reads import cached_for_build, read_for_build
 from .relevance import scores
 
 log = logging.getLogger("contextstore")
+T = TypeVar("T")
 
 #: compact=True compacts down to this share of max_tokens
 COMPACT_ON_BUILD_PERCENT = 70.0
@@ -77,12 +79,61 @@ def _relevance(
     return {i.id or "": s for i, s in zip(relevant, got, strict=True)}
 
 
+#: what a build from the cache alone gives up on: errors its cached view may have caused wrongly
+_MAYBE_STALE = (BudgetTooSmallError, InvalidOptionsError, NoConversationError)
+
+
+def _cache_first(
+    settings: Settings,
+    state: WindowState,
+    options: BuildOptions,
+    run: Callable[[wire.ReadReply, dict[str, str] | None], Plan[T | None]],
+) -> Plan[T]:
+    """``run`` a build from the store's cached window with no read first, when the options ask
+    for no compaction and no relevance scores: its ``built`` event, written only if the window
+    still holds what the build used, is then its one call. Else, or when the window moved on (then
+    ``run`` answers None, having written nothing, and builds read first until a read finds the
+    window unchanged: ``ItemCache.moving``), ``run`` on a read."""
+    scored = bool(options.query) and settings.relevance_scorer is not None
+    cached = cached_for_build(settings, state) if not options.compact and not scored else None
+    if cached is not None:
+        try:
+            done = yield from run(*cached)
+        except _MAYBE_STALE:
+            pass  # the read below decides
+        else:
+            if done is not None:
+                return done
+            settings.item_cache.moving(state.keys.meta, True)
+    found = yield from read_for_build(settings, state)
+    done = yield from run(found, None)
+    assert done is not None  # a build on a read needs nothing to hold
+    return done
+
+
+def _built_event(state: WindowState, fields: dict[str, str], held: dict[str, str] | None) -> Plan[bool]:
+    """Append the ``built`` event (no request id: a retry may log a second one, which is
+    harmless); False when the window no longer holds ``held`` (nothing written)."""
+    reply = raise_for_reply((yield ScriptCall("event", state.keys, wire.event_args("built", fields, held))))
+    return held is None or reply == 1
+
+
 def build(settings: Settings, state: WindowState, options: object = None) -> Plan[BuiltContext]:
     """The prompt within the budget: pinned items first, then candidates in build order while
     they fit. Deletes nothing unless ``compact=True``; appends a ``built`` event."""
     opts = prompt.validate_options(options)
-    started = time.perf_counter()
-    found = yield from read_for_build(settings, state)
+    return (yield from _cache_first(settings, state, opts, partial(_build, settings, state, opts, time.perf_counter())))
+
+
+def _build(
+    settings: Settings,
+    state: WindowState,
+    opts: BuildOptions,
+    started: float,
+    found: wire.ReadReply,
+    held: dict[str, str] | None,
+) -> Plan[BuiltContext | None]:
+    """``build`` from ``found``; None when ``held`` no longer holds (``_cache_first``)."""
     cfg = found.config(state.config)
     budget = budget_of(opts, cfg, state.window_id)
     decoded = found.items()
@@ -93,22 +144,17 @@ def build(settings: Settings, state: WindowState, options: object = None) -> Pla
     memos = found.cached.costs if found.cached is not None and not freed else None
     built = prompt.build(window_items, opts, budget, settings.counter, settings.joint_count, relevance, memos, memo)
     ms = (time.perf_counter() - started) * 1000
+    fields = {
+        "items_included": str(len(built.included)),
+        "items_excluded": str(len(built.excluded)),
+        "items_omitted": str(len(built.omitted)),
+        "total_tokens": str(built.total_tokens),
+        "was_compacted": "1" if freed else "0",
+        "build_time_ms": f"{ms:.3f}",
+    }
+    if not (yield from _built_event(state, fields, held)):
+        return None
     logs.built(state.window_id, len(built.included), built.total_tokens)
-    yield ScriptCall(
-        "event",
-        state.keys,
-        wire.event_args(
-            "built",
-            {
-                "items_included": str(len(built.included)),
-                "items_excluded": str(len(built.excluded)),
-                "items_omitted": str(len(built.omitted)),
-                "total_tokens": str(built.total_tokens),
-                "was_compacted": "1" if freed else "0",
-                "build_time_ms": f"{ms:.3f}",
-            },
-        ),
-    )  # no request id: a retry may log a second `built` event, which is harmless
     dropped = _dropped_newest(state.window_id, window_items, built.included, built.excluded, budget)
     return BuiltContext(
         content=built.content,
@@ -157,7 +203,18 @@ def build_messages(
     """Chat messages within the budget (content plus a per-message overhead): whole units,
     pinned first; every tool result right after its call. Appends a ``built`` event."""
     opts, fmt = prompt.validate_options(options), _check_format(format)
-    found = yield from read_for_build(settings, state)
+    return (yield from _cache_first(settings, state, opts, partial(_build_messages, settings, state, opts, fmt)))
+
+
+def _build_messages(
+    settings: Settings,
+    state: WindowState,
+    opts: BuildOptions,
+    fmt: Literal["openai", "anthropic"],
+    found: wire.ReadReply,
+    held: dict[str, str] | None,
+) -> Plan[BuiltMessages | None]:
+    """``build_messages`` from ``found``; None when ``held`` no longer holds (``_cache_first``)."""
     budget = budget_of(opts, found.config(state.config), state.window_id)
     decoded = found.items()
 
@@ -177,12 +234,13 @@ def build_messages(
     choice = _with_question(pick, _question(usable, derived, opts), pinned_need, budget, cost)
     ordered = messages.arrange(members(choice.pinned + choice.chosen), opts.order, relevance)
     payload = _payload(ordered, fmt, opts, state.window_id)
-    logs.built(state.window_id, len(ordered), choice.used)
     omitted = sorted(choice.omitted + incomplete, key=_seq_of(window_items))
-    yield ScriptCall("event", state.keys, wire.event_args("built", {
+    if not (yield from _built_event(state, {
         "format": fmt, "items_included": str(len(ordered)), "items_excluded": str(len(choice.excluded)),
         "items_omitted": str(len(omitted)), "total_tokens": str(choice.used), "was_compacted": "1" if freed else "0",
-    }))  # fmt: skip
+    }, held)):  # fmt: skip
+        return None
+    logs.built(state.window_id, len(ordered), choice.used)
     dropped = _dropped_newest(state.window_id, window_items, ordered, choice.excluded, budget)
     return BuiltMessages(
         messages=payload,

@@ -164,20 +164,40 @@ def read_for_build(settings: Settings, state: WindowState) -> Plan[wire.ReadRepl
         if known is None and _plain_fits(state):  # nothing cached: the whole window, plainly
             listing = yield from _plain(state, "order")
             found = listing.found
-            found.decoded, found.cached = cache.merge(window, None, found.meta, found.raw, listing.ids) or ([], None)
-            return found
+            return _cached(found, cache.merge(window, None, found.meta, found.raw, listing.ids) or ([], None))
         head = ["build", known.epoch, str(known.seq)] if known is not None else ["build", "", "-1"]
         listing = yield from _read(state, head, tail=[str(known.count)] if known is not None else [])
         found = listing.found
         if listing.status == UNCHANGED and known is not None:
-            found.decoded, found.cached = known.ordered, cache.touch(window, known)
-            return found
+            cache.moving(window, False)  # a quiet window again: builds may start from the cache
+            return _cached(found, (known.ordered, cache.touch(window, known)))
         merged: tuple[list[ContextItem], CachedWindow | None] | None
         if listing.status == APPENDED and known is not None:
             merged = cache.extend(window, known, found.meta, found.raw, listing.ids)
         else:
             merged = cache.merge(window, known, found.meta, found.raw, listing.ids)
         if merged is not None:
-            found.decoded, found.cached = merged
-            return found
+            return _cached(found, merged)
         known = None
+
+
+def _cached(found: wire.ReadReply, merged: tuple[list[ContextItem], CachedWindow | None]) -> wire.ReadReply:
+    """``found`` with its items in build order and the cache entry they are now, which keeps
+    this read's meta and pinned count (``cached_for_build``)."""
+    found.decoded, found.cached = merged
+    if found.cached is not None:
+        found.cached.read = (found.meta, found.pinned)
+    return found
+
+
+def cached_for_build(settings: Settings, state: WindowState) -> tuple[wire.ReadReply, dict[str, str]] | None:
+    """The window as the store's cache holds it, with no call (None when nothing is cached): the
+    read a build may start from, and the meta fields it holds (``Meta.BUILD_INPUTS``), which the
+    build's ``built`` event checks (event.lua); when they moved on, the build reads and runs again."""
+    cache, window = settings.item_cache, state.keys.meta
+    known = cache.known(window)
+    if known is None or known.read is None or cache.moving(window):
+        return None
+    meta, pinned = known.read
+    held = {f: meta.get(f, "") for f in Meta.BUILD_INPUTS}
+    return wire.ReadReply(meta, pinned, [], known.ordered, cache.touch(window, known)), held
