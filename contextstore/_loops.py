@@ -130,3 +130,11 @@ class LoopClients:
     def template(self) -> Any:
         """The client the store was made with (its settings are what every loop uses)."""
         return self._template
+
+
+def loop_error(where: str, exc: RuntimeError) -> ContextStoreError:
+    """The error for a client used from an event loop it is not bound to (``exc``: asyncio's)."""
+    return ContextStoreError(
+        f"the Redis client for {where} cannot be used from this event loop ({exc}); give the store a client "
+        "made on this loop, or use AsyncContextStore.from_url(...), which keeps one client per loop"
+    )

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from . import streams
+from ._loops import loop_error
 from .redis_failures import REDIS_EXCEPTIONS
 from .streams import Deliver, EventBatch, Sleep, StreamCall, StreamPlan
 
@@ -81,7 +82,7 @@ async def aretried(store: AsyncContextStore, call: StreamCall, run: Callable[[],
             started = time.monotonic() if attempt == 1 else started
             delay = store._retry_delay(exc, attempt, call, started)
         except RuntimeError as exc:
-            raise store._loop_error(exc) from exc
+            raise loop_error(store._where, exc) from exc
         await asyncio.sleep(delay)
 
 

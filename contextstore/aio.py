@@ -17,10 +17,9 @@ from typing_extensions import Unpack
 
 from . import _compacting, _listing, _streaming, compactor, streams, turns
 from ._direct import aplain_read
-from ._loops import LoopClients
+from ._loops import LoopClients, loop_error
 from .config import StoreOptions
 from .durability import arun_replicated
-from .errors import ContextStoreError
 from .events import Event, OtherEvent
 from .plans import build as build_plans
 from .plans import compaction as compaction_plans
@@ -92,7 +91,7 @@ class AsyncContextStore(StoreBase):
                 started = time.monotonic() if attempt == 1 else started
                 delay = self._retry_delay(exc, attempt, request, started)
             except RuntimeError as exc:  # a caller's client bound to another (or a closed) loop
-                raise self._loop_error(exc) from exc
+                raise loop_error(self._where, exc) from exc
             await asyncio.sleep(delay)
 
     async def _once(self, request: ScriptCall | PlainRead, current: Any) -> Any:
@@ -105,24 +104,20 @@ class AsyncContextStore(StoreBase):
             return await arun_replicated(current.client, scripts, request, durable)
         return await (current.direct or scripts).arun(request.name, keys, argv)
 
-    def _loop_error(self, exc: RuntimeError) -> ContextStoreError:
-        return ContextStoreError(
-            f"the Redis client for {self._where} cannot be used from this event "
-            f"loop ({exc}); give the store a client made on this loop, or use "
-            "AsyncContextStore.from_url(...), which keeps one client per loop"
-        )
-
     async def window(
         self, window_id: str, *, create: bool = True, **config: Unpack[WindowOptions]
     ) -> AsyncContextWindow:
         """Attach to ``window_id``, creating it with the given config if it does not exist;
-        ``create=False`` raises ``WindowNotFoundError`` for a missing window instead."""
+        ``create=False`` raises ``WindowNotFoundError`` for a missing window instead.
+
+        Only the options passed (not None) are compared with the stored config; a difference
+        raises ``ConfigConflictError``. A new window without limits is a 50-item sliding window;
+        its threshold defaults to 85.0 and its strategy to REMOVE_LOW_PRIORITY."""
         state = await self._run(window_plans.open_window(self._settings, window_id, dict(config), create))
         return AsyncContextWindow(self, state)
 
     def handle(self, window_id: str, **config: Unpack[WindowOptions]) -> AsyncContextWindow:
-        """A handle on ``window_id`` that does no I/O, so it is not awaited (see
-        ``ContextStore.handle``)."""
+        """A handle without I/O (no config check, not awaited): its first mutation creates the window if missing."""
         return AsyncContextWindow(self, window_plans.handle_state(self._settings, window_id, dict(config)))
 
     async def windows(self) -> list[str]:
@@ -130,42 +125,34 @@ class AsyncContextStore(StoreBase):
         return await _listing.awindows(self)
 
     def consume(
-        self,
-        window_ids: str | Sequence[str],
-        group: str,
-        consumer: str,
-        *,
-        block_ms: int | None = None,
-        count: int = 100,
-        claim_after_ms: int = 30_000,
-    ) -> AsyncIterator[EventBatch]:
-        """Batches of the windows' events for a consumer group (see ``ContextStore.consume``);
-        ``async for batch in store.consume(...)``, ``await batch.ack()`` when handled."""
+        self, window_ids: str | Sequence[str], group: str, consumer: str, *, block_ms: int | None = None,
+        count: int = 100, claim_after_ms: int = 30_000,
+    ) -> AsyncIterator[EventBatch]:  # fmt: skip
+        """Batches of the windows' events for ``consumer`` of consumer group ``group`` (made if
+        missing, starting at the oldest event kept): each event goes to one consumer of the
+        group; events another consumer left unacknowledged for ``claim_after_ms`` are handed
+        over. Call ``await batch.ack()`` when handled. ``block_ms``: see ``ContextWindow.events``."""
         group, plan = streams.consumer(
             self._settings.prefix, self._client, window_ids, group, consumer, block_ms, count, claim_after_ms
         )
         return _streaming.abatches(self, group, plan)
 
     async def run_compactor(
-        self,
-        windows: str | Sequence[str] | None = None,
-        *,
-        stop: asyncio.Event | None = None,
-        group: str = compactor.COMPACTOR_GROUP,
-        consumer: str | None = None,
-        lease_ms: int = 120_000,
-        claim_after_ms: int = 30_000,
-        block_ms: int = 1000,
-    ) -> None:
-        """Compact windows in the background until ``stop`` is set (see
-        ``ContextStore.run_compactor``); summaries are awaited, so give the store an async
-        summarizer (``OpenAISummarizer`` has one)."""
+        self, windows: str | Sequence[str] | None = None, *, stop: asyncio.Event | None = None,
+        group: str = compactor.COMPACTOR_GROUP, consumer: str | None = None, lease_ms: int = 120_000,
+        claim_after_ms: int = 30_000, block_ms: int = 1000,
+    ) -> None:  # fmt: skip
+        """Compact windows (None: every window under the prefix) in the background until
+        ``stop`` is set: at ``warn_percent`` with their default strategy, down to 15 points
+        below it, one compactor per window at a time (a lease of ``lease_ms``, longer than your
+        slowest summary). See ``contextstore.compactor``. Summaries are awaited: give the store
+        an async summarizer (``OpenAISummarizer`` has one)."""
         job = compactor.new_job(windows, group, consumer, lease_ms, claim_after_ms, block_ms)
         await _compacting.arun(self, job, stop)
 
     async def close(self) -> None:
-        """Close the clients this store made (one per event loop that used it); a client the
-        caller brought stays open. Every later call raises ``StoreClosedError``."""
+        """Close the clients this store made (the asyncio store makes one per event loop), never a
+        caller's; later calls raise ``StoreClosedError``."""
         self._closed = True
         self._metrics.close()
         await self._loops.close()
@@ -208,7 +195,9 @@ class AsyncContextWindow:
         self, content_or_item: str | ContextItem, *, request_id: str | None = None,
         expect_version: str | None = None, **fields: Unpack[ItemFields],
     ) -> ContextItem:  # fmt: skip
-        """Add one item; returns it as stored (see ``ContextWindow.add``)."""
+        """Add one item; returns it as stored (id, seq, added_at, token_count filled in). Evicts
+        the oldest unpinned item at ``max_items`` and compacts at the token threshold; raises
+        ``ContextWindowFullError`` (window unchanged) if it still cannot fit."""
         entry = [(content_or_item, dict(fields))]
         plan = item_plans.add(self._settings, self._state, entry, request_id, expect_version=expect_version)
         return (await self._timed(plan, self._store._metrics.add_latency)).items[0]
@@ -282,11 +271,14 @@ class AsyncContextWindow:
         return await self._store._run(plan)
 
     async def archived(self, summary_id: str) -> list[ContextItem]:
-        """The items summary ``summary_id`` replaced (see ``ContextWindow.archived``)."""
+        """The items summary ``summary_id`` replaced, as they were, in arrival order ([] once
+        ``archive_ttl_seconds`` passed, or for an id that is no summary)."""
         return await self._store._run(summary_plans.archived(self._state, summary_id))
 
     async def undo_summary(self, summary_id: str, *, request_id: str | None = None) -> int:
-        """Put back what summary ``summary_id`` replaced (see ``ContextWindow.undo_summary``)."""
+        """Put back what summary ``summary_id`` replaced and remove it, atomically; how many
+        items came back. Refused (``ContextWindowFullError``, ``SummaryNotFoundError``,
+        ``DuplicateItemError``) with nothing changed if they no longer fit or cannot come back."""
         return await self._store._run(summary_plans.undo_summary(self._state, summary_id, request_id))
 
     async def build(self, options: BuildOptions | None = None) -> str:
@@ -302,7 +294,8 @@ class AsyncContextWindow:
     async def build_messages(
         self, options: BuildOptions | None = None, format: Literal["openai", "anthropic"] = "openai"
     ) -> list[dict[str, Any]] | dict[str, Any]:
-        """Chat messages within the token budget (see ``ContextWindow.build_messages``)."""
+        """Chat messages within the token budget: a list for OpenAI's ``messages=``, or
+        ``{"system", "messages"}`` for Anthropic's ``messages.create(**built, ...)``."""
         return (await self.build_messages_structured(options, format)).messages
 
     async def build_messages_structured(
@@ -312,13 +305,8 @@ class AsyncContextWindow:
         plan = build_plans.build_messages(self._settings, self._state, options, format)
         return await self._timed(plan, self._store._metrics.build_latency)
 
-    async def plan_compaction(
-        self,
-        strategy: CompactionStrategy | str | None = None,
-        target_percent: float = 70.0,
-        *,
-        query: str | None = None,
-    ) -> CompactionPlan:
+    async def plan_compaction(self, strategy: CompactionStrategy | str | None = None, target_percent: float = 70.0,
+                              *, query: str | None = None) -> CompactionPlan:  # fmt: skip
         """What ``compact()`` would do now (a dry run that changes nothing)."""
         plan = compaction_plans.plan_compaction(self._settings, self._state, strategy, target_percent, query)
         return await self._store._run(plan)
@@ -336,7 +324,9 @@ class AsyncContextWindow:
         await self._store._run(snapshot_plans.restore(self._settings, self._state, snapshot, request_id))
 
     def events(self, since: str | None = None, *, block_ms: int | None = None) -> AsyncIterator[Event | OtherEvent]:
-        """The window's events in order, typed (``ContextWindow.events``): ``async for event in win.events(...)``."""
+        """The window's events in order, typed: after ``since`` (a stream entry id; ``"0"``: the oldest kept; None: only
+        events that come after this call). ``block_ms=None`` yields what is there and stops; ``N`` waits up to N ms for
+        each next event and stops when none came; ``0`` follows the window for ever."""
         plan = streams.follow(self.window_id, self._state.keys.events, since, block_ms)
         return _streaming.avalues(self._store, plan)
 
@@ -349,7 +339,8 @@ class AsyncContextWindow:
         return await self._store._run(window_plans.stats(self._state))
 
     async def configure(self, *, request_id: str | None = None, **changes: Unpack[WindowOptions]) -> WindowConfig:
-        """Change the stored config for every worker, atomically (only the options passed)."""
+        """Change the stored config for every worker, atomically (only the options passed).
+        ``max_tokens=None`` removes the token limit; ``ttl_seconds=None`` the expiry."""
         return await self._store._run(window_plans.configure(self._state, dict(changes), request_id))
 
     async def delete(self, *, request_id: str | None = None) -> bool:

@@ -104,7 +104,7 @@ class ContextStore(StoreBase):
         return ContextWindow(self, self._run(window_plans.open_window(self._settings, window_id, dict(config), create)))
 
     def handle(self, window_id: str, **config: Unpack[WindowOptions]) -> ContextWindow:
-        """A handle without I/O (no config check): its first mutation creates the window if missing."""
+        """A handle without I/O (no config check, not awaited): its first mutation creates the window if missing."""
         return ContextWindow(self, window_plans.handle_state(self._settings, window_id, dict(config)))
 
     def windows(self) -> list[str]:
@@ -149,7 +149,8 @@ class ContextStore(StoreBase):
         _compacting.run(self, job, stop)
 
     def close(self) -> None:
-        """Close the client if this store made it (never a caller's); later calls raise ``StoreClosedError``."""
+        """Close the clients this store made (the asyncio store makes one per event loop), never a
+        caller's; later calls raise ``StoreClosedError``."""
         self._closed = True
         self._metrics.close()
         if self._owns_client:
@@ -291,13 +292,8 @@ class ContextWindow:
         plan = build_plans.build_messages(self._settings, self._state, options, format)
         return self._timed(plan, self._store._metrics.build_latency)
 
-    def plan_compaction(
-        self,
-        strategy: CompactionStrategy | str | None = None,
-        target_percent: float = 70.0,
-        *,
-        query: str | None = None,
-    ) -> CompactionPlan:
+    def plan_compaction(self, strategy: CompactionStrategy | str | None = None, target_percent: float = 70.0,
+                        *, query: str | None = None) -> CompactionPlan:  # fmt: skip
         """What ``compact()`` would do now (a dry run that changes nothing)."""
         return self._run(compaction_plans.plan_compaction(self._settings, self._state, strategy, target_percent, query))
 

@@ -1,11 +1,13 @@
 """The sync and the asyncio API are twins: the same public names with the same signatures (the
-async ones awaitable). The package keeps its shape: a docstring on every public function and
-class, modules of at most ~350 lines, functions of at most ~50."""
+async ones awaitable) and the same docstrings (but for the asyncio wording). The package keeps
+its shape: a docstring on every public function and class, modules of at most ~350 lines,
+functions of at most ~50."""
 
 from __future__ import annotations
 
 import ast
 import inspect
+import re
 from pathlib import Path
 
 import pytest
@@ -66,6 +68,30 @@ def test_same_public_names_and_signatures(sync, aio):
         }
         a_ret = twins.get(a_sig.return_annotation, a_sig.return_annotation).replace("AsyncIterator[", "Iterator[")
         assert s_sig.return_annotation == a_ret, name
+
+
+#: the asyncio twins whose docstring adds a note to the sync one's (what awaiting changes)
+ASYNC_NOTES = {"run_compactor"}  # summaries are awaited: the store wants an async summarizer
+
+
+def said(doc: str | None) -> str:
+    """A docstring without the asyncio wording (``async with``, ``await batch.ack()``), its
+    lines joined: what a twin says."""
+    return " ".join(re.sub(r"\b(async|await) ", "", doc or "").split())
+
+
+@pytest.mark.parametrize(
+    ("sync", "aio"), [(cs.ContextStore, cs.AsyncContextStore), (cs.ContextWindow, cs.AsyncContextWindow)]
+)
+def test_twins_say_the_same(sync, aio):
+    s, a = public(sync), public(aio)
+    for name in sorted(set(s) & set(a) - PROTOCOLS):
+        s_doc, a_doc = said(inspect.getdoc(s[name])), said(inspect.getdoc(a[name]))
+        assert s_doc, f"{sync.__name__}.{name} has no docstring"
+        if name in ASYNC_NOTES:
+            assert a_doc.startswith(s_doc + " ") and len(a_doc) > len(s_doc), f"{aio.__name__}.{name}"
+        else:
+            assert a_doc == s_doc, f"{aio.__name__}.{name} says something else than {sync.__name__}.{name}"
 
 
 def _undocumented(path: Path) -> list[str]:
