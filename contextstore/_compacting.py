@@ -28,7 +28,7 @@ def run(store: ContextStore, job: compactor.CompactorJob, stop: threading.Event 
             stop.wait(job.block_ms / 1000) if stop else time.sleep(job.block_ms / 1000)
             continue
         began = time.monotonic()
-        for delivery in _streaming.values(store, job.consumer_plan(store._settings.prefix, store._client, ids)):
+        for delivery in _streaming.values(store, job.consumer_plan(store._settings.prefix, store._cluster, ids)):
             for window_id, pending in compactor.by_window(delivery).items():
                 if _tend(store, job, window_id):
                     _streaming.run(store, streams.acknowledge(job.group, pending))
@@ -56,7 +56,7 @@ async def arun(store: AsyncContextStore, job: compactor.CompactorJob, stop: asyn
             await _await_stop(stop, job.block_ms / 1000)
             continue
         began = time.monotonic()
-        plan = job.consumer_plan(store._settings.prefix, store._client, ids)
+        plan = job.consumer_plan(store._settings.prefix, store._cluster, ids)
         async for delivery in _streaming.avalues(store, plan):
             for window_id, pending in compactor.by_window(delivery).items():
                 if await _atend(store, job, window_id):

@@ -133,7 +133,7 @@ class AsyncContextStore(StoreBase):
         group; events another consumer left unacknowledged for ``claim_after_ms`` are handed
         over. Call ``await batch.ack()`` when handled. ``block_ms``: see ``ContextWindow.events``."""
         group, plan = streams.consumer(
-            self._settings.prefix, self._client, window_ids, group, consumer, block_ms, count, claim_after_ms
+            self._settings.prefix, self._cluster, window_ids, group, consumer, block_ms, count, claim_after_ms
         )
         return _streaming.abatches(self, group, plan)
 

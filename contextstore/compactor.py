@@ -18,7 +18,6 @@ import os
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from . import streams, wire
 from .config import config_values, creation_config
@@ -62,10 +61,10 @@ class CompactorJob:
     def __post_init__(self) -> None:
         self.token = self.token or f"{self.consumer}/{os.urandom(6).hex()}"
 
-    def consumer_plan(self, prefix: str, client: Any, window_ids: Sequence[str]) -> streams.StreamPlan:
-        """This round's consumer-group plan over ``window_ids``."""
+    def consumer_plan(self, prefix: str, cluster: bool, window_ids: Sequence[str]) -> streams.StreamPlan:
+        """This round's consumer-group plan over ``window_ids`` (``cluster``: the store's client is a cluster's)."""
         return streams.consumer(
-            prefix, client, list(window_ids), self.group, self.consumer, self.block_ms, 100, self.claim_after_ms
+            prefix, cluster, list(window_ids), self.group, self.consumer, self.block_ms, 100, self.claim_after_ms
         )[1]
 
     def due(self, window_id: str, now: float) -> bool:

@@ -236,7 +236,7 @@ def consumer_windows(window_ids: object, keys_of: Any) -> dict[str, str]:
 
 def consumer(
     prefix: str,
-    client: object,
+    cluster: bool,
     window_ids: object,
     group: object,
     name: object,
@@ -244,13 +244,14 @@ def consumer(
     count: object,
     claim_after_ms: object,
 ) -> tuple[str, StreamPlan]:
-    """The checked group name and the plan of ``store.consume`` (arguments checked now)."""
-    from .keys import is_cluster, window_keys
+    """The checked group name and the plan of ``store.consume`` (arguments checked now);
+    ``cluster``: the store's client is a cluster's, whose streams may live in several slots."""
+    from .keys import window_keys
 
     windows = consumer_windows(window_ids, lambda w: window_keys(prefix, w))
     n, claim = int_in("count", count, 1, 10_000), int_in("claim_after_ms", claim_after_ms, 0)
     group = check_name("group", group)
-    one_call = len(windows) == 1 or not is_cluster(client)
+    one_call = len(windows) == 1 or not cluster
     return group, consume(windows, group, check_name("consumer", name), block_ms, n, claim, one_call)
 
 

@@ -126,7 +126,7 @@ class ContextStore(StoreBase):
         group; events another consumer left unacknowledged for ``claim_after_ms`` are handed
         over. Call ``batch.ack()`` when handled. ``block_ms``: see ``ContextWindow.events``."""
         group, plan = streams.consumer(
-            self._settings.prefix, self._client, window_ids, group, consumer, block_ms, count, claim_after_ms
+            self._settings.prefix, self._cluster, window_ids, group, consumer, block_ms, count, claim_after_ms
         )
         return _streaming.batches(self, group, plan)
 

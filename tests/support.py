@@ -286,3 +286,16 @@ def run_processes(target: Any, args_each: list[tuple[Any, ...]], timeout: float 
     for p in procs:
         p.join(timeout)
         assert p.exitcode == 0, f"a worker process exited with {p.exitcode}"
+
+
+def drive(plan: Any, replies: list[Any]) -> tuple[list[Any], Any]:
+    """Run ``plan``, answering its requests with ``replies`` in order: (requests, result)."""
+    sent: list[Any] = []
+    try:
+        request = next(plan)
+        for reply in replies:
+            sent.append(request)
+            request = plan.send(reply)
+    except StopIteration as stop:
+        return sent, stop.value
+    raise AssertionError(f"the plan asked for more than {len(replies)} replies: {request!r}")

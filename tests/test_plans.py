@@ -22,18 +22,7 @@ from contextstore.plans.base import External, ScriptCall, Settings, WindowState
 from contextstore.stored import stored_json
 from contextstore.tokens import resolve_counter
 
-
-def drive(plan: Any, replies: list[Any]) -> tuple[list[Any], Any]:
-    """Run ``plan``, answering its requests with ``replies`` in order: (requests, result)."""
-    sent: list[Any] = []
-    try:
-        request = next(plan)
-        for reply in replies:
-            sent.append(request)
-            request = plan.send(reply)
-    except StopIteration as stop:
-        return sent, stop.value
-    raise AssertionError(f"the plan asked for more than {len(replies)} replies: {request!r}")
+from support import drive
 
 
 def words(text: str) -> int:
