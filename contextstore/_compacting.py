@@ -7,20 +7,16 @@ import asyncio
 import contextlib
 import threading
 import time
-from typing import TYPE_CHECKING
 
 from . import _streaming, compactor, streams
+from ._streaming import AsyncDriver, SyncDriver
 from .errors import ContextStoreError
-
-if TYPE_CHECKING:
-    from .aio import AsyncContextStore
-    from .sync import ContextStore
 
 #: with ``windows=None``, how often the compactor looks for new windows while busy
 REDISCOVER_S = 5.0
 
 
-def run(store: ContextStore, job: compactor.CompactorJob, stop: threading.Event | None) -> None:
+def run(store: SyncDriver, job: compactor.CompactorJob, stop: threading.Event | None) -> None:
     """Compact the job's windows as their events come, until ``stop`` is set."""
     while stop is None or not stop.is_set():
         ids = job.windows or store.windows()
@@ -36,7 +32,7 @@ def run(store: ContextStore, job: compactor.CompactorJob, stop: threading.Event 
                 break
 
 
-def _tend(store: ContextStore, job: compactor.CompactorJob, window_id: str) -> bool:
+def _tend(store: SyncDriver, job: compactor.CompactorJob, window_id: str) -> bool:
     if not job.due(window_id, time.monotonic()):
         return False
     try:
@@ -48,7 +44,7 @@ def _tend(store: ContextStore, job: compactor.CompactorJob, window_id: str) -> b
     return job.handled(window_id, outcome, time.monotonic())
 
 
-async def arun(store: AsyncContextStore, job: compactor.CompactorJob, stop: asyncio.Event | None) -> None:
+async def arun(store: AsyncDriver, job: compactor.CompactorJob, stop: asyncio.Event | None) -> None:
     """The awaited twin of ``run``."""
     while stop is None or not stop.is_set():
         ids = job.windows or await store.windows()
@@ -65,7 +61,7 @@ async def arun(store: AsyncContextStore, job: compactor.CompactorJob, stop: asyn
                 break
 
 
-async def _atend(store: AsyncContextStore, job: compactor.CompactorJob, window_id: str) -> bool:
+async def _atend(store: AsyncDriver, job: compactor.CompactorJob, window_id: str) -> bool:
     if not job.due(window_id, time.monotonic()):
         return False
     try:

@@ -4,16 +4,12 @@ a script call. The sync and asyncio forms differ only in awaiting."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ._streaming import aretried, retried
+from ._streaming import AsyncDriver, SyncDriver, aretried, retried
 from .keys import is_cluster
 from .streams import StreamCall
 from .topology import WINDOW_SCAN_PASSES, Layout, layout_of
-
-if TYPE_CHECKING:
-    from .aio import AsyncContextStore
-    from .sync import ContextStore
 
 #: what ``windows()`` retries, as its log lines name it
 WINDOWS_SCAN = StreamCall("scan", {})
@@ -24,7 +20,7 @@ def _layout(client: Any) -> Layout | None:
     return layout_of(client.execute_command(*_NODES, target_nodes="primaries")) if is_cluster(client) else ()
 
 
-def _passes(store: ContextStore) -> list[str]:
+def _passes(store: SyncDriver) -> list[str]:
     found: set[str] = set()
     client = store._client
     for _ in range(WINDOW_SCAN_PASSES):
@@ -35,7 +31,7 @@ def _passes(store: ContextStore) -> list[str]:
     return sorted(found)
 
 
-def windows(store: ContextStore) -> list[str]:
+def windows(store: SyncDriver) -> list[str]:
     """Sorted ids of every window under the store's prefix (every primary of a cluster)."""
     store._ensure_server()
     return retried(store, WINDOWS_SCAN, lambda: _passes(store))  # type: ignore[no-any-return]
@@ -47,7 +43,7 @@ async def _alayout(client: Any) -> Layout | None:
     return layout_of(await client.execute_command(*_NODES, target_nodes="primaries"))
 
 
-async def _apasses(store: AsyncContextStore, client: Any) -> list[str]:
+async def _apasses(store: AsyncDriver, client: Any) -> list[str]:
     found: set[str] = set()
     for _ in range(WINDOW_SCAN_PASSES):
         before = await _alayout(client)
@@ -57,7 +53,7 @@ async def _apasses(store: AsyncContextStore, client: Any) -> list[str]:
     return sorted(found)
 
 
-async def awindows(store: AsyncContextStore) -> list[str]:
+async def awindows(store: AsyncDriver) -> list[str]:
     """``windows`` for the asyncio store."""
     store._ensure_server()
     client = (await store._loops.current()).client

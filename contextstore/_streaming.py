@@ -6,24 +6,64 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
+from typing import Any, Protocol, TypeVar
 
 from . import streams
-from ._loops import loop_error
+from ._loops import LoopClients, loop_error
+from .plans.base import Plan, Settings
 from .redis_failures import REDIS_EXCEPTIONS
 from .streams import Deliver, EventBatch, Sleep, StreamCall, StreamPlan
 
-if TYPE_CHECKING:
-    from .aio import AsyncContextStore
-    from .sync import ContextStore
+T = TypeVar("T")
+
+
+class Driver(Protocol):
+    """What the loops that drive plans outside a store's own ``_run`` (this module,
+    ``_listing``, ``_compacting``) use of it: ``ContextStore`` and ``AsyncContextStore`` both
+    are one, and these modules import neither."""
+
+    _reached: bool
+
+    @property
+    def _settings(self) -> Settings: ...
+    @property
+    def _cluster(self) -> bool: ...
+    @property
+    def _where(self) -> str: ...
+    @property
+    def _meta_match(self) -> str: ...
+    def _check_open(self) -> None: ...
+    def _ensure_server(self) -> None: ...
+    def _retry_delay(self, exc: Exception, attempt: int, call: Any, started: float) -> float: ...
+    def _window_ids(self, keys: Iterable[bytes | str]) -> set[str]: ...
+
+
+class SyncDriver(Driver, Protocol):
+    """A sync store: its client, and its plans run blocking."""
+
+    @property
+    def _client(self) -> Any: ...
+    def _run(self, plan: Plan[T]) -> T: ...
+    def windows(self) -> list[str]:
+        """The window ids under the store's prefix."""
+
+
+class AsyncDriver(Driver, Protocol):
+    """An asyncio store: one client per event loop, and its plans awaited."""
+
+    @property
+    def _loops(self) -> LoopClients: ...
+    async def _run(self, plan: Plan[T]) -> T: ...
+    async def windows(self) -> list[str]:
+        """The window ids under the store's prefix."""
 
 
 def _ignored(exc: Exception, call: StreamCall) -> bool:
     return any(str(exc).startswith(prefix) for prefix in call.ignore)
 
 
-def retried(store: ContextStore, call: StreamCall, run: Callable[[], Any]) -> Any:
+def retried(store: SyncDriver, call: StreamCall, run: Callable[[], Any]) -> Any:
     """``run()`` under the store's retry policy (``call`` names it and lists the error texts
     that answer None)."""
     store._check_open()
@@ -42,11 +82,11 @@ def retried(store: ContextStore, call: StreamCall, run: Callable[[], Any]) -> An
         time.sleep(delay)
 
 
-def _call(store: ContextStore, call: StreamCall) -> Any:
+def _call(store: SyncDriver, call: StreamCall) -> Any:
     return retried(store, call, lambda: getattr(store._client, call.method)(*call.args, **call.kwargs))
 
 
-def values(store: ContextStore, plan: StreamPlan) -> Iterator[Any]:
+def values(store: SyncDriver, plan: StreamPlan) -> Iterator[Any]:
     """What ``plan`` delivers, running its calls on the sync store."""
     store._ensure_server()
     request = next(plan, None)
@@ -61,12 +101,12 @@ def values(store: ContextStore, plan: StreamPlan) -> Iterator[Any]:
         request = _next(plan, reply)
 
 
-async def _acall(store: AsyncContextStore, call: StreamCall) -> Any:
+async def _acall(store: AsyncDriver, call: StreamCall) -> Any:
     client = (await store._loops.current()).client
     return await aretried(store, call, lambda: getattr(client, call.method)(*call.args, **call.kwargs))
 
 
-async def aretried(store: AsyncContextStore, call: StreamCall, run: Callable[[], Awaitable[Any]]) -> Any:
+async def aretried(store: AsyncDriver, call: StreamCall, run: Callable[[], Awaitable[Any]]) -> Any:
     """``retried`` for the asyncio store; a client bound to another loop is a ContextStoreError."""
     store._check_open()
     attempt, started = 0, 0.0
@@ -86,7 +126,7 @@ async def aretried(store: AsyncContextStore, call: StreamCall, run: Callable[[],
         await asyncio.sleep(delay)
 
 
-async def avalues(store: AsyncContextStore, plan: StreamPlan) -> AsyncIterator[Any]:
+async def avalues(store: AsyncDriver, plan: StreamPlan) -> AsyncIterator[Any]:
     """What ``plan`` delivers, running its calls on the asyncio store."""
     store._ensure_server()
     request = next(plan, None)
@@ -108,26 +148,26 @@ def _next(plan: StreamPlan, reply: Any) -> StreamCall | Sleep | Deliver | None:
         return None
 
 
-def run(store: ContextStore, calls: list[StreamCall]) -> None:
+def run(store: SyncDriver, calls: list[StreamCall]) -> None:
     """Run calls (acknowledgements) on the sync store."""
     for call in calls:
         _call(store, call)
 
 
-async def arun(store: AsyncContextStore, calls: list[StreamCall]) -> None:
+async def arun(store: AsyncDriver, calls: list[StreamCall]) -> None:
     """Run calls (acknowledgements) on the asyncio store."""
     for call in calls:
         await _acall(store, call)
 
 
-def batches(store: ContextStore, group: str, plan: StreamPlan) -> Iterator[EventBatch]:
+def batches(store: SyncDriver, group: str, plan: StreamPlan) -> Iterator[EventBatch]:
     """A consumer group's deliveries as batches whose ``ack()`` acknowledges them."""
     for delivery in values(store, plan):
         calls = streams.acknowledge(group, delivery.pending)
         yield EventBatch(delivery.events, lambda calls=calls: run(store, calls))
 
 
-async def abatches(store: AsyncContextStore, group: str, plan: StreamPlan) -> AsyncIterator[EventBatch]:
+async def abatches(store: AsyncDriver, group: str, plan: StreamPlan) -> AsyncIterator[EventBatch]:
     """The awaited twin of ``batches``."""
     async for delivery in avalues(store, plan):
         calls = streams.acknowledge(group, delivery.pending)

@@ -19,7 +19,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, TypeVar
 
 from . import validate, wire
 from .errors import (
@@ -31,12 +31,67 @@ from .errors import (
     raise_for_reply,
 )
 from .plans import items as item_plans
-from .plans.base import Plan, ScriptCall
+from .plans.base import Plan, ScriptCall, Settings, WindowState
 from .types import ContextItem
 
-if TYPE_CHECKING:
-    from .aio import AsyncContextWindow
-    from .sync import ContextWindow
+T = TypeVar("T")
+
+
+class _Runs(Protocol):
+    """A sync store as a turn uses it: its metrics, and running a plan."""
+
+    @property
+    def _metrics(self) -> Any: ...
+    def _run(self, plan: Plan[T]) -> T: ...
+
+
+class _ARuns(Protocol):
+    """An asyncio store as a turn uses it."""
+
+    @property
+    def _metrics(self) -> Any: ...
+    async def _run(self, plan: Plan[T]) -> T: ...
+
+
+class TurnWindow(Protocol):
+    """What a ``Turn`` uses of its window (a ``ContextWindow``; this module imports none)."""
+
+    @property
+    def _state(self) -> WindowState: ...
+    @property
+    def _settings(self) -> Settings: ...
+    @property
+    def _store(self) -> _Runs: ...
+    @property
+    def window_id(self) -> str:
+        """The window's id."""
+
+    def build(self, *args: Any, **kwargs: Any) -> Any:
+        """The window's ``build``."""
+
+    def build_messages(self, *args: Any, **kwargs: Any) -> Any:
+        """The window's ``build_messages``."""
+
+
+class AsyncTurnWindow(Protocol):
+    """What an ``AsyncTurn`` uses of its ``AsyncContextWindow``."""
+
+    @property
+    def _state(self) -> WindowState: ...
+    @property
+    def _settings(self) -> Settings: ...
+    @property
+    def _store(self) -> _ARuns: ...
+    @property
+    def window_id(self) -> str:
+        """The window's id."""
+
+    async def build(self, *args: Any, **kwargs: Any) -> Any:
+        """The window's ``build``."""
+
+    async def build_messages(self, *args: Any, **kwargs: Any) -> Any:
+        """The window's ``build_messages``."""
+
 
 #: what ``policy`` may be: what a turn does when another one holds the window
 POLICIES = ("reject", "enqueue", "interrupt", "rollback")
@@ -53,7 +108,9 @@ class TurnCore:
     """What a sync and an asyncio turn share: the checked arguments, the plans of its calls
     and what it learned (no I/O here)."""
 
-    def __init__(self, window: Any, policy: str, lease_ms: int, input: Any, owner: str | None) -> None:
+    def __init__(
+        self, window: TurnWindow | AsyncTurnWindow, policy: str, lease_ms: int, input: Any, owner: str | None
+    ) -> None:
         if policy not in POLICIES:
             raise InvalidOptionsError(f"policy must be one of {', '.join(POLICIES)}, not {policy!r}")
         self.lease_ms = validate.int_in("lease_ms", lease_ms, 100, 86_400_000)
@@ -119,7 +176,7 @@ class Turn(TurnCore):
     """A running turn of a ``ContextWindow`` (``with win.turn(...) as turn``): ``token``, the
     ``pending`` inputs it took, the ``items`` it wrote; writes and builds go through it."""
 
-    _window: ContextWindow
+    _window: TurnWindow
 
     def _call(self, plan: Plan[Any]) -> Any:
         try:
@@ -186,7 +243,7 @@ class Turn(TurnCore):
 class AsyncTurn(TurnCore):
     """``Turn`` for an ``AsyncContextWindow`` (``async with win.turn(...) as turn``)."""
 
-    _window: AsyncContextWindow
+    _window: AsyncTurnWindow
 
     async def _call(self, plan: Plan[Any]) -> Any:
         try:
@@ -273,7 +330,7 @@ def status_plan(state: Any) -> Plan[TurnStatus]:
     return TurnStatus(fields["owner"], fields["policy"], now - started, until - now, fields["ids"].split(), pending)
 
 
-def status(window: ContextWindow) -> TurnStatus:
+def status(window: TurnWindow) -> TurnStatus:
     """The running turn of a sync window and its pending inputs (``contextstore show`` prints it)."""
     return window._store._run(status_plan(window._state))
 

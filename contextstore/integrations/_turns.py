@@ -16,15 +16,21 @@ import asyncio
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..aio import AsyncContextWindow
 from ..errors import InvalidOptionsError, TurnLostError
 from ..sync import ContextWindow
 from ..turns import AsyncTurn, Turn
 
-if TYPE_CHECKING:
-    from ._session import SessionWindow
+
+class Session(Protocol):
+    """What a turn needs of a framework's session (``_session.SessionWindow`` is one): the store
+    (matched by identity), the session id and the window its writes go to."""
+
+    store: Any
+    session_id: str
+    window: ContextWindow | AsyncContextWindow
 
 
 class _Running:
@@ -46,17 +52,17 @@ class _Running:
 _RUNNING: ContextVar[dict[tuple[int, str], _Running] | None] = ContextVar("contextstore_turns", default=None)
 
 
-def _key(session: SessionWindow) -> tuple[int, str]:
+def _key(session: Session) -> tuple[int, str]:
     return (id(session.store), session.session_id)
 
 
-def running_turn(session: SessionWindow) -> Turn | AsyncTurn | None:
+def running_turn(session: Session) -> Turn | AsyncTurn | None:
     """The turn this context opened on ``session``'s window (None: writes are plain)."""
     running = (_RUNNING.get() or {}).get(_key(session))
     return running.turn if running else None
 
 
-def refused(session: SessionWindow) -> None:
+def refused(session: Session) -> None:
     """Note that a write of the turn this context runs on ``session``'s window was refused."""
     running = (_RUNNING.get() or {}).get(_key(session))
     if running:
@@ -64,7 +70,7 @@ def refused(session: SessionWindow) -> None:
 
 
 @contextmanager
-def _running(session: SessionWindow, turn: Turn | AsyncTurn) -> Iterator[_Running]:
+def _running(session: Session, turn: Turn | AsyncTurn) -> Iterator[_Running]:
     running = _Running(turn)
     token = _RUNNING.set({**(_RUNNING.get() or {}), _key(session): running})
     try:
@@ -74,7 +80,7 @@ def _running(session: SessionWindow, turn: Turn | AsyncTurn) -> Iterator[_Runnin
 
 
 @contextmanager
-def session_turn(session: SessionWindow, swallows: bool = False, **turn_args: Any) -> Iterator[Turn]:
+def session_turn(session: Session, swallows: bool = False, **turn_args: Any) -> Iterator[Turn]:
     """``with``: the window's turn (``win.turn(**turn_args)``) for the session's writes in this
     context; a sync store only (an asyncio store's turn renews on its event loop: ``aturn``).
     ``swallows``: the framework only logs a write's error, so a write refused after the turn
@@ -88,9 +94,7 @@ def session_turn(session: SessionWindow, swallows: bool = False, **turn_args: An
 
 
 @asynccontextmanager
-async def asession_turn(
-    session: SessionWindow, swallows: bool = False, **turn_args: Any
-) -> AsyncIterator[Turn | AsyncTurn]:
+async def asession_turn(session: Session, swallows: bool = False, **turn_args: Any) -> AsyncIterator[Turn | AsyncTurn]:
     """``async with``: the window's turn for the session's writes in this task (and the tasks it
     starts), on an asyncio store or a sync one (its calls then run in a worker thread);
     ``swallows`` as for ``session_turn``."""
