@@ -17,8 +17,6 @@ from msgspec import UNSET, Meta, UnsetType
 
 from .errors import InvalidOptionsError, ReplicationTimeoutError
 from .layout import (
-    DEFAULT_ARCHIVE_TTL_SECONDS,
-    DEFAULT_WARN_PERCENT,
     MAX_CONTENT_BYTES,
     MAX_EVENTS,
     MAX_ITEM_LIMIT,
@@ -28,12 +26,17 @@ from .layout import (
 )
 from .retry import RetryPolicy
 from .tokens import TokenCounter
-from .types import CompactionStrategy, WindowConfig
+from .types import (
+    DEFAULT_ARCHIVE_TTL_SECONDS,
+    DEFAULT_THRESHOLD,
+    DEFAULT_WARN_PERCENT,
+    CompactionStrategy,
+    WindowConfig,
+)
 from .validate import int_in, unknown_name
 
 #: what a window gets when its creator passes nothing
 DEFAULT_MAX_ITEMS = 50
-DEFAULT_THRESHOLD = 85.0
 DEFAULT_STRATEGY = CompactionStrategy.REMOVE_LOW_PRIORITY
 
 MaxTokens = Annotated[int, Meta(ge=1, le=MAX_TOKENS)]

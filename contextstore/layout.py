@@ -11,7 +11,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import ClassVar
 
-from .types import TYPE_RANKS, CompactionStrategy
+from .types import (
+    DEFAULT_ARCHIVE_TTL_SECONDS,
+    DEFAULT_EVENTS_MAXLEN,
+    DEFAULT_WARN_PERCENT,
+    TYPE_RANKS,
+    CompactionStrategy,
+)
 
 MAX_PRIORITY = 100
 #: largest ``max_tokens`` and ``token_count``
@@ -24,12 +30,8 @@ MAX_ITEM_LIMIT = 100_000
 MAX_CONTENT_BYTES = 512 * 1024 * 1024
 #: the window's event stream is trimmed to about this many entries (``MAXLEN ~``) unless its
 #: ``events_maxlen`` says otherwise; MAX_EVENTS is the largest such bound
-STREAM_MAXLEN = 10_000
+STREAM_MAXLEN = DEFAULT_EVENTS_MAXLEN
 MAX_EVENTS = 10**7
-#: a usage_warning event when a window crosses this share of max_tokens (window ``warn_percent``)
-DEFAULT_WARN_PERCENT = 75.0
-#: how long the items a summary replaced stay in the window's archive (``archive_ttl_seconds``)
-DEFAULT_ARCHIVE_TTL_SECONDS = 86_400
 #: the ``:archive`` field listing when each entry expires: "<summary id>=<server ms> ..."
 ARCHIVE_INDEX = "~expires"
 #: the request log keeps the newest REQUEST_LOG_MAX requests, none older than REQUEST_LOG_TTL_MS

@@ -9,6 +9,13 @@ from typing import Annotated, Any, Literal, TypedDict
 import msgspec
 from msgspec import Meta
 
+#: the defaults of a window's options, owned here (layout.py hands them to the scripts, config.py
+#: to new windows, and the structs below take them)
+DEFAULT_THRESHOLD = 85.0
+DEFAULT_WARN_PERCENT = 75.0
+DEFAULT_EVENTS_MAXLEN = 10_000
+DEFAULT_ARCHIVE_TTL_SECONDS = 86_400
+
 
 class ItemType(str, Enum):
     """What an item is. The rank (``ItemType.rank``) decides its place in a built prompt."""
@@ -204,16 +211,16 @@ class ContextSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     created_at: datetime
     max_tokens: int | None = None
     max_items: int | None = None
-    compaction_threshold: float = 85.0
+    compaction_threshold: float = DEFAULT_THRESHOLD
     default_strategy: CompactionStrategy = CompactionStrategy.REMOVE_LOW_PRIORITY
     ttl_seconds: int | None = None
     items: list[ContextItem] = []
     keep_recent: int = 0
     clear_at_least: int = 0
     clear_exclude_tools: list[str] = []
-    warn_percent: float = 75.0
-    events_maxlen: int = 10_000
-    archive_ttl_seconds: int = 86_400
+    warn_percent: float = DEFAULT_WARN_PERCENT
+    events_maxlen: int = DEFAULT_EVENTS_MAXLEN
+    archive_ttl_seconds: int = DEFAULT_ARCHIVE_TTL_SECONDS
     archive: list[ArchivedSummary] = []
 
 
@@ -254,11 +261,11 @@ class WindowConfig(msgspec.Struct, frozen=True, kw_only=True):
     #: CLEAR_TOOL_RESULTS never clears the results of these tools
     clear_exclude_tools: tuple[str, ...] = ()
     #: a usage_warning event when usage crosses this percent of max_tokens
-    warn_percent: float = 75.0
+    warn_percent: float = DEFAULT_WARN_PERCENT
     #: the event stream is trimmed to about this many entries
-    events_maxlen: int = 10_000
+    events_maxlen: int = DEFAULT_EVENTS_MAXLEN
     #: the items a summary replaced stay in the window's archive this long
-    archive_ttl_seconds: int = 86_400
+    archive_ttl_seconds: int = DEFAULT_ARCHIVE_TTL_SECONDS
 
 
 class WindowOptions(TypedDict, total=False):
