@@ -274,3 +274,59 @@ def test_a_build_after_adds_reads_only_the_added_items_and_grows_its_units(redis
         w.build_structured(opts)
         listed = [m.decode() for m in r.zrange(key(prefix, "grow", "order"), 0, -1)]
         assert [i.id for i in cache.known(meta).ordered] == listed and "ctx-3" not in listed
+
+
+def _script_calls(r) -> int:
+    """Script calls the server has run so far (EVALSHA, FCALL and their read-only forms)."""
+    stats = r.info("commandstats")
+    return sum(int(v["calls"]) for k, v in stats.items() if k in _SCRIPT_STATS)
+
+
+_SCRIPT_STATS = {"cmdstat_evalsha", "cmdstat_evalsha_ro", "cmdstat_fcall", "cmdstat_fcall_ro", "cmdstat_eval"}
+
+
+@pytest.mark.parametrize("asyncio_store", [False, True], ids=["sync", "asyncio"])
+def test_a_build_of_a_window_the_store_holds_as_it_is_is_one_call(redis_url, r, prefix, asyncio_store):
+    """The second build is the `built` event alone; once another store changed the window (an
+    add, a config change), the event is refused, nothing is logged twice, and the build reads."""
+    import asyncio
+
+    def built_events() -> int:
+        return sum(1 for _, f in r.xrange(key(prefix, "one", "events")) if f[b"event"] == b"built")
+
+    async def builds(w) -> list[tuple[list[str], int, int]]:
+        got = w.get("ctx-1")  # the read script loaded (on 6.2 a first EVALSHA meets NOSCRIPT: two calls)
+        await got if asyncio_store else got
+        out = []
+        for change in (None, None, "add", None, "configure"):
+            if change == "add":
+                other.window("one").add("third", type="user_message", role="user")
+            elif change == "configure":
+                other.window("one").configure(max_tokens=12)  # only the newest message fits now
+            before = _script_calls(r)
+            got = w.build_structured(opts)
+            got = await got if asyncio_store else got
+            out.append((got.included_item_ids, _script_calls(r) - before, built_events()))
+        return out
+
+    opts = cs.BuildOptions(reserve_for_response=0)
+    with cs.ContextStore.from_url(redis_url, prefix=prefix) as other:
+        w0 = other.window("one", max_tokens=1000)
+        w0.add("first message", type="user_message", role="user")
+        w0.add("second message", type="user_message", role="user")
+        if asyncio_store:
+
+            async def go():
+                async with cs.AsyncContextStore.from_url(redis_url, prefix=prefix) as s:
+                    return await builds(await s.window("one"))
+
+            seen = asyncio.run(go())
+        else:
+            with cs.ContextStore.from_url(redis_url, prefix=prefix) as s:
+                seen = asyncio.run(builds(s.window("one")))
+    first, again, after_add, quiet, after_config = seen
+    assert again[1] == 1  # the event alone (the first build read, plainly or by script)
+    assert again[0] == first[0] == ["ctx-1", "ctx-2"] and (first[2], again[2]) == (1, 2)
+    assert after_add[0] == ["ctx-1", "ctx-2", "ctx-3"] and after_add[1] == 3 and after_add[2] == 3  # refused event
+    assert quiet[1] == 2  # the window was seen moving: read first, until a read finds it unchanged
+    assert after_config[0] == ["ctx-3"] and after_config[2] == 5  # the new limit, one event per build
