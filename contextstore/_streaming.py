@@ -20,13 +20,15 @@ T = TypeVar("T")
 
 class Driver(Protocol):
     """What the loops that drive plans outside a store's own ``_run`` (this module,
-    ``_listing``, ``_compacting``) use of it: ``ContextStore`` and ``AsyncContextStore`` both
-    are one, and these modules import neither."""
+    ``_listing``, ``_compacting``, and a turn) use of it: ``ContextStore`` and
+    ``AsyncContextStore`` both are one, and these modules import neither."""
 
     _reached: bool
 
     @property
     def _settings(self) -> Settings: ...
+    @property
+    def _metrics(self) -> Any: ...
     @property
     def _cluster(self) -> bool: ...
     @property

@@ -19,9 +19,10 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 from . import validate, wire
+from ._streaming import AsyncDriver, SyncDriver
 from .errors import (
     ContextStoreError,
     InvalidOptionsError,
@@ -34,38 +35,24 @@ from .plans import items as item_plans
 from .plans.base import Plan, ScriptCall, Settings, WindowState
 from .types import ContextItem
 
-T = TypeVar("T")
 
-
-class _Runs(Protocol):
-    """A sync store as a turn uses it: its metrics, and running a plan."""
-
-    @property
-    def _metrics(self) -> Any: ...
-    def _run(self, plan: Plan[T]) -> T: ...
-
-
-class _ARuns(Protocol):
-    """An asyncio store as a turn uses it."""
-
-    @property
-    def _metrics(self) -> Any: ...
-    async def _run(self, plan: Plan[T]) -> T: ...
-
-
-class TurnWindow(Protocol):
-    """What a ``Turn`` uses of its window (a ``ContextWindow``; this module imports none)."""
+class _WindowParts(Protocol):
+    """What both turns use of their window (this module imports no window class)."""
 
     @property
     def _state(self) -> WindowState: ...
     @property
     def _settings(self) -> Settings: ...
     @property
-    def _store(self) -> _Runs: ...
-    @property
     def window_id(self) -> str:
         """The window's id."""
 
+
+class TurnWindow(_WindowParts, Protocol):
+    """What a ``Turn`` uses of its ``ContextWindow``: the store runs its plans."""
+
+    @property
+    def _store(self) -> SyncDriver: ...
     def build(self, *args: Any, **kwargs: Any) -> Any:
         """The window's ``build``."""
 
@@ -73,19 +60,11 @@ class TurnWindow(Protocol):
         """The window's ``build_messages``."""
 
 
-class AsyncTurnWindow(Protocol):
+class AsyncTurnWindow(_WindowParts, Protocol):
     """What an ``AsyncTurn`` uses of its ``AsyncContextWindow``."""
 
     @property
-    def _state(self) -> WindowState: ...
-    @property
-    def _settings(self) -> Settings: ...
-    @property
-    def _store(self) -> _ARuns: ...
-    @property
-    def window_id(self) -> str:
-        """The window's id."""
-
+    def _store(self) -> AsyncDriver: ...
     async def build(self, *args: Any, **kwargs: Any) -> Any:
         """The window's ``build``."""
 
