@@ -26,7 +26,7 @@ from typing import Any
 
 import redis
 
-from contextstore.embedded import find_redis_server
+from contextstore.drivers.embedded import find_redis_server
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -87,7 +87,7 @@ def turn_messages(rng: random.Random, tag: str, tool_every: int = 3) -> list[Msg
 
 
 def encoding() -> Any:
-    from contextstore.tokens import _load_encoding
+    from contextstore.core.tokens import _load_encoding
 
     return _load_encoding("cl100k_base")
 

@@ -18,8 +18,8 @@ import time
 import timeit
 
 import contextstore as cs
+from contextstore.core.wire import Counters
 from contextstore.metrics import Metrics
-from contextstore.wire import Counters
 
 from _common import chat_message, redis_server, summarize, table, versions, write_result
 

@@ -53,7 +53,7 @@ from _common import (
 
 
 def encoding() -> Any:
-    from contextstore.tokens import _load_encoding
+    from contextstore.core.tokens import _load_encoding
 
     return _load_encoding("cl100k_base")
 

@@ -30,8 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import redis
 
 import contextstore as cs
-from contextstore import scripts
-from contextstore.layout import lua_constants
+from contextstore.core.layout import lua_constants
+from contextstore.drivers import scripts
 
 from _common import chat_message, redis_server, server_version, summarize, table
 

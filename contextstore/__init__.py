@@ -7,8 +7,13 @@ share one window safely. See the README and ``docs/``.
 import logging
 
 from . import events as events
-from .aio import AsyncContextStore, AsyncContextWindow
-from .embedded import EmbeddedServer
+from .core.retry import RetryPolicy
+from .core.streams import EventBatch
+from .core.tokens import TiktokenCounter, TokenCounter
+from .core.verify import VerifyReport
+from .drivers.aio import AsyncContextStore, AsyncContextWindow
+from .drivers.embedded import EmbeddedServer
+from .drivers.sync import ContextStore, ContextWindow
 from .errors import (
     BudgetTooSmallError,
     ConfigConflictError,
@@ -39,11 +44,7 @@ from .errors import (
 )
 from .events import Event, OtherEvent
 from .relevance import BM25Scorer, EmbeddingScorer, RelevanceScorer
-from .retry import RetryPolicy
-from .streams import EventBatch
 from .summarize import ExtractiveSummarizer, OpenAISummarizer, Summarizer
-from .sync import ContextStore, ContextWindow
-from .tokens import TiktokenCounter, TokenCounter
 from .turns import AsyncTurn, Turn
 from .types import (
     ArchivedSummary,
@@ -60,7 +61,6 @@ from .types import (
     PlannedItem,
     WindowOptions,
 )
-from .verify import VerifyReport
 
 __version__ = "0.1.0"
 

@@ -9,6 +9,9 @@ add rarely reaches ``compaction_threshold`` and never waits on a model. Events a
 once their window is handled; a window that was busy (another compactor's lease) or failed keeps
 its events pending and is tried again after a back-off (and after ``claim_after_ms`` by any
 compactor of the group).
+
+May import: ``core``, ``plans``, ``types``, ``errors``; no I/O (no redis, asyncio, subprocess or
+HTTP).
 """
 
 from __future__ import annotations
@@ -19,16 +22,16 @@ import socket
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from . import streams, wire
-from .config import config_values, creation_config
+from .core import streams, wire
+from .core.config import config_values, creation_config
+from .core.keys import validate_window_id, window_keys
+from .core.layout import Meta
+from .core.validate import int_in
 from .errors import InvalidOptionsError
-from .keys import validate_window_id, window_keys
-from .layout import Meta
 from .plans.base import Plan, ScriptCall, Settings, WindowState
 from .plans.compaction import compact, has_helper
 from .plans.reads import read
 from .types import CompactionStrategy
-from .validate import int_in
 
 log = logging.getLogger("contextstore")
 

@@ -5,6 +5,8 @@ pickles with its fields (``unit``, ``current``, ``conflicts``, ...), so it cross
 ``multiprocessing`` pools and task queues intact. Below the tree, two tables map what can fail
 to these exceptions: ``SCRIPT_ERRORS`` (the status codes the Lua scripts answer) and
 ``REDIS_ERRORS`` in ``redis_failures.py`` (redis-py's exceptions, with whether a retry may help).
+
+May import: nothing else of contextstore; no I/O (no redis, asyncio, subprocess or HTTP).
 """
 
 from __future__ import annotations

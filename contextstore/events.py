@@ -4,6 +4,8 @@ Every event has ``kind`` (the tag), ``id`` (the stream entry id), ``window_id`` 
 entry's time, from its id). The other fields are those the scripts write (see
 ``docs/observability.md``). ``decode()`` turns one stream entry into its event with one
 reusable conversion; a kind this version does not know becomes an ``OtherEvent``.
+
+May import: ``types``; no I/O (no redis, asyncio, subprocess or HTTP).
 """
 
 from __future__ import annotations

@@ -1,6 +1,9 @@
 """The library's log messages, on ``logging.getLogger("contextstore")``, as the original
 specification words them (the agent id is the window id). Item contents and credentials never
-appear in them."""
+appear in them.
+
+May import: ``types``.
+"""
 
 from __future__ import annotations
 

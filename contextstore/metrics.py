@@ -24,6 +24,8 @@ any later one): the gauges observe every open store's windows, whichever store w
 and whether the application set its provider before or after. A closed store stops reporting
 (its queued latencies are recorded first). Where two open stores report the same window id, the
 counters of the most recent change win.
+
+May import: ``core``.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-from .wire import Counters
+from .core.wire import Counters
 
 METER_NAME = "contextstore"
 FLUSH_AT = 1024  # queued latencies recorded in the caller's thread when no reader collected them

@@ -7,6 +7,8 @@ step, or (another turn running) rejects, enqueues the input, or fences the runni
 refuses it (``TurnLostError``, nothing stored) once the lease ran out or was taken over, and
 renews the lease otherwise. A renewer thread (task) keeps the lease while the turn waits on
 a model; leaving the ``with`` block ends the turn (turn.lua), a crash ends it by expiry.
+
+May import: ``core``, ``plans`` (the driver interface, never a driver), ``types``, ``errors``.
 """
 
 from __future__ import annotations
@@ -21,8 +23,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from . import validate, wire
-from ._streaming import AsyncDriver, SyncDriver
+from .core import validate, wire
 from .errors import (
     ContextStoreError,
     InvalidOptionsError,
@@ -32,27 +33,18 @@ from .errors import (
     raise_for_reply,
 )
 from .plans import items as item_plans
-from .plans.base import Plan, ScriptCall, Settings, WindowState
+from .plans.base import Plan, ScriptCall, WindowState
+from .plans.driver import AsyncDriver, SyncDriver
 from .types import ContextItem
 
 
-class _WindowParts(Protocol):
-    """What both turns use of their window (this module imports no window class)."""
+class TurnWindow(Protocol):
+    """What a ``Turn`` uses of its ``ContextWindow`` (this module imports no window class)."""
 
-    @property
-    def _state(self) -> WindowState: ...
-    @property
-    def _settings(self) -> Settings: ...
     @property
     def window_id(self) -> str:
         """The window's id."""
 
-
-class TurnWindow(_WindowParts, Protocol):
-    """What a ``Turn`` uses of its ``ContextWindow``: the store runs its plans."""
-
-    @property
-    def _store(self) -> SyncDriver: ...
     def build(self, *args: Any, **kwargs: Any) -> Any:
         """The window's ``build``."""
 
@@ -60,11 +52,13 @@ class TurnWindow(_WindowParts, Protocol):
         """The window's ``build_messages``."""
 
 
-class AsyncTurnWindow(_WindowParts, Protocol):
+class AsyncTurnWindow(Protocol):
     """What an ``AsyncTurn`` uses of its ``AsyncContextWindow``."""
 
     @property
-    def _store(self) -> AsyncDriver: ...
+    def window_id(self) -> str:
+        """The window's id."""
+
     async def build(self, *args: Any, **kwargs: Any) -> Any:
         """The window's ``build``."""
 
@@ -88,13 +82,14 @@ class TurnCore:
     and what it learned (no I/O here)."""
 
     def __init__(
-        self, window: TurnWindow | AsyncTurnWindow, policy: str, lease_ms: int, input: Any, owner: str | None
-    ) -> None:
+        self, window: TurnWindow | AsyncTurnWindow, driver: SyncDriver | AsyncDriver, state: WindowState,
+        policy: str, lease_ms: int, input: Any, owner: str | None,
+    ) -> None:  # fmt: skip
         if policy not in POLICIES:
             raise InvalidOptionsError(f"policy must be one of {', '.join(POLICIES)}, not {policy!r}")
         self.lease_ms = validate.int_in("lease_ms", lease_ms, 100, 86_400_000)
         self.owner = validate.request_id(default_owner() if owner is None else owner)
-        self.policy, self._window = policy, window
+        self.policy, self._window, self._driver, self._state = policy, window, driver, state
         self._input = [] if input is None else item_plans.entries(input if isinstance(input, list) else [input])
         #: the turn's fencing token (its writes carry it)
         self.token = secrets.token_hex(16)
@@ -110,13 +105,12 @@ class TurnCore:
 
     def _begin(self) -> Plan[Any]:
         condition = f"b={self.token},{self.policy},{self.lease_ms},{self.owner}"
-        w = self._window
-        return item_plans.add(w._settings, w._state, self._input, turn=condition)
+        return item_plans.add(self._driver.settings, self._state, self._input, turn=condition)
 
     def _write(self, batch: list[Any], take: bool = False, **kw: Any) -> Plan[Any]:
         self._check()
-        w = self._window
-        return item_plans.add(w._settings, w._state, batch, turn=f"t={self.token}" + (" p=1" if take else ""), **kw)
+        condition = f"t={self.token}" + (" p=1" if take else "")
+        return item_plans.add(self._driver.settings, self._state, batch, turn=condition, **kw)
 
     def _took(self, reply: Any, own: int) -> list[ContextItem]:
         """Split an add's items into the pending inputs it took and the call's own."""
@@ -126,10 +120,10 @@ class TurnCore:
         return reply.items[len(taken) :]  # type: ignore[no-any-return]
 
     def _renew_call(self) -> ScriptCall:
-        return ScriptCall("turn", self._window._state.keys, ["renew", self.token, str(self.lease_ms)])
+        return ScriptCall("turn", self._state.keys, ["renew", self.token, str(self.lease_ms)])
 
     def _end_call(self, failed: bool) -> ScriptCall:
-        return ScriptCall("turn", self._window._state.keys, ["end", self.token, "error" if failed else "ok"])
+        return ScriptCall("turn", self._state.keys, ["end", self.token, "error" if failed else "ok"])
 
     def _check(self) -> None:
         if self.lost:
@@ -140,15 +134,14 @@ class TurnCore:
         self.lost = self.lost or not held
 
     def _metric(self, outcome: str) -> None:
-        metrics = self._window._store._metrics
-        metrics.turn_ended(self._window.window_id, (time.monotonic() - self._started) * 1000, outcome)
+        self._driver.metrics.turn_ended(self._window.window_id, (time.monotonic() - self._started) * 1000, outcome)
 
     def _conflict(self, exc: ContextStoreError) -> None:
         """Count a turn conflict (the scripts sent its event); a lost lease is remembered."""
         outcome = _CONFLICTS.get(type(exc))
         self.lost = self.lost or outcome == "lost"
         if outcome:
-            self._window._store._metrics.turn_conflict(self._window.window_id, outcome)
+            self._driver.metrics.turn_conflict(self._window.window_id, outcome)
 
 
 class Turn(TurnCore):
@@ -156,10 +149,11 @@ class Turn(TurnCore):
     ``pending`` inputs it took, the ``items`` it wrote; writes and builds go through it."""
 
     _window: TurnWindow
+    _driver: SyncDriver
 
     def _call(self, plan: Plan[Any]) -> Any:
         try:
-            return self._window._store._run(plan)
+            return self._driver.run(plan)
         except ContextStoreError as exc:
             self._conflict(exc)
             raise
@@ -175,7 +169,7 @@ class Turn(TurnCore):
     def _keep(self) -> None:
         while not self._stop.wait(self.lease_ms / 3000):
             try:
-                raise_for_reply(self._window._store._run(_plan(self._renew_call())))
+                raise_for_reply(self._driver.run(_plan(self._renew_call())))
             except TurnLostError as exc:
                 self._conflict(exc)
                 return
@@ -186,7 +180,7 @@ class Turn(TurnCore):
         self._stop.set()
         self._renewer.join()
         try:
-            self._ended(raise_for_reply(self._window._store._run(_plan(self._end_call(et is not None)))))
+            self._ended(raise_for_reply(self._driver.run(_plan(self._end_call(et is not None)))))
         except ContextStoreError:
             if et is None:
                 raise
@@ -223,10 +217,11 @@ class AsyncTurn(TurnCore):
     """``Turn`` for an ``AsyncContextWindow`` (``async with win.turn(...) as turn``)."""
 
     _window: AsyncTurnWindow
+    _driver: AsyncDriver
 
     async def _call(self, plan: Plan[Any]) -> Any:
         try:
-            return await self._window._store._run(plan)
+            return await self._driver.run(plan)
         except ContextStoreError as exc:
             self._conflict(exc)
             raise
@@ -241,7 +236,7 @@ class AsyncTurn(TurnCore):
         while True:
             await asyncio.sleep(self.lease_ms / 3000)
             try:
-                raise_for_reply(await self._window._store._run(_plan(self._renew_call())))
+                raise_for_reply(await self._driver.run(_plan(self._renew_call())))
             except TurnLostError as exc:
                 self._conflict(exc)
                 return
@@ -251,7 +246,7 @@ class AsyncTurn(TurnCore):
     async def __aexit__(self, et: Any, ev: Any, tb: Any) -> None:
         self._renewer.cancel()
         try:
-            self._ended(raise_for_reply(await self._window._store._run(_plan(self._end_call(et is not None)))))
+            self._ended(raise_for_reply(await self._driver.run(_plan(self._end_call(et is not None)))))
         except ContextStoreError:
             if et is None:
                 raise
@@ -307,11 +302,6 @@ def status_plan(state: Any) -> Plan[TurnStatus]:
         return TurnStatus("", "", 0, 0, [], pending)
     started, until = int(fields["started"]), int(fields["until"])
     return TurnStatus(fields["owner"], fields["policy"], now - started, until - now, fields["ids"].split(), pending)
-
-
-def status(window: TurnWindow) -> TurnStatus:
-    """The running turn of a sync window and its pending inputs (``contextstore show`` prints it)."""
-    return window._store._run(status_plan(window._state))
 
 
 def _plan(call: ScriptCall) -> Plan[Any]:

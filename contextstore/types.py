@@ -1,4 +1,7 @@
-"""Data types of the public API: enums and msgspec Structs. No I/O here."""
+"""Data types of the public API: enums and msgspec Structs.
+
+May import: nothing else of contextstore; no I/O (no redis, asyncio, subprocess or HTTP).
+"""
 
 from __future__ import annotations
 

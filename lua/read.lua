@@ -5,7 +5,7 @@
 --   'fifo' (arrival order), 'order' (build order), 'pinned' (pinned, build order): ARGV[2] the
 --     comma-separated types to keep ('' = all), ARGV[3] keep the last N (-1 = all);
 --   'build' (the read of a build): ARGV[2] the epoch and ARGV[3] the last seq the client holds
---     (contextstore/itemcache.py): JSON is sent only for the items above it at that epoch;
+--     (contextstore/core/itemcache.py): JSON is sent only for the items above it at that epoch;
 --     ARGV[7] the item count the client holds: when the epoch, the seq and the count are all the
 --     window's, the first page replies next = -2 and lists nothing (the client's listing holds);
 --     when only adds happened since (every item the client holds is still there), it replies

@@ -17,7 +17,7 @@ from typing import Any
 import redis
 from redis.crc import key_slot
 
-from contextstore.embedded import find_redis_server
+from contextstore.drivers.embedded import find_redis_server
 
 SLOTS = 16384
 

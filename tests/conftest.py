@@ -17,7 +17,7 @@ import pytest
 import redis
 
 import contextstore as cs
-from contextstore.embedded import find_redis_server
+from contextstore.drivers.embedded import find_redis_server
 
 from support import RedisProcess, SyncProxy, raw_client, redis7_binary, redis_version, testcontainers_url
 

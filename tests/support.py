@@ -24,9 +24,9 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 
 import contextstore as cs
-from contextstore.embedded import find_redis_server
-from contextstore.keys import window_keys
-from contextstore.urls import cluster_url
+from contextstore.core.keys import window_keys
+from contextstore.core.urls import cluster_url
+from contextstore.drivers.embedded import find_redis_server
 
 
 def raw_client(url: str, kind: str = "sync", **options: Any) -> Any:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import pytest
 
 import contextstore as cs
-from contextstore.layout import CLEARED_KEY
+from contextstore.core.layout import CLEARED_KEY
 from contextstore.plans import compaction as compaction_plans
 from contextstore.plans import items as item_plans
 from contextstore.types import HISTORY_TYPES

@@ -11,12 +11,13 @@ from typing import Any
 import pytest
 
 import contextstore as cs
-from contextstore import compactor, streams, topology
+from contextstore import compactor
+from contextstore.core import streams, topology
+from contextstore.core.layout import Meta
+from contextstore.core.streams import Deliver, Sleep, StreamCall
+from contextstore.core.tokens import resolve_counter
 from contextstore.events import ItemAdded, OtherEvent
-from contextstore.layout import Meta
 from contextstore.plans.base import Settings
-from contextstore.streams import Deliver, Sleep, StreamCall
-from contextstore.tokens import resolve_counter
 
 from support import drive
 

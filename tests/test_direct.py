@@ -1,4 +1,4 @@
-"""The direct EVALSHA path (contextstore/_direct.py) used for clients the store makes itself."""
+"""The direct EVALSHA path (contextstore/drivers/direct.py) used for clients the store makes itself."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import redis
 import redis.asyncio
 
 import contextstore as cs
-from contextstore._direct import pack
+from contextstore.drivers.direct import pack
 
 from support import on_cluster
 

@@ -13,7 +13,7 @@ import redis
 from cluster_support import LocalCluster
 
 import contextstore as cs
-from contextstore.retry import RetryPolicy
+from contextstore.core.retry import RetryPolicy
 
 from support import RedisProcess, key, open_store
 

@@ -1,4 +1,4 @@
-"""The facts Python and Lua share have one owner (``contextstore/layout.py``): the scripts see
+"""The facts Python and Lua share have one owner (``contextstore/core/layout.py``): the scripts see
 exactly the generated values, and each script is assembled from the helpers it names."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 import contextstore as cs
-from contextstore import layout, scripts
+from contextstore.core import layout
+from contextstore.drivers import scripts
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -49,7 +50,7 @@ def test_every_script_names_real_helpers_and_is_assembled_with_them(name):
     line = re.search(r"^-- needs: (.*)$", text, re.M)
     assert line and set(line.group(1).split()) <= {*scripts.LIB_NAMES}, f"{name}.lua: {line}"
     source = scripts.sources()[name]
-    assert source.startswith("local KEYS, ARGV = KEYS, ARGV\n-- generated from contextstore/layout.py")
+    assert source.startswith("local KEYS, ARGV = KEYS, ARGV\n-- generated from contextstore/core/layout.py")
     assert source.rstrip().endswith("return run_request(main, KEYS, ARGV)")
     for lib in scripts.needs(text):
         assert f"-- lib/{lib}.lua:" in source

@@ -12,7 +12,7 @@ import pytest
 import redis
 
 import contextstore as cs
-from contextstore.scripts import library
+from contextstore.drivers.scripts import library
 
 from support import (
     RedisProcess,

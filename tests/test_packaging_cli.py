@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import contextstore as cs
-from contextstore import scripts
+from contextstore.drivers import scripts
 
 from support import key, raw_client
 
@@ -49,7 +49,7 @@ def test_installed_wheel_loads_its_lua(tmp_path):
         timeout=300,
     )
     code = (
-        "import sys; sys.path.insert(0, sys.argv[1]); import contextstore.scripts as s; "
+        "import sys; sys.path.insert(0, sys.argv[1]); import contextstore.drivers.scripts as s; "
         "print(s.lua_dir()); print(len(s.sources()))"
     )
     out = subprocess.run(

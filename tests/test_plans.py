@@ -11,16 +11,16 @@ from typing import Any
 import pytest
 
 import contextstore as cs
-from contextstore import wire
-from contextstore.config import config_values, creation_config
-from contextstore.keys import window_keys
-from contextstore.layout import CLEARED_PLACEHOLDER, Meta
+from contextstore.core import wire
+from contextstore.core.config import config_values, creation_config
+from contextstore.core.keys import window_keys
+from contextstore.core.layout import CLEARED_PLACEHOLDER, Meta
+from contextstore.core.stored import stored_json
+from contextstore.core.tokens import resolve_counter
 from contextstore.plans import build as build_plans
 from contextstore.plans import compaction as compaction_plans
 from contextstore.plans import items as item_plans
 from contextstore.plans.base import External, ScriptCall, Settings, WindowState
-from contextstore.stored import stored_json
-from contextstore.tokens import resolve_counter
 
 from support import drive
 

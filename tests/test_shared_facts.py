@@ -7,11 +7,13 @@ import re
 
 import msgspec
 
-from contextstore import events, scripts, wire
-from contextstore.config import ConfigValues, config_values, creation_config
+from contextstore import events
+from contextstore.core import wire
+from contextstore.core.config import ConfigValues, config_values, creation_config
+from contextstore.core.keys import KEY_NAMES
+from contextstore.core.layout import Meta
+from contextstore.drivers import scripts
 from contextstore.errors import SCRIPT_ERRORS
-from contextstore.keys import KEY_NAMES
-from contextstore.layout import Meta
 from contextstore.types import DEFAULT_THRESHOLD, ContextSnapshot, WindowConfig, WindowOptions
 
 #: a Lua string literal passed where a name is expected: fail('CODE' ..., event('kind' ...

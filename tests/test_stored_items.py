@@ -15,7 +15,7 @@ import msgspec
 import redis
 
 import contextstore as cs
-from contextstore.layout import STORED_HEAD
+from contextstore.core.layout import STORED_HEAD
 
 from support import check_invariants, key
 

@@ -220,3 +220,31 @@ def test_show_prints_the_running_turn_and_the_inputs_waiting(sync_store, redis_u
     assert code == 0
     assert re.search(r"turn running for \d+\.\d s by worker-7 \(policy reject, lease \d+\.\d s left, 1 items", out)
     assert "pending input: 'and another thing'" in out
+
+
+def test_turn_status_names_the_running_turn_and_the_inputs_waiting(sync_store, redis_url, prefix):
+    w = sync_store.window("t")
+    assert w.turn_status().owner == "" and w.turn_status().pending == []
+    with w.turn(input=user("q1"), owner="worker-7", lease_ms=20_000) as turn:
+        with pytest.raises(cs.TurnQueuedError), w.turn(policy="enqueue", input=user("q2")):
+            pass
+        status = w.turn_status()
+        assert (status.owner, status.policy, status.item_ids, status.pending) == (
+            "worker-7",
+            "reject",
+            [turn.items[0].id],
+            ["q2"],
+        )
+        assert 0 < status.lease_left_ms <= 20_000 and status.started_ms_ago >= 0
+
+    async def go() -> None:
+        store = cs.AsyncContextStore.from_url(redis_url, prefix=prefix)
+        try:
+            aw = await store.window("t")
+            assert (await aw.turn_status()).owner == ""
+            async with aw.turn(owner="worker-8"):
+                assert (await aw.turn_status()).owner == "worker-8"
+        finally:
+            await store.close()
+
+    run(go())

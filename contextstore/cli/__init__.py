@@ -4,6 +4,9 @@ from a terminal, run the background compactor, the embedded server and the demo.
 Exit codes: 0 success, 1 an error (Redis unreachable, a missing window or item, a broken
 window, a refused operation), 2 a usage error (a bad option, argument or input value). An
 expected failure prints one line on stderr, never a traceback; ``-v`` shows the library's log.
+
+May import: the public package (``contextstore``), ``compactor``, ``turns``, ``render``,
+``relevance``, ``summarize``, ``events``, ``types``, ``errors``; never the drivers.
 """
 
 from __future__ import annotations

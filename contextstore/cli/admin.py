@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from ..embedded import EmbeddedServer
+from .. import EmbeddedServer
 from .app import Env, cli, pass_env
 from .demo import DemoOptions, cmd_demo
 

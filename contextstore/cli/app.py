@@ -18,9 +18,8 @@ from typing import Any, TypeVar
 import click
 import msgspec
 
-from .. import __version__
+from .. import ContextStore, ContextWindow, __version__
 from ..errors import ContextStoreError, WindowNotFoundError
-from ..sync import ContextStore, ContextWindow
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 

@@ -15,9 +15,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from ..embedded import EmbeddedServer
+from .. import ContextStore, ContextWindow, EmbeddedServer
 from ..errors import BudgetTooSmallError, ContextWindowFullError
-from ..sync import ContextStore, ContextWindow
 from ..types import BuildOptions, BuiltMessages
 from .app import EXIT_ERROR, EXIT_OK
 from .views import first_line, plain, stats_view

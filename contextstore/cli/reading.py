@@ -13,7 +13,6 @@ import click
 import msgspec
 from rich.console import Console
 
-from .. import turns
 from ..events import KINDS as EVENT_KINDS
 from ..render.select import build_key
 from ..types import BuildOptions, ItemType
@@ -97,7 +96,7 @@ def show(env: Env, window: str, order: str, types: tuple[str, ...], limit: int |
     if not console.is_terminal:  # piped: as wide as the rows need, never 80 columns
         console, content = Console(width=PIPED_WIDTH), PIPED_CONTENT
     console.print(items_table(found, title=f"{window} ({order} order)", width=console.width, content_width=content))
-    for line in turn_lines(turns.status(win)):
+    for line in turn_lines(win.turn_status()):
         console.print(line, markup=False)
 
 

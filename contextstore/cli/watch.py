@@ -20,7 +20,7 @@ from rich.live import Live
 from rich.panel import Panel
 from rich.text import Text
 
-from ..sync import ContextWindow
+from .. import ContextWindow
 from .app import Env, cli, pass_env, window_argument
 from .reading import kind_filter, kind_options
 from .views import event_line, items_table, plain, stats_view

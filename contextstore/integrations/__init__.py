@@ -11,6 +11,9 @@ Each keeps a framework session in one window (keyed by the session id under the 
 gives back exactly what the framework stored, stores tool calls the way the conversation API
 does (so groups, budgets and compaction never split a call from its results), and creates its
 windows with the explicit limits of ``SESSION_DEFAULTS`` unless told otherwise.
+
+May import: the public package (``contextstore``), ``core``, ``turns``, ``types``, ``errors``;
+never the drivers.
 """
 
 from ._session import SESSION_DEFAULTS, SessionWindow

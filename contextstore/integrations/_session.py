@@ -9,14 +9,13 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-from ..aio import AsyncContextStore, AsyncContextWindow
+from .. import AsyncContextStore, AsyncContextWindow, ContextStore, ContextWindow
+from ..core.layout import CLEARED_KEY
+from ..core.retry import RetryPolicy
+from ..core.validate import is_generated_id
 from ..errors import InvalidOptionsError, ToolCallLinkError, TurnLostError, VersionConflictError
-from ..layout import CLEARED_KEY
-from ..retry import RetryPolicy
-from ..sync import ContextStore, ContextWindow
 from ..turns import Turn
 from ..types import ContextItem
-from ..validate import is_generated_id
 from ._turns import refused, running_turn
 
 T = TypeVar("T")

@@ -18,9 +18,8 @@ from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
 from typing import Any, Protocol
 
-from ..aio import AsyncContextWindow
+from .. import AsyncContextWindow, ContextWindow
 from ..errors import InvalidOptionsError, TurnLostError
-from ..sync import ContextWindow
 from ..turns import AsyncTurn, Turn
 
 

@@ -24,10 +24,9 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from ..aio import AsyncContextStore
+from .. import AsyncContextStore, ContextStore
+from ..core.layout import CLEARED_KEY
 from ..errors import InvalidOptionsError
-from ..layout import CLEARED_KEY
-from ..sync import ContextStore
 from ..types import ContextItem
 from ._session import SessionWindow
 

@@ -25,9 +25,8 @@ from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import Any
 
-from ..aio import AsyncContextStore
-from ..layout import CLEARED_KEY
-from ..sync import ContextStore
+from .. import AsyncContextStore, ContextStore
+from ..core.layout import CLEARED_KEY
 from ..types import ContextItem
 from ._session import SessionWindow
 from ._turns import asession_turn, session_turn

@@ -20,9 +20,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from ..aio import AsyncContextStore
-from ..layout import CLEARED_KEY, MAX_ITEM_LIMIT
-from ..sync import ContextStore
+from .. import AsyncContextStore, ContextStore
+from ..core.layout import CLEARED_KEY, MAX_ITEM_LIMIT
 from ..types import ContextItem
 from ._session import SessionWindow, run_in_thread, stored_as_entry
 

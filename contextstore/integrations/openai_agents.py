@@ -29,10 +29,9 @@ from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
-from ..aio import AsyncContextStore
+from .. import AsyncContextStore, ContextStore
+from ..core.layout import CLEARED_KEY
 from ..errors import VersionConflictError
-from ..layout import CLEARED_KEY
-from ..sync import ContextStore
 from ..types import ContextItem
 from ._session import SessionWindow
 from ._turns import asession_turn

@@ -10,17 +10,17 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from .. import wire
-from ..config import Durability
+from ..core import wire
+from ..core.config import Durability
+from ..core.itemcache import ItemCache
+from ..core.keys import WindowKeys
+from ..core.layout import CLEARED_PLACEHOLDER
+from ..core.retry import RetryPolicy
+from ..core.tokens import TokenCounter
+from ..core.validate import request_id as checked_request_id
 from ..errors import InvalidOptionsError, from_helper
-from ..itemcache import ItemCache
-from ..keys import WindowKeys
-from ..layout import CLEARED_PLACEHOLDER
 from ..render.prompt import cached_count
-from ..retry import RetryPolicy
-from ..tokens import TokenCounter
 from ..types import WindowConfig
-from ..validate import request_id as checked_request_id
 
 T = TypeVar("T")
 

@@ -8,9 +8,10 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, Literal, TypeVar
 
-from .. import logs, wire
+from .. import logs
+from ..core import wire
+from ..core.layout import Meta, window_version
 from ..errors import BudgetTooSmallError, InvalidOptionsError, NoConversationError, raise_for_reply
-from ..layout import Meta, window_version
 from ..render import markdown, messages, prompt
 from ..render.select import RELEVANT_TYPES, Choice, Unit, choose, members, newest_with, ranked_key, units_for
 from ..types import BuildOptions, BuiltContext, BuiltMessages, CompactionStrategy, ContextItem, WindowConfig

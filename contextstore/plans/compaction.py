@@ -6,10 +6,11 @@ from __future__ import annotations
 import logging
 import math
 
-from .. import logs, validate, wire
+from .. import logs
+from ..core import validate, wire
+from ..core.layout import Meta
+from ..core.stored import Entry, entry_digest
 from ..errors import CommitConflict, InvalidOptionsError, StrategyUnavailableError, SummarizerError, raise_for_reply
-from ..layout import Meta
-from ..stored import Entry, entry_digest
 from ..types import HISTORY_TYPES, CompactionPlan, CompactionStrategy, ContextItem, ItemType, PlannedItem
 from .base import Plan, ScriptCall, Settings, WindowState, helper_call, new_request
 from .reads import read

@@ -7,10 +7,11 @@ import logging
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from .. import logs, toolcalls, validate, wire
+from .. import logs
+from ..core import toolcalls, validate, wire
+from ..core.layout import MAX_ITEM_LIMIT
+from ..core.stored import decode_item
 from ..errors import ContextWindowFullError, InvalidItemError, InvalidOptionsError, ToolCallLinkError, raise_for_reply
-from ..layout import MAX_ITEM_LIMIT
-from ..stored import decode_item
 from ..types import ContextItem
 from .base import Plan, ScriptCall, Settings, WindowState, new_request
 from .compaction import COMPACT_CHUNK, compact_for_add

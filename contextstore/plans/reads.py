@@ -22,10 +22,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .. import wire
+from ..core import wire
+from ..core.itemcache import CachedWindow
+from ..core.layout import Meta
 from ..errors import raise_for_reply
-from ..itemcache import CachedWindow
-from ..layout import Meta
 from ..types import ContextItem
 from .base import PlainRead, Plan, ScriptCall, Settings, WindowState
 

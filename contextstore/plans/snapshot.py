@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from .. import validate, wire
-from ..config import config_values, creation_config
+from ..core import validate, wire
+from ..core.config import config_values, creation_config
+from ..core.stored import stored_json
 from ..errors import InvalidItemError, InvalidOptionsError, raise_for_reply
-from ..stored import stored_json
 from ..types import ArchivedSummary, ContextItem, ContextSnapshot, WindowConfig
 from .base import Plan, ScriptCall, Settings, WindowState, new_request
 from .reads import read

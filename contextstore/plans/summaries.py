@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .. import validate, wire
+from ..core import validate, wire
 from ..errors import raise_for_reply
 from ..types import ContextItem
 from .base import Plan, ScriptCall, WindowState, new_request

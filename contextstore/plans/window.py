@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import logs, wire
-from ..config import config_values, creation_config
+from .. import logs
+from ..core import wire
+from ..core.config import config_values, creation_config
+from ..core.keys import validate_window_id, window_keys
+from ..core.layout import Meta, window_version
+from ..core.validate import flag
+from ..core.verify import VerifyReport, inspect_window
 from ..errors import ConfigConflictError, InvalidOptionsError, WindowNotFoundError, raise_for_reply
-from ..keys import validate_window_id, window_keys
-from ..layout import Meta, window_version
 from ..types import ContextWindowStats, ItemType, WindowConfig
-from ..validate import flag
-from ..verify import VerifyReport, inspect_window
 from .base import Plan, ScriptCall, Settings, WindowState, new_request
 from .reads import read
 

@@ -1,7 +1,10 @@
 """Relevance scorers for ``CompactionStrategy.SELECTIVE`` and ``BuildOptions(query=...)``:
 ``BM25Scorer`` (extra ``contextstore[bm25]``) and ``EmbeddingScorer(embed)`` (any embedding
 function; vectors cached in Redis per item). Anything with ``score(query, items) -> list[float]``
-(or an async one) works."""
+(or an async one) works.
+
+May import: ``types``, ``errors``.
+"""
 
 from __future__ import annotations
 

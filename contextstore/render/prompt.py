@@ -13,9 +13,9 @@ from typing import Any
 
 import msgspec
 
-from ..config import checked
+from ..core.config import checked
+from ..core.tokens import TokenCounter
 from ..errors import BudgetTooSmallError, InvalidOptionsError
-from ..tokens import TokenCounter
 from ..types import HISTORY_TYPES, BuildOptions, ContextItem, ItemType
 from .select import CONVERSATION_RANK, Key, build_key, choose, members, ranked_key, units_for
 

@@ -1,6 +1,9 @@
 """Summarizers for ``CompactionStrategy.SUMMARIZE``: ``ExtractiveSummarizer`` (offline,
 deterministic, no model) and ``OpenAISummarizer`` (any OpenAI-compatible chat endpoint, extra
-``contextstore[openai]``). Anything with ``summarize(items) -> str`` (or an async one) works."""
+``contextstore[openai]``). Anything with ``summarize(items) -> str`` (or an async one) works.
+
+May import: ``core``, ``types``, ``errors``; ``OpenAISummarizer`` calls an HTTP endpoint.
+"""
 
 from __future__ import annotations
 

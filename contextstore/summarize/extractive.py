@@ -15,8 +15,8 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 
+from ..core.tokens import TokenCounter, resolve_counter
 from ..errors import InvalidOptionsError
-from ..tokens import TokenCounter, resolve_counter
 from ..types import ContextItem
 from .transcript import calls_text, speaker
 

@@ -13,8 +13,8 @@ import os
 from collections.abc import Generator, Sequence
 from typing import Any
 
+from ..core.tokens import TokenCounter, resolve_counter
 from ..errors import InvalidOptionsError, SummarizerError
-from ..tokens import TokenCounter, resolve_counter
 from ..types import ContextItem
 from .transcript import line
 

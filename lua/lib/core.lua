@@ -1,8 +1,8 @@
 -- lib/core.lua: what every script stands on: its keys, its request, error replies, numbers.
 -- needs: (nothing)
 --
--- A script is assembled by contextstore/scripts.py: the constants generated from
--- contextstore/layout.py, then the lib files the script names in its `needs:` line (and theirs),
+-- A script is assembled by contextstore/drivers/scripts.py: the constants generated from
+-- contextstore/core/layout.py, then the lib files the script names in its `needs:` line (and theirs),
 -- then the script's body as `local function main() ... end`, then `return run_request(main)`.
 --
 -- KEYS (the same fifteen for every script, all under the hash tag {<window_id>}):
@@ -25,7 +25,7 @@
 --   KEYS[15] turn    hash: the running turn's lease and the inputs enqueued for it (lib/turns.lua)
 -- ARGV[1] of every script: the request, "<request id>|<fingerprint>", or "" (no request id).
 --   It is removed from ARGV before the script runs, so a script's own arguments start at ARGV[1].
--- KEYS and ARGV are locals of the assembled script (contextstore/scripts.py): the call's own.
+-- KEYS and ARGV are locals of the assembled script (contextstore/drivers/scripts.py): the call's own.
 -- ARGV[1..N_CONFIG] of every mutating script (after that removal): the caller's config, used only
 --   when the window does not exist yet: max_tokens (0 = none), max_items, item_limit, threshold,
 --   strategy, ttl (0 = none), keep_recent, clear_at_least, clear_exclude (tool names),

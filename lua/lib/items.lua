@@ -27,7 +27,7 @@ end
 -- the server's clock), then the client-encoded body: '{"added_at_us":<µs>,"content":...}'
 -- (role, source_ref, metadata follow when set). Its seq, tokens, priority, type, flags and
 -- group live in :attrs, its pin in :pinned, its id is the hash field. The client puts them
--- together (raw_entry below; contextstore/stored.py decodes it).
+-- together (raw_entry below; contextstore/core/stored.py decodes it).
 
 -- A 0.1 item's body without its group (0.1 spelled it last, `null` or a string; :attrs holds
 -- it now): a `,"group":` inside metadata is never followed by a JSON value and the closing brace.
@@ -55,7 +55,7 @@ local function lean_json(json)
 end
 
 -- An item as the scripts send it: {id, stored JSON, attrs, 1 if pinned else 0}, what each key
--- holds, put together by the client (contextstore/stored.py decode_item), not by the server.
+-- holds, put together by the client (contextstore/core/stored.py decode_item), not by the server.
 local function raw_entry(id, json, attrs, pinned)
   return {id, json, attrs, pinned and 1 or 0}
 end

@@ -49,7 +49,7 @@ local function flush_meta()
   META_DELTA, META_DIRTY = {}, {}
 end
 
--- The one check of a config's values (limits generated from contextstore/layout.py).
+-- The one check of a config's values (limits generated from contextstore/core/layout.py).
 local function valid_config(c)
   return is_int(c.max_tokens, 0, MAX_TOKENS) and is_int(c.item_limit, 1, MAX_ITEM_LIMIT)
     and is_int(c.max_items, 1, c.item_limit) and c.threshold ~= nil and c.threshold > 0

@@ -15,9 +15,9 @@ from typing import Any
 
 import redis.exceptions as rx
 
-from ._direct import conn_args, pack
-from .config import Durability
-from .keys import is_cluster
+from ..core.config import Durability
+from ..core.keys import is_cluster
+from .direct import conn_args, pack
 
 
 def _request(words: list[Any], d: Durability) -> bytes:

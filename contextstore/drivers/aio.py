@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from functools import partial
+from functools import cached_property, partial
 from types import TracebackType
 from typing import Any, Literal, TypeVar
 
@@ -15,24 +15,19 @@ import redis.asyncio.cluster
 import redis.asyncio.retry
 from typing_extensions import Unpack
 
-from . import _compacting, _listing, _streaming, compactor, streams, turns
-from ._direct import aplain_read
-from ._loops import LoopClients, loop_error
-from .config import StoreOptions
-from .durability import arun_replicated
-from .events import Event, OtherEvent
-from .plans import build as build_plans
-from .plans import compaction as compaction_plans
-from .plans import items as item_plans
-from .plans import snapshot as snapshot_plans
-from .plans import summaries as summary_plans
-from .plans import window as window_plans
-from .plans.base import External, PlainRead, Plan, ScriptCall, WindowState
-from .redis_failures import REDIS_EXCEPTIONS
-from .scripts import ScriptRegistry
-from .store import StoreBase
-from .streams import EventBatch
-from .types import (
+from .. import compactor, turns
+from ..core import streams
+from ..core.streams import EventBatch
+from ..core.verify import VerifyReport
+from ..events import Event, OtherEvent
+from ..plans import build as build_plans
+from ..plans import compaction as compaction_plans
+from ..plans import items as item_plans
+from ..plans import snapshot as snapshot_plans
+from ..plans import summaries as summary_plans
+from ..plans import window as window_plans
+from ..plans.base import External, PlainRead, Plan, ScriptCall, WindowState
+from ..types import (
     BuildOptions,
     BuiltContext,
     BuiltMessages,
@@ -45,7 +40,13 @@ from .types import (
     WindowConfig,
     WindowOptions,
 )
-from .verify import VerifyReport
+from . import compacting, listing, streaming
+from .direct import aplain_read
+from .durability import arun_replicated
+from .loops import LoopClients, loop_error
+from .redis_failures import REDIS_EXCEPTIONS
+from .scripts import ScriptRegistry
+from .store import StoreBase
 
 T = TypeVar("T")
 
@@ -58,25 +59,22 @@ class AsyncContextStore(StoreBase):
     _cluster_class = redis.asyncio.cluster.RedisCluster
     _retry_class = redis.asyncio.retry.Retry
 
-    def __init__(self, client: Any, **options: Unpack[StoreOptions]) -> None:
-        super().__init__(client, **options)
-        self._loop_clients: LoopClients | None = None
-
-    @property
+    @cached_property
     def _loops(self) -> LoopClients:
-        if self._loop_clients is None:
-            registry = partial(ScriptRegistry, functions=self._functions)
-            self._loop_clients = LoopClients(self._client, self._owns_client, registry, self._client_factory)
-        return self._loop_clients
+        registry = partial(ScriptRegistry, functions=self._functions)
+        return LoopClients(self._client, self._owns_client, registry, self._client_factory)
 
     async def _run(self, plan: Plan[T]) -> T:
-        self._ensure_server()
+        self._driver.start()
         try:
             request = next(plan)
             while True:
                 request = plan.send(await self._execute(request))
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
+
+    async def _stream_client(self) -> Any:
+        return (await self._loops.current()).client
 
     async def _execute(self, request: ScriptCall | External | PlainRead) -> Any:
         if isinstance(request, External):
@@ -89,7 +87,7 @@ class AsyncContextStore(StoreBase):
             except REDIS_EXCEPTIONS as exc:
                 attempt += 1
                 started = time.monotonic() if attempt == 1 else started
-                delay = self._retry_delay(exc, attempt, request, started)
+                delay = self._driver.retry_delay(exc, attempt, request, started)
             except RuntimeError as exc:  # a caller's client bound to another (or a closed) loop
                 raise loop_error(self._where, exc) from exc
             await asyncio.sleep(delay)
@@ -122,7 +120,7 @@ class AsyncContextStore(StoreBase):
 
     async def windows(self) -> list[str]:
         """Sorted ids of every window under this store's prefix (every primary of a cluster)."""
-        return await _listing.awindows(self)
+        return await listing.awindows(self._driver)
 
     def consume(
         self, window_ids: str | Sequence[str], group: str, consumer: str, *, block_ms: int | None = None,
@@ -135,7 +133,7 @@ class AsyncContextStore(StoreBase):
         group, plan = streams.consumer(
             self._settings.prefix, self._cluster, window_ids, group, consumer, block_ms, count, claim_after_ms
         )
-        return _streaming.abatches(self, group, plan)
+        return streaming.abatches(self._driver, group, plan)
 
     async def run_compactor(
         self, windows: str | Sequence[str] | None = None, *, stop: asyncio.Event | None = None,
@@ -148,7 +146,7 @@ class AsyncContextStore(StoreBase):
         slowest summary). See ``contextstore.compactor``. Summaries are awaited: give the store
         an async summarizer (``OpenAISummarizer`` has one)."""
         job = compactor.new_job(windows, group, consumer, lease_ms, claim_after_ms, block_ms)
-        await _compacting.arun(self, job, stop)
+        await compacting.arun(self._driver, job, stop)
 
     async def close(self) -> None:
         """Close the clients this store made (the asyncio store makes one per event loop), never a
@@ -178,7 +176,12 @@ class AsyncContextWindow:
     def turn(self, *, policy: str = "reject", lease_ms: int = 30_000, input: Any = None,
              owner: str | None = None) -> turns.AsyncTurn:  # fmt: skip
         """A turn lease on the window (``async with win.turn(...) as turn``): see ``contextstore.turns``."""
-        return turns.AsyncTurn(self, policy, lease_ms, input, owner)
+        return turns.AsyncTurn(self, self._store._driver, self._state, policy, lease_ms, input, owner)
+
+    async def turn_status(self) -> turns.TurnStatus:
+        """The window's running turn (``owner`` "" when none holds the lease) and the inputs
+        waiting for a turn (``contextstore show`` prints them)."""
+        return await self._store._run(turns.status_plan(self._state))
 
     @property
     def window_id(self) -> str:
@@ -328,7 +331,7 @@ class AsyncContextWindow:
         events that come after this call). ``block_ms=None`` yields what is there and stops; ``N`` waits up to N ms for
         each next event and stops when none came; ``0`` follows the window for ever."""
         plan = streams.follow(self.window_id, self._state.keys.events, since, block_ms)
-        return _streaming.avalues(self._store, plan)
+        return streaming.avalues(self._store._driver, plan)
 
     async def verify(self) -> VerifyReport:
         """Read every key of the window and report each broken invariant (never writes)."""

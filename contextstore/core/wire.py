@@ -13,9 +13,9 @@ from typing import Any
 
 import msgspec
 
+from ..types import CompactionStrategy, ContextItem, ItemType, PlannedItem, WindowConfig
 from .layout import CLEARED_KEY, Meta
 from .stored import body_json, decode_item
-from .types import CompactionStrategy, ContextItem, ItemType, PlannedItem, WindowConfig
 from .validate import NewItem
 
 Args = list[str | bytes]

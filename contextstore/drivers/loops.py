@@ -20,8 +20,8 @@ from typing import Any
 
 import redis.asyncio
 
-from ._direct import AsyncDirectCall
-from .errors import ContextStoreError
+from ..errors import ContextStoreError
+from .direct import AsyncDirectCall
 
 #: seconds ``close()`` waits for a loop running in another thread to close its client
 CLOSE_TIMEOUT = 10.0

@@ -14,21 +14,19 @@ import redis.cluster
 import redis.retry
 from typing_extensions import Unpack
 
-from . import _compacting, _listing, _streaming, compactor, streams, turns
-from ._direct import DirectCall, plain_read
-from .durability import run_replicated
-from .events import Event, OtherEvent
-from .plans import build as build_plans
-from .plans import compaction as compaction_plans
-from .plans import items as item_plans
-from .plans import snapshot as snapshot_plans
-from .plans import summaries as summary_plans
-from .plans import window as window_plans
-from .plans.base import External, PlainRead, Plan, ScriptCall, WindowState
-from .redis_failures import REDIS_EXCEPTIONS
-from .store import StatField, StoreBase
-from .streams import EventBatch
-from .types import (
+from .. import compactor, turns
+from ..core import streams
+from ..core.streams import EventBatch
+from ..core.verify import VerifyReport
+from ..events import Event, OtherEvent
+from ..plans import build as build_plans
+from ..plans import compaction as compaction_plans
+from ..plans import items as item_plans
+from ..plans import snapshot as snapshot_plans
+from ..plans import summaries as summary_plans
+from ..plans import window as window_plans
+from ..plans.base import External, PlainRead, Plan, ScriptCall, WindowState
+from ..types import (
     BuildOptions,
     BuiltContext,
     BuiltMessages,
@@ -41,7 +39,11 @@ from .types import (
     WindowConfig,
     WindowOptions,
 )
-from .verify import VerifyReport
+from . import compacting, listing, streaming
+from .direct import DirectCall, plain_read
+from .durability import run_replicated
+from .redis_failures import REDIS_EXCEPTIONS
+from .store import StatField, StoreBase
 
 T = TypeVar("T")
 
@@ -64,13 +66,16 @@ class ContextStore(StoreBase):
         return DirectCall.of(self._client, self._owns_client, self._scripts)
 
     def _run(self, plan: Plan[T]) -> T:
-        self._ensure_server()
+        self._driver.start()
         try:
             request = next(plan)
             while True:
                 request = plan.send(self._execute(request))
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
+
+    def _stream_client(self) -> Any:
+        return self._client
 
     def _execute(self, request: ScriptCall | External | PlainRead) -> Any:
         if isinstance(request, External):
@@ -82,7 +87,7 @@ class ContextStore(StoreBase):
             except REDIS_EXCEPTIONS as exc:
                 attempt += 1
                 started = time.monotonic() if attempt == 1 else started
-                delay = self._retry_delay(exc, attempt, request, started)
+                delay = self._driver.retry_delay(exc, attempt, request, started)
             time.sleep(delay)
 
     def _once(self, request: ScriptCall | PlainRead) -> Any:
@@ -109,18 +114,12 @@ class ContextStore(StoreBase):
 
     def windows(self) -> list[str]:
         """Sorted ids of every window under this store's prefix (every primary of a cluster)."""
-        return _listing.windows(self)
+        return listing.windows(self._driver)
 
     def consume(
-        self,
-        window_ids: str | Sequence[str],
-        group: str,
-        consumer: str,
-        *,
-        block_ms: int | None = None,
-        count: int = 100,
-        claim_after_ms: int = 30_000,
-    ) -> Iterator[EventBatch]:
+        self, window_ids: str | Sequence[str], group: str, consumer: str, *, block_ms: int | None = None,
+        count: int = 100, claim_after_ms: int = 30_000,
+    ) -> Iterator[EventBatch]:  # fmt: skip
         """Batches of the windows' events for ``consumer`` of consumer group ``group`` (made if
         missing, starting at the oldest event kept): each event goes to one consumer of the
         group; events another consumer left unacknowledged for ``claim_after_ms`` are handed
@@ -128,25 +127,19 @@ class ContextStore(StoreBase):
         group, plan = streams.consumer(
             self._settings.prefix, self._cluster, window_ids, group, consumer, block_ms, count, claim_after_ms
         )
-        return _streaming.batches(self, group, plan)
+        return streaming.batches(self._driver, group, plan)
 
     def run_compactor(
-        self,
-        windows: str | Sequence[str] | None = None,
-        *,
-        stop: threading.Event | None = None,
-        group: str = compactor.COMPACTOR_GROUP,
-        consumer: str | None = None,
-        lease_ms: int = 120_000,
-        claim_after_ms: int = 30_000,
-        block_ms: int = 1000,
-    ) -> None:
+        self, windows: str | Sequence[str] | None = None, *, stop: threading.Event | None = None,
+        group: str = compactor.COMPACTOR_GROUP, consumer: str | None = None, lease_ms: int = 120_000,
+        claim_after_ms: int = 30_000, block_ms: int = 1000,
+    ) -> None:  # fmt: skip
         """Compact windows (None: every window under the prefix) in the background until
         ``stop`` is set: at ``warn_percent`` with their default strategy, down to 15 points
         below it, one compactor per window at a time (a lease of ``lease_ms``, longer than your
         slowest summary). See ``contextstore.compactor``."""
         job = compactor.new_job(windows, group, consumer, lease_ms, claim_after_ms, block_ms)
-        _compacting.run(self, job, stop)
+        compacting.run(self._driver, job, stop)
 
     def close(self) -> None:
         """Close the clients this store made (the asyncio store makes one per event loop), never a
@@ -313,7 +306,9 @@ class ContextWindow:
         """The window's events in order, typed: after ``since`` (a stream entry id; ``"0"``: the oldest kept; None: only
         events that come after this call). ``block_ms=None`` yields what is there and stops; ``N`` waits up to N ms for
         each next event and stops when none came; ``0`` follows the window for ever."""
-        return _streaming.values(self._store, streams.follow(self.window_id, self._state.keys.events, since, block_ms))
+        return streaming.values(
+            self._store._driver, streams.follow(self.window_id, self._state.keys.events, since, block_ms)
+        )
 
     def verify(self) -> VerifyReport:
         """Read every key of the window and report each broken invariant (never writes)."""
@@ -335,7 +330,12 @@ class ContextWindow:
     def turn(self, *, policy: str = "reject", lease_ms: int = 30_000, input: Any = None,
              owner: str | None = None) -> turns.Turn:  # fmt: skip
         """A turn lease on the window (``with win.turn(...) as turn``): see ``contextstore.turns``."""
-        return turns.Turn(self, policy, lease_ms, input, owner)
+        return turns.Turn(self, self._store._driver, self._state, policy, lease_ms, input, owner)
+
+    def turn_status(self) -> turns.TurnStatus:
+        """The window's running turn (``owner`` "" when none holds the lease) and the inputs
+        waiting for a turn (``contextstore show`` prints them)."""
+        return self._run(turns.status_plan(self._state))
 
     @property
     def window_id(self) -> str:

@@ -13,8 +13,8 @@ from typing import Any
 
 import msgspec
 
-from .errors import InvalidItemError, ToolCallLinkError
-from .types import ItemType
+from ..errors import InvalidItemError, ToolCallLinkError
+from ..types import ItemType
 
 _ID = re.compile(r"\S{1,128}")
 _NAME = re.compile(r"[A-Za-z0-9_.:-]{1,128}")

@@ -1,4 +1,4 @@
-"""``store.windows()``: SCAN every primary for the windows' meta keys, and scan again while a
+"""``listing.windows(driver)``: SCAN every primary for the windows' meta keys, and scan again while a
 cluster's slots move (``topology.py``); a failed pass is retried under the store's policy, like
 a script call. The sync and asyncio forms differ only in awaiting."""
 
@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._streaming import AsyncDriver, SyncDriver, aretried, retried
-from .keys import is_cluster
-from .streams import StreamCall
-from .topology import WINDOW_SCAN_PASSES, Layout, layout_of
+from ..core.keys import is_cluster
+from ..core.streams import StreamCall
+from ..core.topology import WINDOW_SCAN_PASSES, Layout, layout_of
+from ..plans.driver import AsyncDriver, SyncDriver
+from .streaming import aretried, retried
 
 #: what ``windows()`` retries, as its log lines name it
 WINDOWS_SCAN = StreamCall("scan", {})
@@ -20,21 +21,21 @@ def _layout(client: Any) -> Layout | None:
     return layout_of(client.execute_command(*_NODES, target_nodes="primaries")) if is_cluster(client) else ()
 
 
-def _passes(store: SyncDriver) -> list[str]:
+def _passes(driver: SyncDriver) -> list[str]:
     found: set[str] = set()
-    client = store._client
+    client = driver.client()
     for _ in range(WINDOW_SCAN_PASSES):
         before = _layout(client)
-        found.update(store._window_ids(client.scan_iter(match=store._meta_match, count=1000)))
+        found.update(driver.window_ids(client.scan_iter(match=driver.meta_match, count=1000)))
         if before is not None and before == _layout(client):
             break
     return sorted(found)
 
 
-def windows(store: SyncDriver) -> list[str]:
+def windows(driver: SyncDriver) -> list[str]:
     """Sorted ids of every window under the store's prefix (every primary of a cluster)."""
-    store._ensure_server()
-    return retried(store, WINDOWS_SCAN, lambda: _passes(store))  # type: ignore[no-any-return]
+    driver.start()
+    return retried(driver, WINDOWS_SCAN, lambda: _passes(driver))  # type: ignore[no-any-return]
 
 
 async def _alayout(client: Any) -> Layout | None:
@@ -43,18 +44,18 @@ async def _alayout(client: Any) -> Layout | None:
     return layout_of(await client.execute_command(*_NODES, target_nodes="primaries"))
 
 
-async def _apasses(store: AsyncDriver, client: Any) -> list[str]:
+async def _apasses(driver: AsyncDriver, client: Any) -> list[str]:
     found: set[str] = set()
     for _ in range(WINDOW_SCAN_PASSES):
         before = await _alayout(client)
-        found.update(store._window_ids([k async for k in client.scan_iter(match=store._meta_match, count=1000)]))
+        found.update(driver.window_ids([k async for k in client.scan_iter(match=driver.meta_match, count=1000)]))
         if before is not None and before == await _alayout(client):
             break
     return sorted(found)
 
 
-async def awindows(store: AsyncDriver) -> list[str]:
+async def awindows(driver: AsyncDriver) -> list[str]:
     """``windows`` for the asyncio store."""
-    store._ensure_server()
-    client = (await store._loops.current()).client
-    return await aretried(store, WINDOWS_SCAN, lambda: _apasses(store, client))  # type: ignore[no-any-return]
+    driver.start()
+    client = await driver.client()
+    return await aretried(driver, WINDOWS_SCAN, lambda: _apasses(driver, client))  # type: ignore[no-any-return]

@@ -12,10 +12,10 @@ from typing import Any
 
 import msgspec
 
+from ..errors import ContextStoreError, InvalidItemError, InvalidOptionsError
+from ..types import ROLE_TYPES, ContextItem, ItemType
 from . import toolcalls
-from .errors import ContextStoreError, InvalidItemError, InvalidOptionsError
 from .layout import CLEARED_KEY, MAX_PRIORITY
-from .types import ROLE_TYPES, ContextItem, ItemType
 
 MAX_CALLER_ID = 128
 #: the keywords of ``add()`` and of an ``add_many`` dict besides ``content``

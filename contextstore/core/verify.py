@@ -12,8 +12,8 @@ from typing import Any
 
 import msgspec
 
+from ..types import TYPE_RANKS
 from .layout import ATTRS_FIELDS, CLEARED_KEY, Meta
-from .types import TYPE_RANKS
 
 _TYPES = {t.value for t in TYPE_RANKS}
 #: what an item's stored JSON may hold (stored.py); the rest is in :attrs, :pinned, the hash field

@@ -26,9 +26,9 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
+from ..types import ContextItem
 from .layout import Meta
 from .stored import decode_item
-from .types import ContextItem
 
 #: content bytes a store caches by default (across its windows)
 DEFAULT_CACHE_BYTES = 64 * 1024 * 1024

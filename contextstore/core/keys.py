@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-from .errors import InvalidWindowIdError
+from ..errors import InvalidWindowIdError
 
 _ID_RE = re.compile(r"[A-Za-z0-9._\-:@/+=]{1,200}")
 MAX_WINDOW_ID = 200

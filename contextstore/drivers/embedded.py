@@ -23,7 +23,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from .errors import StoreUnavailableError
+from ..errors import StoreUnavailableError
 
 _SOCKET_MAX = 100  # sun_path is 108 bytes on Linux, 104 on macOS
 

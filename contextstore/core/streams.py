@@ -16,8 +16,8 @@ from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import InvalidOptionsError
-from .events import Event, OtherEvent, decode
+from ..errors import InvalidOptionsError
+from ..events import Event, OtherEvent, decode
 from .validate import int_in
 
 _NAME = re.compile(r"[A-Za-z0-9._\-:@/+=]{1,128}")

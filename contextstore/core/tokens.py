@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 from functools import lru_cache
 from typing import Any, Protocol, runtime_checkable
 
-from .errors import InvalidOptionsError
+from ..errors import InvalidOptionsError
 
 
 @runtime_checkable

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import ClassVar
 
-from .types import (
+from ..types import (
     DEFAULT_ARCHIVE_TTL_SECONDS,
     DEFAULT_EVENTS_MAXLEN,
     DEFAULT_WARN_PERCENT,
@@ -82,7 +82,7 @@ class Meta:
     #: changes whenever a stored item changes in place or items come back with seqs already handed
     #: out (pin, priority, cleared result, summary, undo, restore, a new lifetime), and with a config
     #: change: what a client caches of the items and config is good while the epoch stays
-    #: (contextstore/itemcache.py)
+    #: (contextstore/core/itemcache.py)
     EPOCH = "epoch"
     #: calls that removed items by hand (remove, pop): a replayed add whose items are all gone
     #: runs again when one came since its record (lib/requests.lua), not after an eviction
@@ -138,7 +138,7 @@ def lua_constants() -> str:
     server_side = {s.value: True for s in CompactionStrategy if s.server_side}
     return "\n".join(
         [
-            "-- generated from contextstore/layout.py when the scripts are loaded: do not edit",
+            "-- generated from contextstore/core/layout.py when the scripts are loaded: do not edit",
             f"local RANK = {_lua_table({t.value: r for t, r in TYPE_RANKS.items()})}",
             f"local STRATEGIES = {_lua_table({s.value: True for s in CompactionStrategy})}",
             f"local SERVER_SIDE = {_lua_table(server_side)}",

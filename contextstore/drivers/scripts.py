@@ -25,9 +25,9 @@ from typing import Any
 
 import redis.exceptions as rx
 
-from .errors import ContextStoreError
-from .keys import is_cluster
-from .layout import lua_constants
+from ..core.keys import is_cluster
+from ..core.layout import lua_constants
+from ..errors import ContextStoreError
 
 SCRIPT_NAMES = (
     "add", "remove", "pin", "priority", "clear", "compact", "commit", "restore",
@@ -44,7 +44,7 @@ def lua_dir() -> Path:
     packaged = resources.files("contextstore").joinpath("lua")
     if packaged.is_dir():
         return Path(str(packaged))
-    source = Path(__file__).resolve().parent.parent / "lua"
+    source = Path(__file__).resolve().parents[2] / "lua"
     if source.is_dir():
         return source
     raise ContextStoreError("contextstore's Lua scripts are missing from this installation")

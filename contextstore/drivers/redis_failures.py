@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import redis.exceptions as rx
 
-from .errors import ContextStoreError, PermissionDeniedError, StoreOutOfMemoryError, StoreUnavailableError
+from ..errors import ContextStoreError, PermissionDeniedError, StoreOutOfMemoryError, StoreUnavailableError
 
 
 def _is_oom(exc: BaseException) -> bool:

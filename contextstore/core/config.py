@@ -15,24 +15,17 @@ from typing import Annotated, Any, TypedDict
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
-from .errors import InvalidOptionsError, ReplicationTimeoutError
-from .layout import (
-    MAX_CONTENT_BYTES,
-    MAX_EVENTS,
-    MAX_ITEM_LIMIT,
-    MAX_TOKENS,
-    MAX_TTL_SECONDS,
-    STREAM_MAXLEN,
-)
-from .retry import RetryPolicy
-from .tokens import TokenCounter
-from .types import (
+from ..errors import InvalidOptionsError, ReplicationTimeoutError
+from ..types import (
     DEFAULT_ARCHIVE_TTL_SECONDS,
     DEFAULT_THRESHOLD,
     DEFAULT_WARN_PERCENT,
     CompactionStrategy,
     WindowConfig,
 )
+from .layout import MAX_CONTENT_BYTES, MAX_EVENTS, MAX_ITEM_LIMIT, MAX_TOKENS, MAX_TTL_SECONDS, STREAM_MAXLEN
+from .retry import RetryPolicy
+from .tokens import TokenCounter
 from .validate import int_in, unknown_name
 
 #: what a window gets when its creator passes nothing

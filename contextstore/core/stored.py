@@ -19,9 +19,9 @@ from typing import Any
 
 import msgspec
 
-from .errors import CorruptWindowError
+from ..errors import CorruptWindowError
+from ..types import ContextItem, ItemType
 from .layout import STORED_HEAD
-from .types import ContextItem, ItemType
 from .validate import NewItem
 
 _encoder = msgspec.json.Encoder()

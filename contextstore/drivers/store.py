@@ -12,20 +12,20 @@ from typing import Any, ClassVar, Generic, TypeVar, overload
 
 from typing_extensions import Unpack
 
-from .config import StoreLimits, StoreOptions, checked, durability_of
+from ..core.config import StoreLimits, StoreOptions, checked, durability_of
+from ..core.keys import is_cluster, meta_pattern, validate_window_id, window_id_from_meta_key, window_id_of
+from ..core.retry import RetryPolicy
+from ..core.streams import StreamCall
+from ..core.tokens import resolve_counter
+from ..core.urls import cluster_url, describe_client, redact_url, scrub
+from ..core.validate import known_names
+from ..core.wire import unwrap_mutation
+from ..errors import InvalidOptionsError, StoreClosedError
+from ..metrics import Metrics
+from ..plans.base import PlainRead, Plan, ScriptCall, Settings
 from .embedded import EmbeddedServer
-from .errors import InvalidOptionsError, StoreClosedError
-from .keys import is_cluster, meta_pattern, validate_window_id, window_id_from_meta_key, window_id_of
-from .metrics import Metrics
-from .plans.base import PlainRead, ScriptCall, Settings
 from .redis_failures import REDIS_EXCEPTIONS, from_redis, is_refusal, is_retryable
-from .retry import RetryPolicy
 from .scripts import ScriptRegistry
-from .streams import StreamCall
-from .tokens import resolve_counter
-from .urls import cluster_url, describe_client, redact_url, scrub
-from .validate import known_names
-from .wire import unwrap_mutation
 
 S = TypeVar("S", bound="StoreBase")
 T = TypeVar("T")
@@ -82,6 +82,7 @@ class StoreBase:
         self._settings.plain_reads = not self._cluster
         self._reached = False  # a call has succeeded: from then on, failures are retried
         self._closed = False
+        self._driver = StoreDriver(self)
 
     @classmethod
     def _owning(cls: type[S], client: Any, where: str, server: EmbeddedServer | None, options: StoreOptions) -> S:
@@ -132,42 +133,13 @@ class StoreBase:
         url = os.environ.get("CONTEXTSTORE_URL")
         return cls.from_url(url, **options) if url else cls.embedded(**options)
 
-    def _retry_delay(
-        self, exc: Exception, attempt: int, call: ScriptCall | StreamCall | PlainRead, started: float
-    ) -> float:
-        """Seconds to wait before sending ``call`` again after its ``attempt``-th failure (the
-        first at ``started``), or raise the mapped error when ``exc`` is not retryable or the
-        attempts or the policy's deadline are spent."""
-        policy = self._settings.retry
-        if policy is None or not is_retryable(exc):
-            raise from_redis(exc, self._where) from exc
-        if not self._reached and is_refusal(exc, self._cluster):  # nothing listens there: no use waiting
-            raise from_redis(exc, self._where) from exc
-        delay = policy.next_delay(attempt, started)
-        if delay is None:
-            if attempt > 1:  # retries are routine (DEBUG); giving up is worth one WARNING
-                log.warning(
-                    "gave up on %s on %s after %d attempts: %s: %s",
-                    _name(call),
-                    self._where,
-                    attempt,
-                    type(exc).__name__,
-                    exc,
-                )
-            raise from_redis(exc, self._where) from exc
-        if attempt == 1:  # once per call: what it waits for (the CLI shows this line)
-            log.info("waiting for Redis at %s (%s: %s)", self._where, type(exc).__name__, exc)
-        log.debug(
-            "retrying %s on %s in %.3fs (attempt %d of %d failed: %s: %s)",
-            _name(call),
-            self._where,
-            delay,
-            attempt,
-            policy.attempts,
-            type(exc).__name__,
-            exc,
-        )
-        return delay
+    def _run(self, plan: Plan[Any]) -> Any:
+        """Run ``plan``: the sync store blocks, the asyncio one returns a coroutine."""
+        raise NotImplementedError
+
+    def _stream_client(self) -> Any:
+        """The client stream commands go to (the asyncio store's: a coroutine)."""
+        raise NotImplementedError
 
     def _durable(self, call: ScriptCall) -> Any:
         """The durability a call waits for: the store's, for a mutation; None for a read."""
@@ -182,33 +154,112 @@ class StoreBase:
         self._metrics.changed(window_id_of(call.keys), counters)
         return inner
 
-    def _check_open(self) -> None:
-        """Raise ``StoreClosedError`` once ``close()`` was called."""
-        if self._closed:
-            raise StoreClosedError(f"the store of {self._where} is closed")
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._where}, prefix={self._settings.prefix!r})"
 
-    def _ensure_server(self) -> None:
-        """Before any I/O: refuse a closed store, and start the embedded server if it is ours."""
-        self._check_open()
-        if self._server is not None and not self._server.started_here:
-            self._server.ensure_running()  # blocking, once per process
+
+class StoreDriver:
+    """A store as the driver interface of ``plans.driver`` sees it: what the loops outside the
+    store (streams, listing, the compactor, turns) use, under public names. The store's own
+    plan loops use it too: retries, the closed check and the embedded server live here."""
+
+    def __init__(self, store: StoreBase) -> None:
+        self._store = store
 
     @property
-    def _meta_match(self) -> str:
-        """The SCAN pattern of this store's windows' meta keys."""
-        return meta_pattern(self._settings.prefix)
+    def settings(self) -> Settings:
+        """The store's settings."""
+        return self._store._settings
 
-    def _window_ids(self, keys: Iterable[bytes | str]) -> set[str]:
+    @property
+    def metrics(self) -> Metrics:
+        """The store's metrics."""
+        return self._store._metrics
+
+    @property
+    def cluster(self) -> bool:
+        """Whether the store's client is a Redis Cluster client."""
+        return self._store._cluster
+
+    @property
+    def where(self) -> str:
+        """The server, named without its password."""
+        return self._store._where
+
+    def run(self, plan: Plan[Any]) -> Any:
+        """Run ``plan`` on the store (blocking, or a coroutine to await)."""
+        return self._store._run(plan)
+
+    def client(self) -> Any:
+        """The client stream commands go to (for the asyncio store, a coroutine)."""
+        return self._store._stream_client()
+
+    def reached(self) -> None:
+        """Note that a call succeeded: from then on, failures are retried."""
+        self._store._reached = True
+
+    def retry_delay(
+        self, exc: Exception, attempt: int, call: ScriptCall | StreamCall | PlainRead, started: float
+    ) -> float:
+        """Seconds to wait before sending ``call`` again after its ``attempt``-th failure (the
+        first at ``started``), or raise the mapped error when ``exc`` is not retryable or the
+        attempts or the policy's deadline are spent."""
+        store = self._store
+        policy = store._settings.retry
+        if policy is None or not is_retryable(exc):
+            raise from_redis(exc, store._where) from exc
+        if not store._reached and is_refusal(exc, store._cluster):  # nothing listens there: no use waiting
+            raise from_redis(exc, store._where) from exc
+        delay = policy.next_delay(attempt, started)
+        if delay is None:
+            if attempt > 1:  # retries are routine (DEBUG); giving up is worth one WARNING
+                log.warning(
+                    "gave up on %s on %s after %d attempts: %s: %s",
+                    _name(call),
+                    store._where,
+                    attempt,
+                    type(exc).__name__,
+                    exc,
+                )
+            raise from_redis(exc, store._where) from exc
+        if attempt == 1:  # once per call: what it waits for (the CLI shows this line)
+            log.info("waiting for Redis at %s (%s: %s)", store._where, type(exc).__name__, exc)
+        log.debug(
+            "retrying %s on %s in %.3fs (attempt %d of %d failed: %s: %s)",
+            _name(call),
+            store._where,
+            delay,
+            attempt,
+            policy.attempts,
+            type(exc).__name__,
+            exc,
+        )
+        return delay
+
+    def check_open(self) -> None:
+        """Raise ``StoreClosedError`` once ``close()`` was called."""
+        if self._store._closed:
+            raise StoreClosedError(f"the store of {self._store._where} is closed")
+
+    def start(self) -> None:
+        """Before any I/O: refuse a closed store, and start the embedded server if it is ours."""
+        self.check_open()
+        if self._store._server is not None and not self._store._server.started_here:
+            self._store._server.ensure_running()  # blocking, once per process
+
+    @property
+    def meta_match(self) -> str:
+        """The SCAN pattern of this store's windows' meta keys."""
+        return meta_pattern(self._store._settings.prefix)
+
+    def window_ids(self, keys: Iterable[bytes | str]) -> set[str]:
         """The window ids of meta keys that SCAN found."""
         found = set()
         for key in keys:
-            wid = window_id_from_meta_key(self._settings.prefix, key.decode() if isinstance(key, bytes) else key)
+            wid = window_id_from_meta_key(self._store._settings.prefix, key.decode() if isinstance(key, bytes) else key)
             if wid is not None:
                 found.add(wid)
         return found
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self._where}, prefix={self._settings.prefix!r})"
 
 
 class StatField(Generic[T]):
