@@ -112,7 +112,7 @@ local function appended(known, count)
     for i = #chunk, 1, -1 do
       local s = redis.call('ZSCORE', K_ORDER, chunk[i])
       if not s then return nil end
-      if tonumber(s) % PRIORITY_WEIGHT <= known then at = 0 break end
+      if seq_of(s) <= known then at = 0 break end
       added[#added + 1] = chunk[i]
     end
   end
@@ -146,7 +146,7 @@ if mode == 'build' then
   for i = 1, #order, 2 do
     local id = order[i]
     listed[#listed + 1] = id
-    if tonumber(order[i + 1]) % PRIORITY_WEIGHT > known then wanted[#wanted + 1] = id end
+    if seq_of(order[i + 1]) > known then wanted[#wanted + 1] = id end
   end
   total = page > 0 and redis.call('ZCARD', K_ORDER) or 0
 else

@@ -37,6 +37,32 @@ def test_the_scripts_see_the_generated_constants(r):
     ]
 
 
+SCORE_PROBE = """
+local out = {}
+for i = 1, #ARGV, 3 do
+  local itype, priority, seq = ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
+  local s = score(itype, priority, seq)
+  out[#out + 1] = s
+  out[#out + 1] = seq_of(s)
+  out[#out + 1] = priority_of(s, RANK[itype])
+  out[#out + 1] = tostring(band(RANK[itype], priority) + seq == tonumber(s))
+end
+return out
+"""
+
+
+def test_the_scripts_encode_and_decode_the_build_order_score_as_layout_does(r):
+    """``score`` / ``band`` / ``seq_of`` / ``priority_of`` (lua/lib/items.lua) against
+    ``layout.order_score``, for every type, the priority bounds and seqs up to the largest."""
+    _, libs = scripts._libs()
+    helpers = scripts.shaken((layout.lua_constants(), *(libs[n] for n in scripts.LIB_NAMES)), SCORE_PROBE)
+    cases = [(t, p, q) for t in cs.ItemType for p in (0, 1, 50, 99, 100) for q in (1, 2, 10**9, 10**10 - 1)]
+    argv = [str(x) for t, p, q in cases for x in (t.value, p, q)]
+    got = [x.decode() if isinstance(x, bytes) else x for x in r.eval(helpers + "\n" + SCORE_PROBE, 0, *argv)]
+    expected = [x for t, p, q in cases for x in (str(layout.order_score(t.rank, p, q)), q, p, "true")]
+    assert got == expected
+
+
 def test_each_helper_comes_after_the_helpers_it_needs():
     lib = scripts.lua_dir() / "lib"
     for i, name in enumerate(scripts.LIB_NAMES):

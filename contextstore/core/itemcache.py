@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..types import ContextItem
-from .layout import Meta
+from .layout import Meta, order_score
 from .stored import decode_item
 
 #: content bytes a store caches by default (across its windows)
@@ -63,10 +63,10 @@ def _size(items: Sequence[ContextItem]) -> int:
     return sum(len(i.content) for i in items)
 
 
-def listing_key(item: ContextItem) -> tuple[int, int, int, str]:
-    """Where an item stands in a build read's listing (``:order``: type rank, priority
-    descending, seq; a tie by id, as a sorted set breaks it)."""
-    return (item.type.rank, -item.priority, item.seq, item.id or "")
+def listing_key(item: ContextItem) -> tuple[int, str]:
+    """Where an item stands in a build read's listing: its ``:order`` score (a tie by id, as a
+    sorted set breaks it)."""
+    return (order_score(item.type.rank, item.priority, item.seq), item.id or "")
 
 
 class ItemCache:

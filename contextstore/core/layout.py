@@ -37,10 +37,19 @@ ARCHIVE_INDEX = "~expires"
 #: the request log keeps the newest REQUEST_LOG_MAX requests, none older than REQUEST_LOG_TTL_MS
 REQUEST_LOG_MAX = 2000
 REQUEST_LOG_TTL_MS = 15 * 60 * 1000
-#: build-order score of an item: rank * RANK_WEIGHT + (MAX_PRIORITY - priority) * PRIORITY_WEIGHT
-#: + seq (computed by the scripts only: ``score()`` in ``lua/lib/items.lua``)
+#: the weights of the build-order score (``order_score``)
 RANK_WEIGHT = 10**13
 PRIORITY_WEIGHT = 10**10
+
+
+def order_score(rank: int, priority: int, seq: int) -> int:
+    """An item's build-order score in ``:order``: type rank, then priority descending, then
+    seq. The scripts write it (``score()`` of ``lua/lib/items.lua``, which with ``band``,
+    ``seq_of`` and ``priority_of`` is the only Lua that encodes or decodes it); the item cache
+    sorts by it. ``tests/test_shared_facts.py`` checks both sides agree."""
+    return rank * RANK_WEIGHT + (MAX_PRIORITY - priority) * PRIORITY_WEIGHT + seq
+
+
 #: the fields of an ``:attrs`` value, in order, joined by ``|``; then ``|<flags>|<group>`` when
 #: either is set (flags: ``c`` once a tool result's content was cleared)
 ATTRS_FIELDS = ("seq", "token_count", "priority", "type")

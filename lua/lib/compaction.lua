@@ -16,27 +16,27 @@ local CONVERSATION = {user_message = true, assistant_message = true}
 
 -- The priorities present among rank r's items in :order, lowest first (one call each).
 local function priorities_in(r)
-  local out, below = {}, r * RANK_WEIGHT + (MAX_PRIORITY + 1) * PRIORITY_WEIGHT
+  local out, below = {}, band(r, -1)
   while true do
-    local got = redis.call('ZREVRANGEBYSCORE', K_ORDER, '(' .. fmt(below), fmt(r * RANK_WEIGHT), 'WITHSCORES',
+    local got = redis.call('ZREVRANGEBYSCORE', K_ORDER, '(' .. fmt(below), fmt(band(r, MAX_PRIORITY)), 'WITHSCORES',
       'LIMIT', 0, 1)
     if #got == 0 then return out end
-    local p = MAX_PRIORITY - math.floor((tonumber(got[2]) - r * RANK_WEIGHT) / PRIORITY_WEIGHT)
+    local p = priority_of(got[2], r)
     out[#out + 1] = p
-    below = r * RANK_WEIGHT + (MAX_PRIORITY - p) * PRIORITY_WEIGHT
+    below = band(r, p)
   end
 end
 
 -- The ids of rank r and priority p in :order, in seq order, read 128 at a time.
 local function bucket(r, p)
-  local lo = r * RANK_WEIGHT + (MAX_PRIORITY - p) * PRIORITY_WEIGHT
+  local lo = band(r, p)
   local s = {buf = {}, i = 1, off = 0, done = false}
   function s.peek()
     if s.i > #s.buf and not s.done then
-      local flat = redis.call('ZRANGEBYSCORE', K_ORDER, fmt(lo), fmt(lo + PRIORITY_WEIGHT - 1), 'WITHSCORES',
+      local flat = redis.call('ZRANGEBYSCORE', K_ORDER, fmt(lo), fmt(band(r, p - 1) - 1), 'WITHSCORES',
         'LIMIT', s.off, 128)
       s.buf, s.i, s.off, s.done = {}, 1, s.off + #flat / 2, #flat < 256
-      for j = 1, #flat, 2 do s.buf[#s.buf + 1] = {flat[j], tonumber(flat[j + 1]) - lo} end
+      for j = 1, #flat, 2 do s.buf[#s.buf + 1] = {flat[j], seq_of(flat[j + 1])} end
     end
     return s.buf[s.i]
   end

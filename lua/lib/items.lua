@@ -1,8 +1,26 @@
 -- lib/items.lua: storing, clearing and removing items with every structure and counter true.
 -- needs: meta events
 
+-- The build-order score of :order: type rank, then priority descending, then seq. These four
+-- helpers are the only Lua that encodes or decodes it (layout.order_score is the same formula;
+-- tests/test_shared_facts.py checks they agree).
+-- The lowest score of rank r's items of this priority (a seq adds to it).
+local function band(r, priority)
+  return r * RANK_WEIGHT + (MAX_PRIORITY - priority) * PRIORITY_WEIGHT
+end
+
 local function score(itype, priority, seq)
-  return fmt(RANK[itype] * RANK_WEIGHT + (MAX_PRIORITY - priority) * PRIORITY_WEIGHT + seq)
+  return fmt(band(RANK[itype], priority) + seq)
+end
+
+-- An item's seq, from its score.
+local function seq_of(s)
+  return tonumber(s) % PRIORITY_WEIGHT
+end
+
+-- An item's priority, from its score and its type's rank r.
+local function priority_of(s, r)
+  return MAX_PRIORITY - math.floor((tonumber(s) - r * RANK_WEIGHT) / PRIORITY_WEIGHT)
 end
 
 -- :attrs values: "seq|tokens|priority|type", then "|flags|group" when either is set.
