@@ -4,7 +4,7 @@ Every error the library raises derives from ``ContextStoreError``, and every exc
 pickles with its fields (``unit``, ``current``, ``conflicts``, ...), so it crosses
 ``multiprocessing`` pools and task queues intact. Below the tree, two tables map what can fail
 to these exceptions: ``SCRIPT_ERRORS`` (the status codes the Lua scripts answer) and
-``REDIS_ERRORS`` in ``redis_failures.py`` (redis-py's exceptions, with whether a retry may help).
+``REDIS_ERRORS`` in ``drivers/redis_failures.py`` (redis-py's exceptions, with whether a retry may help).
 
 May import: nothing else of contextstore; no I/O (no redis, asyncio, subprocess or HTTP).
 """

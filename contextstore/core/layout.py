@@ -3,7 +3,7 @@
 Type ranks, strategies, limits, the field names of a window's ``:meta`` hash, the weights of
 the build-order score and the bounds of the event stream and the request log are defined once,
 in this module. ``lua_constants()`` renders them as the first lines of every script when the
-scripts are loaded (``scripts.py``), so the Lua side never spells one of them itself.
+scripts are loaded (``drivers/scripts.py``), so the Lua side never spells one of them itself.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Every mutating script carries a request id that the server records with its reply, so running
 the same request twice applies it once: retrying is safe, and on by default. Which failures are
-retried is decided in ``errors.py`` (``is_retryable``), with every other mapping of failures.
+retried is decided in ``drivers/redis_failures.py`` (``is_retryable``), with the other mappings of failures.
 """
 
 from __future__ import annotations

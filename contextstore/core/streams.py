@@ -2,7 +2,7 @@
 
 Like the plans, these are generators. They yield ``StreamCall`` (a redis-py client method to
 run, its reply sent back), ``Sleep`` (wait, then go on) and ``Deliver`` (hand events, or a batch,
-to the caller); ``sync.py`` and ``aio.py`` drive them.
+to the caller); ``drivers/streaming.py`` drives them for both stores.
 
 ``block_ms`` has the same meaning in both: ``None`` reads what is there and stops; ``N > 0``
 waits up to N ms for more each time and stops when none came; ``0`` waits for ever (Redis's

@@ -1,5 +1,5 @@
 """``listing.windows(driver)``: SCAN every primary for the windows' meta keys, and scan again while a
-cluster's slots move (``topology.py``); a failed pass is retried under the store's policy, like
+cluster's slots move (``core/topology.py``); a failed pass is retried under the store's policy, like
 a script call. The sync and asyncio forms differ only in awaiting."""
 
 from __future__ import annotations

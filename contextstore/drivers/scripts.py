@@ -4,7 +4,7 @@ A script file names the helper files (``lua/lib/*.lua``) it uses on its ``-- nee
 helper names the ones it stands on the same way. Two assemblies of the same files:
 
 - ``library()``: one function library for Redis 7+ and Valkey (``FUNCTION LOAD``, ``FCALL``):
-  the constants generated from ``layout.py`` and every helper are defined once, when the library
+  the constants generated from ``core/layout.py`` and every helper are defined once, when the library
   is loaded, and each call only runs its script's body. (Loading them on every call costs a
   script 25-40 µs of server time, more than many scripts' own work.)
 - ``sources()``: one EVAL script each for Redis 6.2 (``EVALSHA``): the constants, the helpers it
