@@ -143,11 +143,7 @@ if mode == 'build' then
   end
   local order = redis.call('ZRANGE', K_ORDER, first, last, 'WITHSCORES')
   wanted = {}
-  for i = 1, #order, 2 do
-    local id = order[i]
-    listed[#listed + 1] = id
-    if seq_of(order[i + 1]) > known then wanted[#wanted + 1] = id end
-  end
+  list_newer(order, known, listed, wanted)
   total = page > 0 and redis.call('ZCARD', K_ORDER) or 0
 else
   local limit = tonumber(ARGV[3]) or -1

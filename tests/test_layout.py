@@ -46,20 +46,24 @@ for i = 1, #ARGV, 3 do
   out[#out + 1] = seq_of(s)
   out[#out + 1] = priority_of(s, RANK[itype])
   out[#out + 1] = tostring(band(RANK[itype], priority) + seq == tonumber(s))
+  local listed, older, newer = {}, {}, {}
+  list_newer({'x', s}, seq - 1, listed, newer)
+  list_newer({'x', s}, seq, listed, older)
+  out[#out + 1] = #listed .. ' ' .. #newer .. ' ' .. #older
 end
 return out
 """
 
 
 def test_the_scripts_encode_and_decode_the_build_order_score_as_layout_does(r):
-    """``score`` / ``band`` / ``seq_of`` / ``priority_of`` (lua/lib/items.lua) against
+    """``score`` / ``band`` / ``seq_of`` / ``priority_of`` / ``list_newer`` (lua/lib/items.lua) against
     ``layout.order_score``, for every type, the priority bounds and seqs up to the largest."""
     _, libs = scripts._libs()
     helpers = scripts.shaken((layout.lua_constants(), *(libs[n] for n in scripts.LIB_NAMES)), SCORE_PROBE)
     cases = [(t, p, q) for t in cs.ItemType for p in (0, 1, 50, 99, 100) for q in (1, 2, 10**9, 10**10 - 1)]
     argv = [str(x) for t, p, q in cases for x in (t.value, p, q)]
     got = [x.decode() if isinstance(x, bytes) else x for x in r.eval(helpers + "\n" + SCORE_PROBE, 0, *argv)]
-    expected = [x for t, p, q in cases for x in (str(layout.order_score(t.rank, p, q)), q, p, "true")]
+    expected = [x for t, p, q in cases for x in (str(layout.order_score(t.rank, p, q)), q, p, "true", "2 1 0")]
     assert got == expected
 
 

@@ -1,7 +1,7 @@
 -- lib/items.lua: storing, clearing and removing items with every structure and counter true.
 -- needs: meta events
 
--- The build-order score of :order: type rank, then priority descending, then seq. These four
+-- The build-order score of :order: type rank, then priority descending, then seq. These five
 -- helpers are the only Lua that encodes or decodes it (layout.order_score is the same formula;
 -- tests/test_shared_facts.py checks they agree).
 -- The lowest score of rank r's items of this priority (a seq adds to it).
@@ -21,6 +21,16 @@ end
 -- An item's priority, from its score and its type's rank r.
 local function priority_of(s, r)
   return MAX_PRIORITY - math.floor((tonumber(s) - r * RANK_WEIGHT) / PRIORITY_WEIGHT)
+end
+
+-- A ZRANGE WITHSCORES reply of :order: its ids onto `listed`, those with a seq above `known`
+-- onto `wanted` (a build read's listing; seq_of inlined, this loop runs once per item).
+local function list_newer(flat, known, listed, wanted)
+  for i = 1, #flat, 2 do
+    local id = flat[i]
+    listed[#listed + 1] = id
+    if tonumber(flat[i + 1]) % PRIORITY_WEIGHT > known then wanted[#wanted + 1] = id end
+  end
 end
 
 -- :attrs values: "seq|tokens|priority|type", then "|flags|group" when either is set.
