@@ -1,9 +1,10 @@
 """The facts Python and the Lua scripts share, owned here.
 
-Type ranks, strategies, limits, the field names of a window's ``:meta`` hash, the weights of
-the build-order score and the bounds of the event stream and the request log are defined once,
-in this module. ``lua_constants()`` renders them as the first lines of every script when the
-scripts are loaded (``drivers/scripts.py``), so the Lua side never spells one of them itself.
+Strategies, limits, the field names of a window's ``:meta`` hash, the build-order score and
+the bounds of the event stream and the request log are defined once, in this module; the type
+ranks and the option defaults are ``types.py``'s. ``lua_constants()`` renders them all as the
+first lines of every script when the scripts are loaded (``drivers/scripts.py``), so the Lua
+side never spells one of them itself.
 """
 
 from __future__ import annotations
