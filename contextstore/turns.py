@@ -38,12 +38,17 @@ from .plans.driver import AsyncDriver, SyncDriver
 from .types import ContextItem
 
 
-class TurnWindow(Protocol):
-    """What a ``Turn`` uses of its ``ContextWindow`` (this module imports no window class)."""
+class _NamedWindow(Protocol):
+    """What both turns use of their window besides its builds: its id (this module imports no
+    window class)."""
 
     @property
     def window_id(self) -> str:
         """The window's id."""
+
+
+class TurnWindow(_NamedWindow, Protocol):
+    """What a ``Turn`` uses of its ``ContextWindow``."""
 
     def build(self, *args: Any, **kwargs: Any) -> Any:
         """The window's ``build``."""
@@ -52,12 +57,8 @@ class TurnWindow(Protocol):
         """The window's ``build_messages``."""
 
 
-class AsyncTurnWindow(Protocol):
+class AsyncTurnWindow(_NamedWindow, Protocol):
     """What an ``AsyncTurn`` uses of its ``AsyncContextWindow``."""
-
-    @property
-    def window_id(self) -> str:
-        """The window's id."""
 
     async def build(self, *args: Any, **kwargs: Any) -> Any:
         """The window's ``build``."""

@@ -7,15 +7,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from typing import Any, TypeVar
+from typing import Any
 
 from ..core import streams
 from ..core.streams import Deliver, EventBatch, Sleep, StreamCall, StreamPlan
 from ..plans.driver import AsyncDriver, SyncDriver
 from .loops import loop_error
 from .redis_failures import REDIS_EXCEPTIONS
-
-T = TypeVar("T")
 
 
 def _ignored(exc: Exception, call: StreamCall) -> bool:
