@@ -303,6 +303,7 @@ local function reply(items, plan)
   return out, {add = rec, m = meta_get(F.REMOVED_BY_CALLER)}
 end
 
+-- main: the call (the helpers above are defined once per library load; see drivers/scripts.py)
 local cfg = read_config()
 if not cfg then return fail('BADARG', 'config') end
 local placeholder = tonumber(ARGV[N_CONFIG + 1])

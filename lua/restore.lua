@@ -47,7 +47,7 @@ end
 -- Empty the item keys, the archive (undo of an earlier summary is refused after a restore)
 -- and the per-type counters (the window's other counters stay).
 local function wipe()
-  redis.call('DEL', K_ARCHIVE, unpack(ITEM_KEYS))
+  redis.call('DEL', K_ARCHIVE, unpack(item_keys()))
   local meta = redis.call('HGETALL', K_META)
   for i = 1, #meta, 2 do
     local f = meta[i]
@@ -93,7 +93,7 @@ end
 
 local cfg = read_config()
 if not cfg then return fail('BADARG', 'config') end
-local c = config_of({unpack(ARGV, N_CONFIG + 1, 2 * N_CONFIG)})
+local c = config_of(ARGV, N_CONFIG)
 c.item_limit = cfg.item_limit
 if not valid_config(c) then return fail('BADARG', 'snapshot config') end
 local n = tonumber(ARGV[A])

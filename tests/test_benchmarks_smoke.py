@@ -43,3 +43,21 @@ def test_fleet_smoke_prints_the_tables_and_every_goal():
         assert row.rstrip(" |").endswith(("met", "not met")), row
     lost = next(line for line in goals.splitlines() if "lost or duplicated" in line)
     assert "| 0 " in lost and lost.rstrip(" |").endswith("met"), lost
+
+
+def test_add_profile_smoke_prints_every_phase_of_an_add():
+    """The checkpoints still find their places in the scripts: every phase of an add has a time,
+    and so has the plain add they are set against."""
+    text = smoke("add_profile.py", 120)
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from add_profile import PHASES
+    finally:
+        sys.path.pop(0)
+    rows = {
+        line.split("|")[1].strip(): line.split("|")[2].strip() for line in text.splitlines() if line.count("|") == 3
+    }
+    for phase in (*PHASES, "**the plain add, script time (INFO commandstats)**"):
+        assert float(rows[phase]) >= 0, f"{phase!r}: {rows.get(phase)!r} in:\n{text}"
+    assert float(rows["**the plain add, script time (INFO commandstats)**"]) > 0
+    assert float(rows["writes: item, attrs, order, fifo"]) > 0

@@ -107,6 +107,20 @@ def test_a_62_script_carries_only_the_helpers_it_reaches():
     assert "local function plan_compaction" in scripts.sources()["add"]
 
 
+def test_a_library_defines_a_scripts_own_helpers_once_not_on_every_call():
+    """Above its ``-- main:`` line a script's helpers go into the function library's load step (a
+    ``do`` block of their own); only the main part runs per call. A 6.2 script keeps them all in
+    its body, as before."""
+    helpers, main = scripts.split_main("local function h() return 1 end\n-- main: the call\nreturn h()\n")
+    assert helpers == "local function h() return 1 end\n" and main.startswith("-- main:")
+    assert scripts.split_main("return 1\n") == ("", "return 1\n")
+    library = scripts.library()[0]
+    per_call = library.split("MAINS['add'] = function()\n", 1)[1].split("\nend\nend\n", 1)[0]
+    assert per_call.startswith("-- main:") and "local function" not in per_call
+    assert "local function make_room" in library.split("MAINS['add'] = function()", 1)[0]
+    assert "local function make_room" in scripts.sources()["add"].split("local function main()", 1)[1]
+
+
 def test_no_lua_file_spells_a_meta_hash_field_itself():
     """Lua reads and writes :meta through F (generated); a quoted field name would be a second
     owner of the fact."""

@@ -31,11 +31,14 @@ end
 
 local function flush_meta()
   if #META_DIRTY == 0 then return end
-  local unknown = {}
+  local unknown = nil
   for _, f in ipairs(META_DIRTY) do
-    if META_KNOWN[f] == nil then unknown[#unknown + 1] = f end
+    if META_KNOWN[f] == nil then
+      unknown = unknown or {}
+      unknown[#unknown + 1] = f
+    end
   end
-  if #unknown > 0 then
+  if unknown then
     local v = redis.call('HMGET', K_META, unpack(unknown))
     for i, f in ipairs(unknown) do META_KNOWN[f] = tonumber(v[i]) or 0 end
   end
@@ -60,16 +63,20 @@ local function valid_config(c)
     and is_int(c.archive_ttl, 1, MAX_TTL_SECONDS)
 end
 
--- A config from its values in layout.Meta.CONFIG order (v[1..N_CONFIG]); a field a window
--- made by an older version lacks takes its default. The table's keys are the :meta field names.
-local function config_of(v)
-  local c = {}
-  for i, f in ipairs(CONFIG_FIELDS) do
-    local raw = v[i] or CONFIG_DEFAULTS[f]
+-- A config from its values in layout.Meta.CONFIG order (v[at + 1..at + N_CONFIG]); a field a
+-- window made by an older version lacks takes its default. The table's keys are the :meta field
+-- names. (Read on every mutation: no copy of v, no table for an empty clear_exclude.)
+local function config_of(v, at)
+  local c, excluded = {}, {}
+  for i = 1, N_CONFIG do
+    local f = CONFIG_FIELDS[i]
+    local raw = v[at + i] or CONFIG_DEFAULTS[f]
     if CONFIG_TEXT[f] then c[f] = raw else c[f] = tonumber(raw) end
   end
-  c.excluded = {}
-  for _, name in ipairs(words(c.clear_exclude)) do c.excluded[name] = true end
+  if type(c.clear_exclude) == 'string' and c.clear_exclude ~= '' then
+    for name in string.gmatch(c.clear_exclude, '%S+') do excluded[name] = true end
+  end
+  c.excluded = excluded
   return c
 end
 
@@ -98,17 +105,19 @@ end
 -- The window's config and counters; for a missing window, the caller's config (new = true).
 -- Returns nil when the window is missing and ARGV[1..N_CONFIG] is not a valid config.
 local function read_config()
-  local m = redis.call('HMGET', K_META, F.TOKENS, F.ITEMS, F.SEQ, F.EPOCH, F.WARNED, unpack(CONFIG_FIELDS))
-  if m[7] then
-    local c = config_of({unpack(m, 6)})
+  local m = redis.call('HMGET', K_META, F.TOKENS, F.ITEMS, F.SEQ, F.EPOCH, F.WARNED, F.REMOVED_BY_CALLER,
+    unpack(CONFIG_FIELDS))
+  if m[8] then
+    local c = config_of(m, 6)
     c.tokens, c.items, c.seq, c.new = tonumber(m[1]) or 0, tonumber(m[2]) or 0, tonumber(m[3]) or 0, false
     META_KNOWN[F.TOKENS], META_KNOWN[F.ITEMS], META_KNOWN[F.SEQ] = c.tokens, c.items, c.seq
     META_KNOWN[F.EPOCH] = tonumber(m[4]) or 0  -- 0: a window written before epochs (set on its next write)
     META_KNOWN[F.WARNED] = tonumber(m[5]) or 0
+    META_KNOWN[F.REMOVED_BY_CALLER] = tonumber(m[6]) or 0  -- an add's reply record keeps it
     CFG = c
     return c
   end
-  local c = config_of(ARGV)
+  local c = config_of(ARGV, 0)
   c.tokens, c.items, c.seq, c.new = 0, 0, 0, true
   if not valid_config(c) then return nil end
   CFG = c
@@ -119,7 +128,7 @@ end
 local function persist_config(c)
   if not c.new then return end
   WROTE = true
-  redis.call('DEL', K_ARCHIVE, unpack(ITEM_KEYS))
+  redis.call('DEL', K_ARCHIVE, unpack(item_keys()))
   local fields = config_pairs(c, true)
   for _, f in ipairs({F.SEQ, F.TOKENS, F.ITEMS, F.COMPACTIONS, F.FREED, F.WARNED}) do
     fields[#fields + 1], fields[#fields + 2] = f, '0'
@@ -142,9 +151,9 @@ end
 -- make them persistent when the window has no TTL and `persist` is set (a config change).
 local function rearm_ttl(c, persist)
   if c.ttl and c.ttl > 0 then
-    for _, k in ipairs(ALL_KEYS) do redis.call('EXPIRE', k, c.ttl) end
+    for _, k in ipairs(all_keys()) do redis.call('EXPIRE', k, c.ttl) end
   elseif persist then
-    for _, k in ipairs(ALL_KEYS) do redis.call('PERSIST', k) end
+    for _, k in ipairs(all_keys()) do redis.call('PERSIST', k) end
   end
 end
 
