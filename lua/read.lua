@@ -71,9 +71,9 @@ local function contents(ids, budget)
     local out, corrupt = raw_items(ids)
     return out, {}, corrupt
   end
-  local out, used = {}, 0
+  local out, used, wholes = {}, 0, whole_items(#ids)
   for i = 1, #ids, 64 do
-    local chunk, corrupt = raw_items({unpack(ids, i, math.min(i + 63, #ids))})
+    local chunk, corrupt = raw_items({unpack(ids, i, math.min(i + 63, #ids))}, wholes)
     if corrupt then return out, {}, corrupt end
     for j, e in ipairs(chunk) do
       local n = e and #e[2] or 0

@@ -4,6 +4,7 @@ answers as the scripts' paged reads, for windows whose config keeps them within 
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pytest
 import redis
@@ -42,6 +43,12 @@ def _reads(store, wid):
     )
 
 
+def _never_plain(state: Any) -> Any:
+    """``reads._plain_ok`` for a store that always reads with scripts (a plan that makes no call)."""
+    return False
+    yield
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_plain_reads_answer_as_the_scripts_do(make_store, redis_url, monkeypatch, seed):
     if on_cluster(redis_url):
@@ -50,7 +57,7 @@ def test_plain_reads_answer_as_the_scripts_do(make_store, redis_url, monkeypatch
     writer = make_store()
     _fill(writer.window(f"pr{seed}", max_tokens=20_000), rng)
     plain = _reads(make_store(), f"pr{seed}")  # a fresh store: nothing cached
-    monkeypatch.setattr(reads, "_plain_fits", lambda state: False)
+    monkeypatch.setattr(reads, "_plain_ok", _never_plain)
     scripted = _reads(make_store(), f"pr{seed}")
     assert plain == scripted
 
@@ -68,9 +75,52 @@ def test_a_cold_read_is_one_transaction_without_a_script(redis_url, prefix):
         scripts = sum(stats.get(f"cmdstat_{c}", {}).get("calls", 0) for c in ("evalsha", "fcall", "fcall_ro"))
         assert stats["cmdstat_exec"]["calls"] == 1 and stats["cmdstat_hgetall"]["calls"] == 3
         assert scripts == 1  # window(): the ensure script; the read itself ran none
-        unbounded = store.window("unbounded", max_items=100)  # no max_tokens: no bound on its size
-        unbounded.add("x")
+    r.close()
+
+
+def _script_calls(stats: dict[str, Any]) -> int:
+    return sum(stats.get(f"cmdstat_{c}", {}).get("calls", 0) for c in ("evalsha", "fcall", "fcall_ro"))
+
+
+def test_a_window_its_config_does_not_bound_is_asked_its_size_then_read_plainly(redis_url, prefix, monkeypatch):
+    """No ``max_tokens`` (the default): the read asks the stored tokens and item count (one
+    HMGET of :meta) and reads plainly while they are within one page, with scripts beyond."""
+    if on_cluster(redis_url):
+        pytest.skip("counts one server's commands")
+    r = redis.Redis.from_url(redis_url)
+    with cs.ContextStore.from_url(redis_url, prefix=prefix) as store:
+        unbounded = store.window("unbounded", max_items=100)
+        unbounded.add_many([f"message {n}" for n in range(5)])
+    for page_ids, plain in ((5, True), (4, False)):  # 5 items: within a page of 5 ids, not of 4
+        monkeypatch.setattr(reads, "PAGE_IDS", page_ids)
+        with cs.ContextStore.from_url(redis_url, prefix=prefix) as fresh:  # nothing cached
+            w = fresh.handle("unbounded")
+            r.config_resetstat()
+            assert [i.content for i in w.items()] == [f"message {n}" for n in range(5)]
+            stats = r.info("commandstats")
+            assert stats["cmdstat_exec"]["calls"] == (2 if plain else 1), stats  # the size, then the read if plain
+            assert (_script_calls(stats) == 0) is plain, stats  # beyond a page: read in pages by read.lua
+            r.config_resetstat()
+            built = w.build_messages_structured(cs.BuildOptions(max_tokens=10_000, reserve_for_response=0))
+            assert len(built.included_item_ids) == 5
+            stats = r.info("commandstats")
+            assert (_script_calls(stats) == 1) is plain, stats  # the built event, after the read's pages if scripted
+    r.close()
+
+
+def test_a_script_read_of_most_of_a_small_hash_reads_it_whole(redis_url, prefix, monkeypatch):
+    """A small hash of short values is a listpack, where HMGET finds each field by a scan (n^2 for
+    most of its fields): read.lua reads :items and :attrs of such a window with one HGETALL each."""
+    if on_cluster(redis_url):
+        pytest.skip("counts one server's commands")
+    r = redis.Redis.from_url(redis_url)
+    with cs.ContextStore.from_url(redis_url, prefix=prefix) as store:
+        store.window("small", max_items=100).add_many([f"message {n}" for n in range(40)])
+    monkeypatch.setattr(reads, "_plain_ok", _never_plain)
+    with cs.ContextStore.from_url(redis_url, prefix=prefix) as fresh:
         r.config_resetstat()
-        unbounded.items()
-        assert "cmdstat_exec" not in r.info("commandstats")
+        assert [i.content for i in fresh.handle("small").items()] == [f"message {n}" for n in range(40)]
+    stats = r.info("commandstats")
+    assert stats["cmdstat_hgetall"]["calls"] == 3, stats  # :meta, :items, :attrs
+    assert "cmdstat_hmget" not in stats, stats
     r.close()
