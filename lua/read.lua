@@ -103,14 +103,16 @@ end
 local APPENDED_MAX = 512
 
 -- The ids added after seq `known`, oldest first, when the window holds `count` items besides
--- them (nothing older went); else nil. They are the tail of :fifo above that seq.
+-- them (nothing older went); else nil. They are the tail of :fifo above that seq, read 16 at a
+-- time with their scores (one ZMSCORE per 16, not a ZSCORE per id).
 local function appended(known, count)
   local added, at = {}, redis.call('LLEN', K_FIFO)
   while at > 0 and #added <= APPENDED_MAX do
-    local chunk = redis.call('LRANGE', K_FIFO, math.max(0, at - 32), at - 1)
+    local chunk = redis.call('LRANGE', K_FIFO, math.max(0, at - 16), at - 1)
+    local scores = redis.call('ZMSCORE', K_ORDER, unpack(chunk))
     at = at - #chunk
     for i = #chunk, 1, -1 do
-      local s = redis.call('ZSCORE', K_ORDER, chunk[i])
+      local s = scores[i]
       if not s then return nil end
       if seq_of(s) <= known then at = 0 break end
       added[#added + 1] = chunk[i]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import subprocess
 from pathlib import Path
@@ -168,12 +169,39 @@ def test_tls_with_rediss_url(redis_binary, tmp_path):
         server.stop()
 
 
+def test_an_asyncio_store_reads_cold_at_maxmemory(redis_binary):
+    """At maxmemory Redis refuses commands queued in a MULTI, reads too: an asyncio store's cold
+    read (nothing cached, so plain commands first) reads with scripts instead."""
+    server = RedisProcess("--maxmemory", "3mb", "--maxmemory-policy", "noeviction", binary=redis_binary).start()
+    client = redis.Redis(port=server.port)
+    try:
+        with cs.ContextStore(client, prefix="oom", retry=NO_RETRY) as store:
+            store.window("bounded", max_tokens=1000).add("kept")
+            w, added = store.window("oom", max_items=1000), 0
+            with pytest.raises(cs.StoreOutOfMemoryError):
+                for i in range(1000):
+                    w.add(f"{i} " + "x" * 20_000)
+                    added += 1
+
+        async def cold_reads() -> tuple[int, list[str]]:
+            async with cs.AsyncContextStore.from_url(f"redis://127.0.0.1:{server.port}/0", prefix="oom") as fresh:
+                unbounded = await fresh.handle("oom").items()
+                bounded = await fresh.handle("bounded").items()
+                return len(unbounded), [i.content for i in bounded]
+
+        assert asyncio.run(cold_reads()) == (added, ["kept"])
+    finally:
+        client.close()
+        server.stop()
+
+
 def test_out_of_memory_is_a_clear_error_and_changes_nothing(redis_binary):
     server = RedisProcess("--maxmemory", "3mb", "--maxmemory-policy", "noeviction", binary=redis_binary).start()
     client = redis.Redis(port=server.port)
     try:
         with cs.ContextStore(client, prefix="oom", retry=NO_RETRY) as store:
             w = store.window("oom", max_items=1000)
+            store.window("bounded", max_tokens=1000).add("kept")  # its config bounds it: read plainly
             added = 0
             with pytest.raises(cs.StoreOutOfMemoryError) as ei:
                 for i in range(1000):
@@ -184,6 +212,9 @@ def test_out_of_memory_is_a_clear_error_and_changes_nothing(redis_binary):
             assert dump_window(client, "oom", "oom") == before  # the refused add wrote nothing
             assert added > 10 and w.verify().ok
             assert len(w.items()) == added  # reads still work
+            with cs.ContextStore(client, prefix="oom", retry=NO_RETRY) as cold:  # nothing cached: no plain
+                assert len(cold.handle("oom").items()) == added  # reads at maxmemory (MULTI is refused)
+                assert [i.content for i in cold.handle("bounded").items()] == ["kept"]
             assert w.clear() == added  # removals still work at maxmemory, and free it
             assert w.add("fits again").content == "fits again"
             assert w.verify().ok

@@ -19,6 +19,8 @@ from typing import Any
 import redis
 import redis.asyncio
 
+from .redis_failures import is_oom
+
 
 def pack(args: list[Any]) -> bytes:
     """RESP: ``*<n>`` then ``$<len>`` + bytes for each argument (str as UTF-8)."""
@@ -109,17 +111,29 @@ class AsyncDirectCall:
         return await self._call(scripts.words(name, keys, argv))
 
 
-def plain_read(client: Any, commands: Sequence[Sequence[Any]]) -> list[Any]:
-    """``commands`` in one MULTI/EXEC on ``client``; their replies."""
+def plain_read(client: Any, commands: Sequence[Sequence[Any]]) -> list[Any] | None:
+    """``commands`` in one MULTI/EXEC on ``client``; their replies, or None when the server is at
+    maxmemory: Redis then refuses every command queued in a MULTI, reads too, while a read script
+    still runs, so the plan reads with scripts instead (``PlainRead``)."""
     pipe = client.pipeline(transaction=True)
     for words in commands:
         pipe.execute_command(*words)
-    return pipe.execute()  # type: ignore[no-any-return]
+    try:
+        return pipe.execute()  # type: ignore[no-any-return]
+    except redis.exceptions.ResponseError as exc:
+        if is_oom(exc):
+            return None
+        raise
 
 
-async def aplain_read(client: Any, commands: Sequence[Sequence[Any]]) -> list[Any]:
+async def aplain_read(client: Any, commands: Sequence[Sequence[Any]]) -> list[Any] | None:
     """``plain_read`` for an asyncio client."""
     pipe = client.pipeline(transaction=True)
     for words in commands:
         pipe.execute_command(*words)
-    return await pipe.execute()  # type: ignore[no-any-return]
+    try:
+        return await pipe.execute()  # type: ignore[no-any-return]
+    except redis.exceptions.ResponseError as exc:
+        if is_oom(exc):
+            return None
+        raise

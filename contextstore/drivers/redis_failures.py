@@ -13,7 +13,8 @@ import redis.exceptions as rx
 from ..errors import ContextStoreError, PermissionDeniedError, StoreOutOfMemoryError, StoreUnavailableError
 
 
-def _is_oom(exc: BaseException) -> bool:
+def is_oom(exc: BaseException) -> bool:
+    """Whether ``exc`` says the server is at maxmemory with nothing to evict."""
     # inside a script, Redis 6.2 reports OOM as "ERR Error running script ... -OOM ..."
     text = str(exc)
     return isinstance(exc, rx.OutOfMemoryError) or text.startswith("OOM ") or "-OOM " in text
@@ -56,7 +57,7 @@ _COME_BACK = (
 #: first match wins; the factory gets the exception and a password-free name of the server
 REDIS_ERRORS: list[tuple[Callable[[BaseException], bool], bool, Callable[[BaseException, str], ContextStoreError]]] = [
     (
-        _is_oom,
+        is_oom,
         False,
         lambda e, where: StoreOutOfMemoryError(
             f"Redis at {where} is out of memory (maxmemory reached, nothing evictable); nothing was changed: {e}"

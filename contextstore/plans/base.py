@@ -92,8 +92,10 @@ class External:
 @dataclass(frozen=True, slots=True)
 class PlainRead:
     """Run ``commands`` (each a tuple of words) in one MULTI/EXEC on the window's node; the
-    reply is the list of their replies. Plain commands, no script: the server sends what its
-    keys hold at C speed, and the transaction makes it one consistent read."""
+    reply is the list of their replies, or None when the server is at maxmemory (it refuses
+    commands queued in a MULTI then, reads too: the plan reads with a script instead). Plain
+    commands, no script: the server sends what its keys hold at C speed, and the transaction
+    makes it one consistent read."""
 
     commands: tuple[tuple[Any, ...], ...]
     name: str = "read"

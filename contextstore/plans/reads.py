@@ -74,18 +74,25 @@ def _plain_ok(state: WindowState) -> Plan[bool]:
         return True
     if not state.plain_reads:
         return False
-    ((tokens, items),) = yield PlainRead((("HMGET", state.keys.meta, Meta.TOKENS, Meta.ITEMS),))
+    reply = yield PlainRead((("HMGET", state.keys.meta, Meta.TOKENS, Meta.ITEMS),))
+    if reply is None:  # at maxmemory: no plain reads
+        return False
+    ((tokens, items),) = reply
     return int(tokens or 0) * BYTES_PER_TOKEN <= PAGE_BYTES and int(items or 0) <= PAGE_IDS
 
 
-def _plain(state: WindowState, mode: str) -> Plan[Listing]:
+def _plain(state: WindowState, mode: str) -> Plan[Listing | None]:
     """The whole window in one MULTI/EXEC of plain commands: the meta, the ids in arrival
     (``fifo``) or build order, and every item's stored JSON, attrs and pin, which the client
-    puts together; the server sends what its keys hold and does no per-item work."""
+    puts together; the server sends what its keys hold and does no per-item work. None when the
+    server is at maxmemory (``PlainRead``): read with scripts then."""
     k = state.keys
     listing = ("LRANGE", k.fifo, 0, -1) if mode == "fifo" else ("ZRANGE", k.order, 0, -1)
     commands = (("HGETALL", k.meta), listing, ("HGETALL", k.items), ("HGETALL", k.attrs), ("SMEMBERS", k.pinned))
-    meta, ids, jsons, attrs, pinned = yield PlainRead(commands)
+    reply = yield PlainRead(commands)
+    if reply is None:
+        return None
+    meta, ids, jsons, attrs, pinned = reply
     found = wire.ReadReply({wire.text(f): wire.text(v) for f, v in meta.items()}, len(pinned), [])
     found.raw = [[i, jsons[i], attrs.get(i, b""), int(i in pinned)] for i in ids if i in jsons]
     return Listing(found, list(ids), [])
@@ -165,7 +172,9 @@ def read(state: WindowState, mode: str, types: str = "", limit: int = -1) -> Pla
     if mode == "meta":
         return wire.decode_read(raise_for_reply((yield ScriptCall("read", state.keys, ["meta"]))))
     if mode in ("fifo", "order") and not types and limit < 0 and (yield from _plain_ok(state)):
-        return (yield from _plain(state, mode)).found
+        plain = yield from _plain(state, mode)
+        if plain is not None:
+            return plain.found
     listing = yield from _read(state, wire.read_args(mode, types, limit), limit)
     return listing.found
 
@@ -177,10 +186,10 @@ def read_for_build(settings: Settings, state: WindowState) -> Plan[wire.ReadRepl
     cache, window = settings.item_cache, state.keys.meta
     known = cache.known(window)
     while True:
-        if known is None and (yield from _plain_ok(state)):  # nothing cached: the whole window, plainly
-            listing = yield from _plain(state, "order")
-            found = listing.found
-            return _cached(found, cache.merge(window, None, found.meta, found.raw, listing.ids) or ([], None))
+        plain = (yield from _plain(state, "order")) if known is None and (yield from _plain_ok(state)) else None
+        if plain is not None:  # nothing cached: the whole window, plainly
+            found = plain.found
+            return _cached(found, cache.merge(window, None, found.meta, found.raw, plain.ids) or ([], None))
         head = ["build", known.epoch, str(known.seq)] if known is not None else ["build", "", "-1"]
         listing = yield from _read(state, head, tail=[str(known.count)] if known is not None else [])
         found = listing.found

@@ -94,7 +94,7 @@ end
 -- each field by a scan: HMGET of most of its fields costs n^2 (1.2 ms for 500 :attrs fields on
 -- Redis 7.0), one HGETALL n. A hash table answers HMGET in O(1) per field, so it keeps HMGET.
 local function whole_hash(key, n)
-  if n < 8 then return nil end
+  if n < 32 then return nil end  -- a few fields: HMGET, even scanning
   local encoding = redis.call('OBJECT', 'ENCODING', key)
   if (encoding ~= 'listpack' and encoding ~= 'ziplist') or n * 4 < redis.call('HLEN', key) then return nil end
   local flat, out = redis.call('HGETALL', key), {}
