@@ -27,7 +27,64 @@
 --         lacks) up to the byte limit, in listing order, and the rest of them are deferred (to
 --         'fetch'); next is the index of the next page, -1 when the listing is complete. A
 --         listing that takes several pages is consistent when every page's meta has the same
---         epoch, seq and item count (contextstore/plans/paging.py).
+--         epoch, seq and item count (contextstore/plans/reads.py).
+
+-- The entries of `ids` (raw_entry), in order, while their stored JSON fits `budget` bytes (0:
+-- any; at least one is sent), read 64 at a time; returns the entries, the ids left over, and
+-- the first id stored in a shape no script writes (nil if none).
+local function contents(ids, budget)
+  if budget <= 0 then
+    local out, corrupt = raw_items(ids)
+    return out, {}, corrupt
+  end
+  local out, used, wholes = {}, 0, whole_items(#ids)
+  for i = 1, #ids, 64 do
+    local chunk, corrupt = raw_items({unpack(ids, i, math.min(i + 63, #ids))}, wholes)
+    if corrupt then return out, {}, corrupt end
+    for j, e in ipairs(chunk) do
+      local n = e and #e[2] or 0
+      if #out > 0 and used + n > budget then
+        local rest = {}
+        for k = i + j - 1, #ids do rest[#rest + 1] = ids[k] end
+        return out, rest, nil
+      end
+      used, out[#out + 1] = used + n, e
+    end
+  end
+  return out, {}, nil
+end
+
+-- where the page after this one starts, -1 when this one ends the listing
+local function next_page(first, page, total)
+  return (page > 0 and first + page < total) and first + page or -1
+end
+
+-- most added ids a build read lists on their own (more: the whole listing)
+local APPENDED_MAX = 512
+
+-- The ids added after seq `known`, oldest first, when the window holds `count` items besides
+-- them (nothing older went); else nil. They are the tail of :fifo above that seq, read 16 at a
+-- time with their scores (one ZMSCORE per 16, not a ZSCORE per id).
+local function appended(known, count)
+  local added, at = {}, redis.call('LLEN', K_FIFO)
+  while at > 0 and #added <= APPENDED_MAX do
+    local chunk = redis.call('LRANGE', K_FIFO, math.max(0, at - 16), at - 1)
+    local scores = redis.call('ZMSCORE', K_ORDER, unpack(chunk))
+    at = at - #chunk
+    for i = #chunk, 1, -1 do
+      local s = scores[i]
+      if not s then return nil end
+      if seq_of(s) <= known then at = 0 break end
+      added[#added + 1] = chunk[i]
+    end
+  end
+  if #added > APPENDED_MAX or count + #added ~= redis.call('ZCARD', K_ORDER) then return nil end
+  local oldest_first = {}
+  for i = #added, 1, -1 do oldest_first[#oldest_first + 1] = added[i] end
+  return oldest_first
+end
+
+-- main: the call (the helpers above are defined once per library load; see drivers/scripts.py)
 local meta = redis.call('HGETALL', K_META)
 if #meta == 0 and ARGV[1] ~= 'all' then return {{}, 0, {}} end
 local mode = ARGV[1]
@@ -63,65 +120,10 @@ if mode == 'get' then
   return {meta, npinned, found[1] and found or {}}
 end
 
--- The entries of `ids` (raw_entry), in order, while their stored JSON fits `budget` bytes (0:
--- any; at least one is sent), read 64 at a time; returns the entries, the ids left over, and
--- the first id stored in a shape no script writes (nil if none).
-local function contents(ids, budget)
-  if budget <= 0 then
-    local out, corrupt = raw_items(ids)
-    return out, {}, corrupt
-  end
-  local out, used, wholes = {}, 0, whole_items(#ids)
-  for i = 1, #ids, 64 do
-    local chunk, corrupt = raw_items({unpack(ids, i, math.min(i + 63, #ids))}, wholes)
-    if corrupt then return out, {}, corrupt end
-    for j, e in ipairs(chunk) do
-      local n = e and #e[2] or 0
-      if #out > 0 and used + n > budget then
-        local rest = {}
-        for k = i + j - 1, #ids do rest[#rest + 1] = ids[k] end
-        return out, rest, nil
-      end
-      used, out[#out + 1] = used + n, e
-    end
-  end
-  return out, {}, nil
-end
-
 if mode == 'fetch' then
   local out, _, corrupt = contents({unpack(ARGV, 3)}, tonumber(ARGV[2]) or 0)
   if corrupt then return fail('CORRUPT', corrupt) end
   return {meta, npinned, out}
-end
-
--- where the page after this one starts, -1 when this one ends the listing
-local function next_page(first, page, total)
-  return (page > 0 and first + page < total) and first + page or -1
-end
-
--- most added ids a build read lists on their own (more: the whole listing)
-local APPENDED_MAX = 512
-
--- The ids added after seq `known`, oldest first, when the window holds `count` items besides
--- them (nothing older went); else nil. They are the tail of :fifo above that seq, read 16 at a
--- time with their scores (one ZMSCORE per 16, not a ZSCORE per id).
-local function appended(known, count)
-  local added, at = {}, redis.call('LLEN', K_FIFO)
-  while at > 0 and #added <= APPENDED_MAX do
-    local chunk = redis.call('LRANGE', K_FIFO, math.max(0, at - 16), at - 1)
-    local scores = redis.call('ZMSCORE', K_ORDER, unpack(chunk))
-    at = at - #chunk
-    for i = #chunk, 1, -1 do
-      local s = scores[i]
-      if not s then return nil end
-      if seq_of(s) <= known then at = 0 break end
-      added[#added + 1] = chunk[i]
-    end
-  end
-  if #added > APPENDED_MAX or count + #added ~= redis.call('ZCARD', K_ORDER) then return nil end
-  local oldest_first = {}
-  for i = #added, 1, -1 do oldest_first[#oldest_first + 1] = added[i] end
-  return oldest_first
 end
 
 local first, page, budget = tonumber(ARGV[4]) or 0, tonumber(ARGV[5]) or 0, tonumber(ARGV[6]) or 0

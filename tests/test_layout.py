@@ -115,10 +115,11 @@ def test_a_library_defines_a_scripts_own_helpers_once_not_on_every_call():
     assert helpers == "local function h() return 1 end\n" and main.startswith("-- main:")
     assert scripts.split_main("return 1\n") == ("", "return 1\n")
     library = scripts.library()[0]
-    per_call = library.split("MAINS['add'] = function()\n", 1)[1].split("\nend\nend\n", 1)[0]
-    assert per_call.startswith("-- main:") and "local function" not in per_call
-    assert "local function make_room" in library.split("MAINS['add'] = function()", 1)[0]
-    assert "local function make_room" in scripts.sources()["add"].split("local function main()", 1)[1]
+    for name, helper in (("add", "make_room"), ("read", "contents")):  # the two calls every turn makes
+        per_call = library.split(f"MAINS['{name}'] = function()\n", 1)[1].split("\nend\nend\n", 1)[0]
+        assert per_call.startswith("-- main:") and "local function" not in per_call
+        assert f"local function {helper}(" in library.split(f"MAINS['{name}'] = function()", 1)[0]
+        assert f"local function {helper}(" in scripts.sources()[name].split("local function main()", 1)[1]
 
 
 def test_no_lua_file_spells_a_meta_hash_field_itself():
