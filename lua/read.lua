@@ -62,26 +62,28 @@ end
 -- most added ids a build read lists on their own (more: the whole listing)
 local APPENDED_MAX = 512
 
+-- Whether item `id`'s seq is at most `known` (nil when :order lacks it).
+local function seq_at_most(id, known)
+  local s = redis.call('ZSCORE', K_ORDER, id)
+  if not s then return nil end
+  return seq_of(s) <= known
+end
+
 -- The ids added after seq `known`, oldest first, when the window holds `count` items besides
--- them (nothing older went); else nil. They are the tail of :fifo above that seq, read 16 at a
--- time with their scores (one ZMSCORE per 16, not a ZSCORE per id).
+-- them (nothing older went); else nil. They are the k newest ids of :fifo (k: the items the window
+-- holds beyond `count`) when the id before them is not above that seq: :fifo is in strictly
+-- increasing seq order (verify() checks it; removals bisect on it), and within an epoch an item
+-- above the seq is always a new one (a script that brings back a seq already handed out starts a
+-- new epoch), so that one score settles all k. One LRANGE and one ZSCORE, not a ZSCORE per id
+-- (a zset of up to 128 items is a listpack, where each is a scan).
 local function appended(known, count)
-  local added, at = {}, redis.call('LLEN', K_FIFO)
-  while at > 0 and #added <= APPENDED_MAX do
-    local chunk = redis.call('LRANGE', K_FIFO, math.max(0, at - 16), at - 1)
-    local scores = redis.call('ZMSCORE', K_ORDER, unpack(chunk))
-    at = at - #chunk
-    for i = #chunk, 1, -1 do
-      local s = scores[i]
-      if not s then return nil end
-      if seq_of(s) <= known then at = 0 break end
-      added[#added + 1] = chunk[i]
-    end
-  end
-  if #added > APPENDED_MAX or count + #added ~= redis.call('ZCARD', K_ORDER) then return nil end
-  local oldest_first = {}
-  for i = #added, 1, -1 do oldest_first[#oldest_first + 1] = added[i] end
-  return oldest_first
+  local k = redis.call('ZCARD', K_ORDER) - count
+  if k < 0 or k > APPENDED_MAX then return nil end
+  local tail = redis.call('LRANGE', K_FIFO, -(k + 1), -1)
+  if #tail < k then return nil end
+  local first = #tail - k + 1  -- the oldest added id; the one before it, if any, is the newest known
+  if first > 1 and not seq_at_most(tail[first - 1], known) then return nil end
+  return {unpack(tail, first)}
 end
 
 -- main: the call (the helpers above are defined once per library load; see drivers/scripts.py)

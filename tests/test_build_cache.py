@@ -276,6 +276,32 @@ def test_a_build_after_adds_reads_only_the_added_items_and_grows_its_units(redis
         assert [i.id for i in cache.known(meta).ordered] == listed and "ctx-3" not in listed
 
 
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda w: (w.remove("ctx-1"), w.add("new a"), w.add("new b")),  # one item more, not one added
+        lambda w: (w.remove("ctx-5"), w.add("new a")),  # as many items, not unchanged
+        lambda w: (w.add("new a"), w.remove("ctx-6")),  # added and gone again: the count is back
+    ],
+    ids=["remove-oldest-add-two", "remove-newest-add-one", "add-then-remove-it"],
+)
+def test_removals_and_adds_between_builds_are_never_taken_for_adds_alone(redis_url, prefix, change):
+    """A build read lists only the added items when every item the store holds is still there;
+    a removal hidden behind adds (the item count alone would pass) makes it list everything."""
+    with (
+        cs.ContextStore.from_url(redis_url, prefix=prefix) as s,
+        cs.ContextStore.from_url(redis_url, prefix=prefix) as o,
+    ):
+        w = s.window("mixed", max_tokens=5000)
+        for k in range(5):
+            w.add(f"message {k}", type="user_message", role="user")
+        opts = cs.BuildOptions(reserve_for_response=0)
+        w.build_messages_structured(opts)  # cached
+        change(o.window("mixed"))
+        with cs.ContextStore.from_url(redis_url, prefix=prefix) as fresh:
+            _same(w.build_messages_structured(opts), fresh.window("mixed").build_messages_structured(opts))
+
+
 def _script_calls(r) -> int:
     """Script calls the server has run so far (EVALSHA, FCALL and their read-only forms)."""
     stats = r.info("commandstats")
