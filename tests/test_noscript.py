@@ -13,6 +13,7 @@ import redis
 
 import contextstore as cs
 from contextstore.drivers.scripts import library
+from contextstore.plans import reads
 
 from support import (
     RedisProcess,
@@ -190,3 +191,37 @@ def test_a_cluster_of_each_server_runs_and_reloads_its_scripts(kind, prefix):
             assert sum(_calls(n, "fcall") + _calls(n, "command|getkeys") for n in nodes) == 0, name
         finally:
             cluster.stop()
+
+
+def _scripts_only(state: object) -> object:
+    """``reads._plain_ok`` for a store that reads with read.lua alone (a plan that makes no call)."""
+    return False
+    yield
+
+
+def test_each_server_reads_small_hashes_whole_and_lists_only_added_items(each_server, prefix, monkeypatch):
+    """read.lua on each server: it names a small hash's encoding as the server does (6.2
+    ``ziplist``, 7 and Valkey ``listpack``) and reads such a hash whole with one HGETALL; a build
+    after another store's adds lists only the added items (one LRANGE, one ZSCORE)."""
+    name, url = each_server
+    monkeypatch.setattr(reads, "_plain_ok", _scripts_only)
+    r = redis.Redis.from_url(url)
+    opts = cs.BuildOptions(reserve_for_response=0)
+    try:
+        with cs.ContextStore.from_url(url, prefix=prefix) as a, cs.ContextStore.from_url(url, prefix=prefix) as b:
+            w = a.window("small-hash", max_items=100)
+            w.add_many([f"message {n}" for n in range(40)])
+            with cs.ContextStore.from_url(url, prefix=prefix) as cold:
+                r.config_resetstat()
+                assert [i.content for i in cold.handle("small-hash").items()] == [f"message {n}" for n in range(40)]
+                assert _calls(r, "hgetall") == 3 and _calls(r, "hmget") == 0, name  # :meta, :items, :attrs
+            w.build_messages_structured(opts)  # a's cache holds the window
+            b.handle("small-hash").add_many(["from b 1", "from b 2"])
+            r.config_resetstat()
+            built = w.build_messages_structured(opts)
+            assert _calls(r, "zscore") == 1 and _calls(r, "lrange") == 1, name
+            with cs.ContextStore.from_url(url, prefix=prefix) as fresh:
+                assert built.messages == fresh.handle("small-hash").build_messages_structured(opts).messages
+            assert built.messages[-1]["content"].endswith("from b 2")
+    finally:
+        r.close()
