@@ -68,8 +68,9 @@ def _plain_ok(state: WindowState) -> Plan[bool]:
     """Whether a whole-window read may be plain commands in one call: the config keeps the window
     within one page (``_plain_fits``, no call), or, for a window its config does not bound (no
     ``max_tokens``: the default), what it holds now is within one page. That costs one plain
-    ``HMGET`` of its stored tokens and item count first: a round trip for the client, a few µs
-    for the shard, which a script read would have cost ~4 µs per item copied through Lua."""
+    ``HMGET`` of its stored tokens and item count first: a round trip for the client and a few
+    µs for the shard, against the ~4 µs per item a script read costs the shard (it copies each
+    item through Lua)."""
     if _plain_fits(state):
         return True
     if not state.plain_reads:
