@@ -63,18 +63,42 @@ def test_plain_reads_answer_as_the_scripts_do(make_store, redis_url, monkeypatch
 
 
 def test_a_cold_read_is_one_transaction_without_a_script(redis_url, prefix):
+    """The meta, :items, :attrs and :pinned, as stored: the client puts the arrival and the build
+    order together from the attrs, so neither :fifo nor :order is sent."""
     if on_cluster(redis_url):
         pytest.skip("counts one server's commands")
     r = redis.Redis.from_url(redis_url)
     with cs.ContextStore.from_url(redis_url, prefix=prefix) as store:
         w = store.window("plain", max_tokens=10_000)
-        w.add_many([f"message {n}" for n in range(50)])
-        r.config_resetstat()
-        assert len(store.window("plain").items()) == 50
-        stats = r.info("commandstats")
-        scripts = sum(stats.get(f"cmdstat_{c}", {}).get("calls", 0) for c in ("evalsha", "fcall", "fcall_ro"))
-        assert stats["cmdstat_exec"]["calls"] == 1 and stats["cmdstat_hgetall"]["calls"] == 3
-        assert scripts == 1  # window(): the ensure script; the read itself ran none
+        w.add_many([{"content": f"message {n}", "priority": n % 7, "type": ("code", "text", "instruction")[n % 3]}
+                    for n in range(50)])  # fmt: skip
+        w.update_priority("ctx-5", 99)
+    for read in (lambda w: w.items(), lambda w: w.ordered_items(), lambda w: w.build_structured().included_item_ids):
+        with cs.ContextStore.from_url(redis_url, prefix=prefix) as fresh:  # nothing cached
+            r.config_resetstat()
+            got = read(fresh.window("plain"))
+            stats = r.info("commandstats")
+        assert len(got) == 50
+        assert stats["cmdstat_exec"]["calls"] == 1 and stats["cmdstat_hgetall"]["calls"] == 3, stats
+        assert "cmdstat_zrange" not in stats and "cmdstat_lrange" not in stats, stats
+    with cs.ContextStore.from_url(redis_url, prefix=prefix) as fresh:
+        w = fresh.window("plain")
+        assert [i.id for i in w.items()] == [x.decode() for x in r.lrange(w._state.keys.fifo, 0, -1)]
+        assert [i.id for i in w.ordered_items()] == [x.decode() for x in r.zrange(w._state.keys.order, 0, -1)]
+    r.close()
+
+
+def test_a_plain_read_of_an_item_without_attrs_reports_the_window_corrupt(redis_url, prefix):
+    if on_cluster(redis_url):
+        pytest.skip("a cluster's client reads with scripts")
+    r = redis.Redis.from_url(redis_url)
+    with cs.ContextStore.from_url(redis_url, prefix=prefix) as store:
+        w = store.window("torn", max_tokens=10_000)
+        w.add_many(["one", "two", "three"])
+        r.hdel(w._state.keys.attrs, "ctx-2")
+    fresh = cs.ContextStore.from_url(redis_url, prefix=prefix)
+    with fresh, pytest.raises(cs.CorruptWindowError, match="ctx-2"):
+        fresh.window("torn").items()
     r.close()
 
 

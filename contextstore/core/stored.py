@@ -14,14 +14,15 @@ from ``:attrs`` and ``:pinned``).
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
 import msgspec
 
 from ..errors import CorruptWindowError
-from ..types import ContextItem, ItemType
-from .layout import STORED_HEAD
+from ..types import TYPE_RANKS, ContextItem, ItemType
+from .layout import STORED_HEAD, order_score
 from .validate import NewItem
 
 _encoder = msgspec.json.Encoder()
@@ -93,6 +94,30 @@ def decode_item(entry: Entry) -> ContextItem:
         )
     except (msgspec.MsgspecError, ValueError, TypeError) as exc:
         raise CorruptWindowError(f"item {_text(item_id)!r} is stored in a shape the scripts never write") from exc
+
+
+#: an ``:attrs`` type as stored -> its build rank
+_RANKS = {t.value: rank for t, rank in TYPE_RANKS.items()}
+#: where an id whose attrs are not in the shape the scripts write stands in a ``listing``: last
+_LAST = (float("inf"), 0)
+
+
+def _listing_key(attrs: bytes | str, by_seq: bool) -> tuple[float, int]:
+    try:
+        seq, _, priority, kind = _text(attrs).split("|", 4)[:4]
+        return (int(seq), 0) if by_seq else (order_score(_RANKS[kind], int(priority), int(seq)), 0)
+    except (KeyError, ValueError):
+        return _LAST
+
+
+def listing(attrs: Mapping[Any, bytes | str], jsons: Mapping[Any, Any], by_seq: bool) -> list[Any]:
+    """A window's ids as ``:fifo`` (``by_seq``: arrival order) or ``:order`` (build order,
+    ``layout.order_score``; a tie by id, as a sorted set breaks it) lists them, worked out from
+    its ``:attrs`` values (``attrs``: id -> value), so that a whole-window read need not send
+    either key. An id with stored JSON (``jsons``) but attrs in a shape no script writes, or none,
+    comes last, where decoding it reports the corruption."""
+    ids = sorted(attrs, key=lambda i: (*_listing_key(attrs[i], by_seq), i))
+    return ids + [i for i in jsons if i not in attrs]
 
 
 def entry_digest(entry: Entry) -> str:

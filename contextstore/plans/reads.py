@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..core import wire
+from ..core import stored, wire
 from ..core.itemcache import CachedWindow
 from ..core.layout import Meta
 from ..errors import raise_for_reply
@@ -83,17 +83,18 @@ def _plain_ok(state: WindowState) -> Plan[bool]:
 
 
 def _plain(state: WindowState, mode: str) -> Plan[Listing | None]:
-    """The whole window in one MULTI/EXEC of plain commands: the meta, the ids in arrival
-    (``fifo``) or build order, and every item's stored JSON, attrs and pin, which the client
-    puts together; the server sends what its keys hold and does no per-item work. None when the
-    server is at maxmemory (``PlainRead``): read with scripts then."""
+    """The whole window in one MULTI/EXEC of plain commands: the meta and every item's stored
+    JSON, attrs and pin, which the client puts together, in arrival (``fifo``) or build order,
+    worked out from the attrs (``stored.listing``: what ``:fifo`` and ``:order`` hold, without
+    sending either); the server sends what its keys hold and does no per-item work. None when
+    the server is at maxmemory (``PlainRead``): read with scripts then."""
     k = state.keys
-    listing = ("LRANGE", k.fifo, 0, -1) if mode == "fifo" else ("ZRANGE", k.order, 0, -1)
-    commands = (("HGETALL", k.meta), listing, ("HGETALL", k.items), ("HGETALL", k.attrs), ("SMEMBERS", k.pinned))
+    commands = (("HGETALL", k.meta), ("HGETALL", k.items), ("HGETALL", k.attrs), ("SMEMBERS", k.pinned))
     reply = yield PlainRead(commands)
     if reply is None:
         return None
-    meta, ids, jsons, attrs, pinned = reply
+    meta, jsons, attrs, pinned = reply
+    ids = stored.listing(attrs, jsons, by_seq=mode == "fifo")
     found = wire.ReadReply({wire.text(f): wire.text(v) for f, v in meta.items()}, len(pinned), [])
     found.raw = [[i, jsons[i], attrs.get(i, b""), int(i in pinned)] for i in ids if i in jsons]
     return Listing(found, list(ids), [])
