@@ -28,7 +28,7 @@ from hypothesis.stateful import (
 
 import contextstore as cs
 
-from support import key
+from support import key, on_cluster
 
 _n = itertools.count()
 #: no shrinking: a failure is reported as found (shrinking a stateful run against Redis takes minutes)
@@ -356,3 +356,29 @@ def test_a_build_of_a_window_the_store_holds_as_it_is_is_one_call(redis_url, r, 
     assert after_add[0] == ["ctx-1", "ctx-2", "ctx-3"] and after_add[1] == 3 and after_add[2] == 3  # refused event
     assert quiet[1] == 2  # the window was seen moving: read first, until a read finds it unchanged
     assert after_config[0] == ["ctx-3"] and after_config[2] == 5  # the new limit, one event per build
+
+
+def test_a_store_with_no_item_cache_reads_the_whole_window_for_every_build(redis_url, r, prefix):
+    """``item_cache_bytes=0`` (a stateless worker): nothing is kept, so every build reads the
+    window whole, plainly (one MULTI/EXEC, no read script), and sees every other store's change."""
+    if on_cluster(redis_url):
+        pytest.skip("counts one server's commands")
+    with (
+        cs.ContextStore.from_url(redis_url, prefix=prefix, item_cache_bytes=0) as s,
+        cs.ContextStore.from_url(redis_url, prefix=prefix) as o,
+    ):
+        w = s.window("stateless", max_tokens=5000)
+        w.add("first")
+        opts = cs.BuildOptions(reserve_for_response=0)
+        w.build_structured(opts)  # loads the event script (6.2: EVALSHA, NOSCRIPT, SCRIPT LOAD, EVALSHA)
+        for n in range(3):
+            o.window("stateless").add(f"from elsewhere {n}", type="user_message", role="user")
+            r.config_resetstat()
+            built = w.build_structured(opts)
+            stats = r.info("commandstats")
+            assert built.content.endswith(f"[user]: from elsewhere {n}") and len(built.included_item_ids) == n + 2
+            scripts = sum(stats.get(f"cmdstat_{c}", {}).get("calls", 0) for c in ("evalsha", "fcall", "fcall_ro"))
+            assert stats["cmdstat_exec"]["calls"] == 1 and scripts == 1, stats  # the read, then the built event
+            assert s._settings.item_cache.known(key(prefix, "stateless", "meta")) is None
+    with pytest.raises(cs.InvalidOptionsError, match="item_cache_bytes"):
+        cs.ContextStore.from_url(redis_url, prefix=prefix, item_cache_bytes=-1)

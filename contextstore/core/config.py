@@ -23,6 +23,7 @@ from ..types import (
     CompactionStrategy,
     WindowConfig,
 )
+from .itemcache import DEFAULT_CACHE_BYTES
 from .layout import MAX_CONTENT_BYTES, MAX_EVENTS, MAX_ITEM_LIMIT, MAX_TOKENS, MAX_TTL_SECONDS, STREAM_MAXLEN
 from .retry import RetryPolicy
 from .tokens import TokenCounter
@@ -69,6 +70,7 @@ class StoreLimits(msgspec.Struct, kw_only=True):
 
     item_limit: MaxItems = 1000
     max_content_bytes: Annotated[int, Meta(ge=1, le=MAX_CONTENT_BYTES)] = 1_048_576
+    item_cache_bytes: Annotated[int, Meta(ge=0)] = DEFAULT_CACHE_BYTES
 
 
 _PATH = re.compile(r" - at `\$\.(\w+)`$")
@@ -143,6 +145,9 @@ class StoreOptions(TypedDict, total=False):
     item_limit: int
     #: largest item content in UTF-8 bytes; 1 MiB
     max_content_bytes: int
+    #: content bytes of the windows' items the store keeps after reading them, so that a build
+    #: reads only what changed (least recently built windows go first); 64 MiB, 0: keep nothing
+    item_cache_bytes: int
     #: what SUMMARIZE calls: ``summarize(items) -> str`` (or a callable, or their async forms)
     summarizer: Any
     #: what SELECTIVE calls: ``score(query, items) -> list[float]`` (or a callable, or async)

@@ -155,7 +155,7 @@ class ItemCache:
         with self._lock:
             gone = self._windows.pop(window, None)
             self._bytes -= gone.size if gone is not None else 0
-            if entry.size > self.max_bytes:
+            if entry.size > self.max_bytes or not self.max_bytes:  # max_bytes=0: keep nothing
                 self._moving.discard(window)
                 return
             self._windows[window] = entry

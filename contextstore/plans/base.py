@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 from ..core import wire
 from ..core.config import Durability
-from ..core.itemcache import ItemCache
+from ..core.itemcache import DEFAULT_CACHE_BYTES, ItemCache
 from ..core.keys import WindowKeys
 from ..core.layout import CLEARED_PLACEHOLDER
 from ..core.retry import RetryPolicy
@@ -136,13 +136,14 @@ class Settings:
     retry: RetryPolicy | None = None
     durability: Durability | None = None  # durability="replicated": WAIT after each write
     plain_reads: bool = False  # whole-window reads may be plain commands (a client that is not a cluster's)
+    item_cache_bytes: int = DEFAULT_CACHE_BYTES  # what item_cache keeps (store option; 0: nothing)
     joint_count: Callable[[str], int] = field(init=False)  # memoised counter.count (build joints)
     item_cache: ItemCache = field(init=False)  # the items builds have read (itemcache.py)
     _placeholder_tokens: int = field(init=False, default=0)
 
     def __post_init__(self) -> None:
         self.joint_count = cached_count(self.counter)
-        self.item_cache = ItemCache()
+        self.item_cache = ItemCache(self.item_cache_bytes)
 
     @property
     def placeholder_tokens(self) -> int:
