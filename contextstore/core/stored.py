@@ -99,13 +99,14 @@ def decode_item(entry: Entry) -> ContextItem:
 #: an ``:attrs`` type as stored -> its build rank
 _RANKS = {t.value: rank for t, rank in TYPE_RANKS.items()}
 #: where an id whose attrs are not in the shape the scripts write stands in a ``listing``: last
-_LAST = (float("inf"), 0)
+_LAST = float("inf")
 
 
-def _listing_key(attrs: bytes | str, by_seq: bool) -> tuple[float, int]:
+def _listing_key(attrs: bytes | str, by_seq: bool) -> float:
+    """An item's place in a ``listing``: its seq, or its ``:order`` score."""
     try:
         seq, _, priority, kind = _text(attrs).split("|", 4)[:4]
-        return (int(seq), 0) if by_seq else (order_score(_RANKS[kind], int(priority), int(seq)), 0)
+        return int(seq) if by_seq else order_score(_RANKS[kind], int(priority), int(seq))
     except (KeyError, ValueError):
         return _LAST
 
@@ -116,7 +117,7 @@ def listing(attrs: Mapping[Any, bytes | str], jsons: Mapping[Any, Any], by_seq: 
     its ``:attrs`` values (``attrs``: id -> value), so that a whole-window read need not send
     either key. An id with stored JSON (``jsons``) but attrs in a shape no script writes, or none,
     comes last, where decoding it reports the corruption."""
-    ids = sorted(attrs, key=lambda i: (*_listing_key(attrs[i], by_seq), i))
+    ids = sorted(attrs, key=lambda i: (_listing_key(attrs[i], by_seq), i))
     return ids + [i for i in jsons if i not in attrs]
 
 
