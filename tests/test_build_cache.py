@@ -358,15 +358,13 @@ def test_a_build_of_a_window_the_store_holds_as_it_is_is_one_call(redis_url, r, 
     assert after_config[0] == ["ctx-3"] and after_config[2] == 5  # the new limit, one event per build
 
 
-def test_a_store_with_no_item_cache_reads_the_whole_window_for_every_build(redis_url, r, prefix):
+def test_a_store_with_no_item_cache_reads_the_whole_window_for_every_build(make_store, redis_url, r, prefix):
     """``item_cache_bytes=0`` (a stateless worker): nothing is kept, so every build reads the
     window whole, plainly (one MULTI/EXEC, no read script), and sees every other store's change."""
     if on_cluster(redis_url):
         pytest.skip("counts one server's commands")
-    with (
-        cs.ContextStore.from_url(redis_url, prefix=prefix, item_cache_bytes=0) as s,
-        cs.ContextStore.from_url(redis_url, prefix=prefix) as o,
-    ):
+    s = make_store(item_cache_bytes=0)  # sync, and asyncio through a proxy
+    with cs.ContextStore.from_url(redis_url, prefix=prefix) as o:
         w = s.window("stateless", max_tokens=5000)
         w.add("first")
         opts = cs.BuildOptions(reserve_for_response=0)
@@ -380,5 +378,6 @@ def test_a_store_with_no_item_cache_reads_the_whole_window_for_every_build(redis
             scripts = sum(stats.get(f"cmdstat_{c}", {}).get("calls", 0) for c in ("evalsha", "fcall", "fcall_ro"))
             assert stats["cmdstat_exec"]["calls"] == 1 and scripts == 1, stats  # the read, then the built event
             assert s._settings.item_cache.known(key(prefix, "stateless", "meta")) is None
-    with pytest.raises(cs.InvalidOptionsError, match="item_cache_bytes"):
-        cs.ContextStore.from_url(redis_url, prefix=prefix, item_cache_bytes=-1)
+    for bad in (-1, True, "64MB", 1.5):
+        with pytest.raises(cs.InvalidOptionsError, match="item_cache_bytes"):
+            make_store(item_cache_bytes=bad)
