@@ -10,7 +10,7 @@ import pytest
 
 import contextstore as cs
 
-from support import dump_window
+from support import dump_window, key
 
 OPTS = cs.BuildOptions(reserve_for_response=0)
 
@@ -52,6 +52,23 @@ def test_what_moves_the_version(store, change, moves):
     version = w.stats().version
     change(w)
     assert (w.stats().version != version) is moves
+
+
+def test_a_lifetime_begun_in_the_same_millisecond_has_a_new_version(store, r, prefix):
+    """The version names a lifetime by when it began in µs: a window deleted and made again with
+    as many adds within one millisecond (``created_ms`` the same) is at another version, so a
+    turn that read the old one cannot write into the new one."""
+    w = store.window("again")
+    w.add("x")
+    meta = key(prefix, "again", "meta")
+    old, began = w.stats().version, r.hget(meta, "created_ms")
+    w.delete()
+    w = store.window("again")
+    w.add("x")
+    r.hset(meta, "created_ms", began)  # as if both lifetimes began in the same millisecond
+    assert w.stats().version != old
+    with pytest.raises(cs.VersionConflictError):
+        w.add("a late answer", expect_version=old)
 
 
 def test_a_new_lifetime_has_a_new_version_and_a_missing_window_has_none(store):

@@ -79,6 +79,9 @@ class Meta:
     COMPACTIONS = "compactions"
     FREED = "freed"
     CREATED_MS = "created_ms"
+    #: when the window's lifetime began, in µs (written with ``created_ms``): names the lifetime
+    #: in its ``version``, so that a window deleted and made again within a millisecond moves on
+    CREATED_US = "created_us"
     ITEMS_OF = "items:"  # + type: items of that type
     TOKENS_OF = "tokens:"  # + type: tokens of that type
     KEEP_RECENT = "keep_recent"
@@ -98,10 +101,11 @@ class Meta:
     #: runs again when one came since its record (lib/requests.lua), not after an eviction
     REMOVED_BY_CALLER = "removed_by_caller"
 
-    #: what a window's ``version`` is made of (``window_version``): its lifetime, the last seq
-    #: handed out (every add) and the removals by hand; not compaction, summaries, pins or
-    #: priorities, which change old context rather than the conversation a turn answers
-    VERSION: ClassVar[tuple[str, ...]] = (CREATED_MS, SEQ, REMOVED_BY_CALLER)
+    #: what a window's ``version`` is made of (``window_version``): its lifetime (``created_us``;
+    #: 0 for a window made before it was kept, until its next lifetime), the last seq handed out
+    #: (every add) and the removals by hand; not compaction, summaries, pins or priorities, which
+    #: change old context rather than the conversation a turn answers
+    VERSION: ClassVar[tuple[str, ...]] = (CREATED_US, SEQ, REMOVED_BY_CALLER)
 
     #: the config fields, in the order the scripts take and answer them
     CONFIG = (

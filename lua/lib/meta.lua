@@ -135,9 +135,10 @@ local function persist_config(c)
   end
   fields[#fields + 1], fields[#fields + 2] = F.CREATED_MS, fmt(math.floor(now_us() / 1000))
   fields[#fields + 1], fields[#fields + 2] = F.EPOCH, fmt(now_us())
+  fields[#fields + 1], fields[#fields + 2] = F.CREATED_US, fmt(now_us())
   redis.call('HSET', K_META, unpack(fields))
   META_KNOWN = {[F.SEQ] = 0, [F.TOKENS] = 0, [F.ITEMS] = 0, [F.COMPACTIONS] = 0, [F.FREED] = 0, [F.WARNED] = 0,
-    [F.EPOCH] = now_us()}
+    [F.EPOCH] = now_us(), [F.CREATED_US] = now_us()}
   c.new = false
 end
 
