@@ -200,14 +200,14 @@ def test_a_build_of_a_window_the_store_has_read_is_one_conditional_event(chat):
         plan = build_plans.build_messages(s, st, opts) if chat else build_plans.build(s, st, opts)
         return drive(plan, replies)
 
-    _, before = run([build_reply(first, epoch="7", seq="2", items="2", created_ms="5"), 1])
+    _, before = run([build_reply(first, epoch="7", seq="2", items="2", created_us="5"), 1])
     sent, built = run([1])  # the event alone, checked against what the read said
     (call,) = sent
     n = int(call.args[0])
     held = dict(zip(call.args[1 : 2 * n : 2], call.args[2 : 2 * n + 1 : 2], strict=True))
     assert call.name == "event" and int(call.args[0]) == len(Meta.BUILD_INPUTS)
     assert call.args[2 * len(Meta.BUILD_INPUTS) + 1] == "built"
-    assert held == {Meta.EPOCH: "7", Meta.ITEMS: "2", Meta.CREATED_MS: "5", Meta.SEQ: "2", Meta.REMOVED_BY_CALLER: ""}
+    assert held == {Meta.EPOCH: "7", Meta.ITEMS: "2", Meta.CREATED_US: "5", Meta.SEQ: "2", Meta.REMOVED_BY_CALLER: ""}
     assert built.included_item_ids == before.included_item_ids and built.version == before.version == "5.2.0"
     # the window moved on: the event wrote nothing (-1); the build reads and runs again
     third = stored(3, "message 3", type="user_message", role="user")
