@@ -54,7 +54,8 @@ local function check_conditions(cfg)
 end
 
 -- A tool call's ids must be new; a tool result answers a call of its group (stored or in this
--- call) and takes that group when it has none. Returns an error reply or nil.
+-- call) and takes that group when it has none (and then its link letter: Q when it answers the
+-- call named as the group, else L; contextstore/core/facts.py). Returns an error reply or nil.
 local function link_tool_calls(it, batch_calls, dropping)
   for _, call in ipairs(it.calls) do
     if batch_calls[call.id] or (not dropping.calls[call.id] and redis.call('HEXISTS', K_CALLS, call.id) == 1) then
@@ -70,7 +71,10 @@ local function link_tool_calls(it, batch_calls, dropping)
     end
     if not group then return fail('TOOLCALL', 'unknown', it.answers) end
     if it.group ~= '' and it.group ~= group then return fail('TOOLCALL', 'group', it.answers) end
-    if it.group == '' then it.group, it.resolved = group, group end
+    if it.group == '' then
+      it.group, it.resolved = group, group
+      it.flags = it.flags .. (it.answers == group and 'Q' or 'L')  -- contextstore/core/facts.py
+    end
   end
   return nil
 end
@@ -80,10 +84,10 @@ end
 local function parse_items(cfg, dropping, turn)
   local n = tonumber(ARGV[BASE])
   local least = (dropping.replace or turn.token) and 0 or 1
-  if not is_int(n, least, 1e6) or #ARGV ~= BASE + 8 * n then return nil, fail('BADARG', 'item count') end
+  if not is_int(n, least, 1e6) or #ARGV ~= BASE + ITEM_ARGS * n then return nil, fail('BADARG', 'item count') end
   local items, batch_calls, joining = {}, {}, {}
   for i = 1, n do
-    local it = parse_item(BASE + (i - 1) * 8)
+    local it = parse_item(BASE + (i - 1) * ITEM_ARGS)
     if not it then return nil, fail('BADARG', 'item ' .. i) end
     local existing = it.id ~= '' and not cfg.new and not dropping.ids[it.id] and raw_item(it.id)
     if existing then
@@ -289,7 +293,7 @@ local function reply(items, plan)
   local head = {#plan.added, plan.evicted, plan.compactions, plan.trigger or 0, plan.freed}
   local out, rec = {'ok', unpack(head)}, {unpack(head)}
   for i, it in ipairs(items) do
-    local body_at = BASE + (i - 1) * 8 + 2
+    local body_at = BASE + (i - 1) * ITEM_ARGS + 2
     if it.existing then
       local e = it.existing
       out[#out + 1] = e
@@ -336,7 +340,7 @@ for _, it in ipairs(items) do
     it.seq = plan.seq
     if it.id == '' then it.id = 'ctx-' .. fmt(plan.seq) end
     plan.added[#plan.added + 1] = {id = it.id, seq = it.seq, tokens = it.tokens, priority = it.priority,
-      type = it.type, pinned = it.pinned, group = it.group, flags = '', new = true}
+      type = it.type, pinned = it.pinned, group = it.group, flags = it.flags, new = true}
     plan.count, plan.tokens = plan.count + 1, plan.tokens + it.tokens
     plan.actions[#plan.actions + 1] = {'add', it}
   end

@@ -2,7 +2,7 @@
 -- needs: compaction archive
 -- KEYS: the window keys (lib/core.lua). ARGV[1..N_CONFIG]: caller config (unused).
 -- ARGV[N_CONFIG + 1]: strategy; + 2: n; then n pairs (id, sha1 of the stored JSON, a newline
---   and the attrs the caller read); then, for summarize, one item group of 8 as in add.lua (the summary, without id).
+--   and the attrs the caller read); then, for summarize, one item group of ITEM_ARGS as in add.lua (the summary, without id).
 -- Checks first: every item is unchanged, unpinned, not among the keep_recent newest
 --   conversation units, and takes its whole group with it; else {'!', 'CONFLICT', id} and
 --   nothing is written.
@@ -16,7 +16,7 @@ local strategy, n = ARGV[A + 1], tonumber(ARGV[A + 2])
 if not STRATEGIES[strategy] or not is_int(n, 1, 1e6) then return fail('BADARG', 'commit') end
 local base = A + 2 + 2 * n
 local summary = nil
-if #ARGV == base + 8 then
+if #ARGV == base + ITEM_ARGS then
   summary = parse_item(base)
   if not summary or summary.pinned or summary.group ~= '' then return fail('BADARG', 'summary') end
 elseif #ARGV ~= base then

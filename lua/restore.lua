@@ -28,7 +28,7 @@ local function parse_rows(n)
     local link = ARGV[b + 10]
     if it.id == '' or seen[it.id] or not RANK[it.type] or not is_int(it.seq, 1, 1e13)
         or not is_int(it.tokens, 1, MAX_TOKENS) or not is_int(it.priority, 0, MAX_PRIORITY)
-        or string.sub(it.json, 1, #STORED_HEAD) ~= STORED_HEAD then
+        or not string.find(it.flags or '', '^%a*$') or string.sub(it.json, 1, #STORED_HEAD) ~= STORED_HEAD then
       return nil, i
     end
     if string.sub(link, 1, 2) == 'C:' then
@@ -73,7 +73,7 @@ local function parse_archive(at)
         type = ARGV[b + 5], flags = ARGV[b + 6], group = ARGV[b + 7]}
       if not ARGV[b + 7] or ARGV[b] == '' or not RANK[a.type] or not is_int(a.seq, 1, 1e13)
           or not is_int(a.tokens, 1, MAX_TOKENS) or not is_int(a.priority, 0, MAX_PRIORITY)
-          or string.sub(ARGV[b + 1], 1, #STORED_HEAD) ~= STORED_HEAD then
+          or not string.find(a.flags, '^%a*$') or string.sub(ARGV[b + 1], 1, #STORED_HEAD) ~= STORED_HEAD then
         return nil
       end
       rows[j] = {ARGV[b + 1], pack_attrs(a), ARGV[b]}

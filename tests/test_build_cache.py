@@ -3,7 +3,8 @@
 One store builds (and caches what it reads), another client changes the window meanwhile: adds
 (by either store, tool calls answered at once or builds later), removals, pins, priorities,
 cleared tool results, summaries and their undo, clear, restore. After
-every step, the caching store's build and build_messages must equal those of a store that has
+every step, the caching store's build and build_messages (and a stateless store's, which chooses from the
+facts and reads the chosen bodies only) must equal those of a store that has
 never seen the window, for random budgets and formats.
 """
 
@@ -56,6 +57,8 @@ class CachedBuilds(RuleBasedStateMachine):
         self.url, self.prefix, self.wid = url, prefix, f"cache{next(_n)}"
         self.builder = cs.ContextStore.from_url(url, prefix=prefix)  # builds, and caches
         self.other = cs.ContextStore.from_url(url, prefix=prefix, summarizer=_summarize)  # changes the window
+        #: keeps nothing: chat builds choose from the facts and read the chosen bodies only
+        self.stateless = cs.ContextStore.from_url(url, prefix=prefix, item_cache_bytes=0)
         self.calls = 0
         self.unanswered: list[str] = []  # tool calls made by call_later, answered by answer
 
@@ -73,6 +76,7 @@ class CachedBuilds(RuleBasedStateMachine):
     def teardown(self) -> None:
         self.builder.close()
         self.other.close()
+        self.stateless.close()
 
     @rule(target=ids, content=TEXT, type=TYPES, priority=st.integers(0, 100), pinned=st.booleans(),
           by_other=st.booleans(), caller_id=st.sampled_from([None, "mine", "yours"]))  # fmt: skip
@@ -192,16 +196,19 @@ class CachedBuilds(RuleBasedStateMachine):
     def _agree(self, opts: cs.BuildOptions) -> None:
         with cs.ContextStore.from_url(self.url, prefix=self.prefix) as fresh:
             naive = fresh.window(self.wid)
-            for build in ("build_structured", "build_messages"):
+            for build in ("build_structured", "build_messages_structured"):
+                stateless = self.stateless.window(self.wid)
                 try:
                     expected = getattr(naive, build)(opts)
                 except cs.BudgetTooSmallError as exc:
-                    with pytest.raises(cs.BudgetTooSmallError) as got:
-                        getattr(self.w, build)(opts)
-                    assert (got.value.pinned_tokens, got.value.budget) == (exc.pinned_tokens, exc.budget)
+                    for w in (self.w, stateless):
+                        with pytest.raises(cs.BudgetTooSmallError) as got:
+                            getattr(w, build)(opts)
+                        assert (got.value.pinned_tokens, got.value.budget) == (exc.pinned_tokens, exc.budget)
                     continue
                 _same(getattr(self.w, build)(opts), expected)
                 _same(getattr(self.w, build)(opts), expected)  # twice: all from the cache
+                _same(getattr(stateless, build)(opts), expected)
 
 
 def test_cached_builds_equal_builds_that_read_everything(redis_url, prefix):

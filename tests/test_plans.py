@@ -11,13 +11,14 @@ from typing import Any
 import pytest
 
 import contextstore as cs
-from contextstore.core import wire
+from contextstore.core import layout, wire
 from contextstore.core.config import config_values, creation_config
 from contextstore.core.keys import window_keys
 from contextstore.core.layout import CLEARED_PLACEHOLDER, Meta
 from contextstore.core.stored import stored_json
 from contextstore.core.tokens import resolve_counter
 from contextstore.plans import build as build_plans
+from contextstore.plans import chat as chat_plans
 from contextstore.plans import compaction as compaction_plans
 from contextstore.plans import items as item_plans
 from contextstore.plans.base import External, ScriptCall, Settings, WindowState
@@ -87,7 +88,8 @@ def test_add_sends_one_script_call_and_decodes_the_stored_items():
     # placeholder tokens, replace, defer, conditions, n, then the item: id, body, ...
     assert rest[:6] == [str(words(CLEARED_PLACEHOLDER)), "", str(compaction_plans.COMPACT_CHUNK), "", "1", ""]
     assert rest[6] == b'{"content":"hello big world","role":"user"}'  # what :items stores, after its time
-    assert rest[7:] == ["user_message", "3", "50", "0", "", ""]  # type, tokens, priority, pinned, group, link
+    # type, tokens, priority, pinned, group, link, letters
+    assert rest[7:] == ["user_message", "3", "50", "0", "", "", "U"]
     assert call.argv()[0].startswith(call.request + "|")  # the request and its argument fingerprint
     assert (reply.added, reply.evicted, reply.compactions, reply.trigger, reply.freed) == (1, 0, 0, 0, 0)
     assert reply.items[0].id == "ctx-1" and reply.items[0].role == "user"
@@ -197,7 +199,7 @@ def test_a_build_of_a_window_the_store_has_read_is_one_conditional_event(chat):
     opts = cs.BuildOptions(reserve_for_response=0)
 
     def run(replies):
-        plan = build_plans.build_messages(s, st, opts) if chat else build_plans.build(s, st, opts)
+        plan = chat_plans.build_messages(s, st, opts) if chat else build_plans.build(s, st, opts)
         return drive(plan, replies)
 
     _, before = run([build_reply(first, epoch="7", seq="2", items="2", created_us="5"), 1])
@@ -269,7 +271,7 @@ def test_summarize_calls_the_helper_outside_redis_and_commits_what_it_read():
     assert commit.name == "commit" and commit.same_args is False
     sha = hashlib.sha1(raw[0][1] + b"\n" + raw[0][2]).hexdigest()  # what commit.lua checks
     assert commit.args[wire.CONFIG_ARGS : wire.CONFIG_ARGS + 4] == ["summarize", "1", "ctx-1", sha]
-    assert commit.args[-wire.ITEM_ARGS :][2:] == ["working_memory", "1", "10", "0", "", ""]  # the summary item
+    assert commit.args[-layout.ITEM_ARGS :][2:] == ["working_memory", "1", "10", "0", "", "", "X"]  # the summary item
     with pytest.raises(StopIteration) as done:
         plan.send([29, "ctx-1.0"])
     assert done.value.value == 29

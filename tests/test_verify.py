@@ -67,6 +67,7 @@ CASES: list[tuple[str, Corruption, str]] = [
     ("tool call missing", lambda r, b: r.hdel(b + "calls", "call_1"), ":calls of 'call_1'"),
     ("attrs lose the group", lambda r, b: r.hset(b + "attrs", "ctx-6", "6|2|50|tool_result"), ":groups of 'call_1'"),
     ("cleared flag without mark", lambda r, b: _set_attrs(r, b, "ctx-6", 4, "c"), "disagree on whether it was cleared"),
+    ("letters disagree", lambda r, b: _set_attrs(r, b, "ctx-2", 4, "A"), "letters 'A' where its body says 'U'"),
     ("unparseable JSON", lambda r, b: r.hset(b + "items", "ctx-2", "{not json"), "does not parse"),
     ("bad priority", lambda r, b: _set_attrs(r, b, "ctx-2", 2, "500"), "bad field(s) priority"),
     ("bad type", lambda r, b: _set_attrs(r, b, "ctx-2", 3, "gossip"), "bad field(s) type"),

@@ -58,6 +58,9 @@ ATTRS_FIELDS = ("seq", "token_count", "priority", "type")
 #: client-encoded body (content, role, source_ref, metadata). What ``:attrs`` and ``:pinned`` hold
 #: is not repeated in it; a window written by 0.1 spells every field (``lua/lib/items.lua``).
 STORED_HEAD = '{"added_at_us":'
+#: the ARGV fields of one item in add.lua (and commit.lua's summary, and a turn's pending
+#: inputs): id, body, type, tokens, priority, pinned, group, tool link, letters (``wire.item_args``)
+ITEM_ARGS = 9
 #: what CLEAR_TOOL_RESULTS puts in place of a tool result's content
 CLEARED_PLACEHOLDER = "[tool result cleared to save context]"
 #: the metadata key a cleared tool result gets: {"tokens": <its tokens before>}
@@ -172,6 +175,7 @@ def lua_constants() -> str:
             f"local ARCHIVE_INDEX = '{ARCHIVE_INDEX}'",
             f"local CLEARED_PLACEHOLDER, CLEARED_KEY = '{CLEARED_PLACEHOLDER}', '{CLEARED_KEY}'",
             f"local STORED_HEAD = '{STORED_HEAD}'",
+            f"local ITEM_ARGS = {ITEM_ARGS}",
             "",
         ]
     )

@@ -12,7 +12,8 @@ from typing import Any
 
 import msgspec
 
-from ..types import TYPE_RANKS
+from ..types import TYPE_RANKS, ItemType
+from . import facts
 from .layout import ATTRS_FIELDS, CLEARED_KEY, Meta
 
 _TYPES = {t.value for t in TYPE_RANKS}
@@ -109,6 +110,17 @@ def _whole_item(
     return it, bad
 
 
+def _check_letters(iid: str, it: dict[str, Any], say: Say) -> None:
+    """The letters a build reads (``core.facts``) agree with the item's body; an item stored
+    before they were kept has none, which is sound (builds then read its window whole)."""
+    kept = it["flags"].replace(facts.CLEARED, "")
+    if not kept:
+        return
+    said = facts.letters(ItemType(it["type"]), it.get("role"), it.get("metadata"), it.get("source_ref"), it["group"])
+    if kept != said:
+        say(f":attrs of {iid!r} hold the letters {kept!r} where its body says {said!r}")
+
+
 def _decoded_items(
     raw_items: dict[str, str], attrs: dict[str, str], pinned: set[str], say: Say
 ) -> dict[str, dict[str, Any]]:
@@ -125,6 +137,7 @@ def _decoded_items(
             continue
         if ("c" in it["flags"]) != (CLEARED_KEY in (it.get("metadata") or {})):
             say(f":attrs of {iid!r} and its metadata disagree on whether it was cleared")
+        _check_letters(iid, it, say)
         items[iid] = it
         if iid.startswith("ctx-") and iid[4:].isdigit() and int(iid[4:]) != it["seq"]:
             say(f"item {iid!r}: generated id does not match its seq {it['seq']}")

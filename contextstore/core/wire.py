@@ -14,6 +14,7 @@ from typing import Any
 import msgspec
 
 from ..types import CompactionStrategy, ContextItem, ItemType, PlannedItem, WindowConfig
+from . import facts
 from .layout import CLEARED_KEY, Meta
 from .stored import body_json, decode_item
 from .validate import NewItem
@@ -154,13 +155,9 @@ def decode_read(reply: Sequence[Any]) -> ReadReply:
 # -- add.lua, commit.lua -------------------------------------------------------------------------
 
 
-#: ARGV fields per item in add.lua and commit.lua
-ITEM_ARGS = 8
-
-
 def item_args(item: NewItem) -> Args:
     """The ARGV fields of one item (add.lua, commit.lua): id, body, type, tokens, priority,
-    pinned, group, tool link."""
+    pinned, group, tool link, the letters a build reads (``facts.letters``)."""
     return [
         item.id or "",
         body_json(item),
@@ -170,6 +167,7 @@ def item_args(item: NewItem) -> Args:
         "1" if item.pinned else "0",
         item.group or "",
         tool_link(item),
+        facts.letters(item.type, item.role, item.metadata, item.source_ref, item.group),
     ]
 
 
@@ -331,7 +329,7 @@ ArchiveEntry = tuple[str, int, Sequence[RestoredRow]]
 
 def _stored_fields(item: ContextItem, raw: bytes, pinned: Args) -> Args:
     """id, stored JSON, seq, tokens, priority, type, ``pinned`` ([] or one flag), flags, group."""
-    flags = "c" if CLEARED_KEY in (item.metadata or {}) else ""
+    flags = facts.of_item(item) + (facts.CLEARED if CLEARED_KEY in (item.metadata or {}) else "")
     head: Args = [item.id or "", raw, str(item.seq), str(item.token_count), str(item.priority), item.type.value]
     return [*head, *pinned, flags, item.group or ""]
 

@@ -20,6 +20,7 @@ from ..core.streams import EventBatch
 from ..core.verify import VerifyReport
 from ..events import Event, OtherEvent
 from ..plans import build as build_plans
+from ..plans import chat as chat_plans
 from ..plans import compaction as compaction_plans
 from ..plans import items as item_plans
 from ..plans import snapshot as snapshot_plans
@@ -282,7 +283,7 @@ class ContextWindow:
         self, options: BuildOptions | None = None, format: Literal["openai", "anthropic"] = "openai"
     ) -> BuiltMessages:
         """Chat messages within the token budget, with the ids included, excluded and omitted."""
-        plan = build_plans.build_messages(self._settings, self._state, options, format)
+        plan = chat_plans.build_messages(self._settings, self._state, options, format)
         return self._timed(plan, self._store._metrics.build_latency)
 
     def plan_compaction(self, strategy: CompactionStrategy | str | None = None, target_percent: float = 70.0,

@@ -6,15 +6,15 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Any, Literal, TypeVar
+from typing import TypeVar
 
 from .. import logs
 from ..core import wire
 from ..core.layout import Meta, window_version
 from ..errors import BudgetTooSmallError, InvalidOptionsError, NoConversationError, raise_for_reply
-from ..render import markdown, messages, prompt
-from ..render.select import RELEVANT_TYPES, Choice, Unit, choose, members, newest_with, ranked_key, units_for
-from ..types import BuildOptions, BuiltContext, BuiltMessages, CompactionStrategy, ContextItem, WindowConfig
+from ..render import markdown, prompt
+from ..render.select import RELEVANT_TYPES
+from ..types import BuildOptions, BuiltContext, CompactionStrategy, ContextItem, WindowConfig
 from .base import Plan, ScriptCall, Settings, WindowState
 from .compaction import compact, has_helper
 from .items import items
@@ -47,7 +47,7 @@ def budget_of(options: BuildOptions, cfg: WindowConfig, window_id: str) -> int |
     return limit - options.reserve_for_response
 
 
-def _compact_first(
+def compact_first(
     settings: Settings,
     state: WindowState,
     found: wire.ReadReply,
@@ -68,7 +68,7 @@ def _compact_first(
     return freed, again.items()
 
 
-def _relevance(
+def relevance_of(
     settings: Settings, state: WindowState, options: BuildOptions, window_items: list[ContextItem]
 ) -> Plan[dict[str, float] | None]:
     """With a query and a relevance scorer: the scores of the retrieved documents and working
@@ -84,7 +84,7 @@ def _relevance(
 _MAYBE_STALE = (BudgetTooSmallError, InvalidOptionsError, NoConversationError)
 
 
-def _cache_first(
+def cache_first(
     settings: Settings,
     state: WindowState,
     options: BuildOptions,
@@ -112,7 +112,7 @@ def _cache_first(
     return done
 
 
-def _built_event(state: WindowState, fields: dict[str, str], held: dict[str, str] | None) -> Plan[bool]:
+def built_event(state: WindowState, fields: dict[str, str], held: dict[str, str] | None) -> Plan[bool]:
     """Append the ``built`` event (no request id: a retry may log a second one, which is
     harmless); False when the window no longer holds ``held`` (nothing written)."""
     reply = raise_for_reply((yield ScriptCall("event", state.keys, wire.event_args("built", fields, held))))
@@ -123,7 +123,7 @@ def build(settings: Settings, state: WindowState, options: object = None) -> Pla
     """The prompt within the budget: pinned items first, then candidates in build order while
     they fit. Deletes nothing unless ``compact=True``; appends a ``built`` event."""
     opts = prompt.validate_options(options)
-    return (yield from _cache_first(settings, state, opts, partial(_build, settings, state, opts, time.perf_counter())))
+    return (yield from cache_first(settings, state, opts, partial(_build, settings, state, opts, time.perf_counter())))
 
 
 def _build(
@@ -134,14 +134,14 @@ def _build(
     found: wire.ReadReply,
     held: dict[str, str] | None,
 ) -> Plan[BuiltContext | None]:
-    """``build`` from ``found``; None when ``held`` no longer holds (``_cache_first``)."""
+    """``build`` from ``found``; None when ``held`` no longer holds (``cache_first``)."""
     cfg = found.config(state.config)
     budget = budget_of(opts, cfg, state.window_id)
     decoded = found.items()
     memo = found.cached.derived if found.cached is not None else None
     prompt.check_pinned(decoded, opts, budget, settings.joint_count, memo)
-    freed, window_items = yield from _compact_first(settings, state, found, decoded, budget, opts)
-    relevance = yield from _relevance(settings, state, opts, window_items)
+    freed, window_items = yield from compact_first(settings, state, found, decoded, budget, opts)
+    relevance = yield from relevance_of(settings, state, opts, window_items)
     memos = found.cached.costs if found.cached is not None and not freed else None
     built = prompt.build(window_items, opts, budget, settings.counter, settings.joint_count, relevance, memos, memo)
     ms = (time.perf_counter() - started) * 1000
@@ -153,10 +153,10 @@ def _build(
         "was_compacted": "1" if freed else "0",
         "build_time_ms": f"{ms:.3f}",
     }
-    if not (yield from _built_event(state, fields, held)):
+    if not (yield from built_event(state, fields, held)):
         return None
     logs.built(state.window_id, len(built.included), built.total_tokens)
-    dropped = _dropped_newest(state.window_id, window_items, built.included, built.excluded, budget)
+    dropped = dropped_newest(state.window_id, window_items, built.included, built.excluded, budget)
     return BuiltContext(
         content=built.content,
         total_tokens=built.total_tokens,
@@ -170,167 +170,22 @@ def _build(
     )
 
 
-FORMATS = ("openai", "anthropic")
-#: the key of message costs among a cached window's cost memos
-MESSAGE_COSTS = ("messages", "", "", 0)
-
-
-def _message_units(items: list[ContextItem], memo: dict[str, Any] | None) -> tuple[list[ContextItem], list[str]]:
-    """The items of complete units (``items`` itself when every unit is complete), and the ids
-    of incomplete tool-call groups (left out); kept in ``memo`` while builds get this list."""
-    held = memo.get("message_units") if memo is not None else None
-    if held is not None and held[0] is items:
-        return held[1], held[2]
-    units = units_for(items, memo).all
-    complete = [messages.complete(u) for u in units]
-    ok = items if all(complete) else [i for u, c in zip(units, complete, strict=True) if c for i in u.items]
-    left_out = [i for u, c in zip(units, complete, strict=True) if not c for i in u.ids()]
-    if memo is not None:
-        memo["message_units"] = (items, ok, left_out)
-    return ok, left_out
-
-
-def _check_format(format: object) -> Literal["openai", "anthropic"]:
-    if format == "openai":
-        return "openai"
-    if format == "anthropic":
-        return "anthropic"
-    raise InvalidOptionsError(f"format must be 'openai' or 'anthropic', not {format!r}")
-
-
-def build_messages(
-    settings: Settings, state: WindowState, options: object = None, format: object = "openai"
-) -> Plan[BuiltMessages]:
-    """Chat messages within the budget (content plus a per-message overhead): whole units,
-    pinned first; every tool result right after its call. Appends a ``built`` event."""
-    opts, fmt = prompt.validate_options(options), _check_format(format)
-    return (yield from _cache_first(settings, state, opts, partial(_build_messages, settings, state, opts, fmt)))
-
-
-def _build_messages(
-    settings: Settings,
-    state: WindowState,
-    opts: BuildOptions,
-    fmt: Literal["openai", "anthropic"],
-    found: wire.ReadReply,
-    held: dict[str, str] | None,
-) -> Plan[BuiltMessages | None]:
-    """``build_messages`` from ``found``; None when ``held`` no longer holds (``_cache_first``)."""
-    budget = budget_of(opts, found.config(state.config), state.window_id)
-    decoded = found.items()
-
-    cost = _message_cost(settings, found)
-    derived = found.cached.derived if found.cached is not None else None
-    pinned_need = messages.REPLY_PRIMING + sum(cost(u) for u in units_for(decoded, derived).pinned)
-    if budget is not None and pinned_need > budget:
-        raise BudgetTooSmallError(pinned_need, budget)
-    freed, window_items = yield from _compact_first(settings, state, found, decoded, budget, opts)
-    usable, incomplete = _message_units(window_items, derived)
-    relevance = yield from _relevance(settings, state, opts, usable)
-
-    def pick(required: Unit | None = None) -> Choice:
-        key = ranked_key(relevance)
-        return choose(usable, opts, budget, cost, messages.REPLY_PRIMING, key, derived, MESSAGE_COSTS, required)
-
-    choice = _with_question(pick, _question(usable, derived, opts), pinned_need, budget, cost)
-    ordered = messages.arrange(members(choice.pinned + choice.chosen), opts.order, relevance)
-    payload = _payload(ordered, fmt, opts, state.window_id)
-    omitted = sorted(choice.omitted + incomplete, key=_seq_of(window_items))
-    if not (yield from _built_event(state, {
-        "format": fmt, "items_included": str(len(ordered)), "items_excluded": str(len(choice.excluded)),
-        "items_omitted": str(len(omitted)), "total_tokens": str(choice.used), "was_compacted": "1" if freed else "0",
-    }, held)):  # fmt: skip
-        return None
-    logs.built(state.window_id, len(ordered), choice.used)
-    dropped = _dropped_newest(state.window_id, window_items, ordered, choice.excluded, budget)
-    return BuiltMessages(
-        messages=payload,
-        format=fmt,
-        total_tokens=choice.used,
-        included_item_ids=[i.id or "" for i in ordered],
-        excluded_item_ids=choice.excluded,
-        omitted_item_ids=omitted,
-        was_compacted=freed > 0,
-        tokens_freed_by_compaction=freed,
-        dropped_newest=dropped,
-        version=window_version(found.meta),
-    )
-
-
-def _with_question(
-    pick: Callable[..., Choice],
-    question: Unit | None,
-    pinned_need: int,
-    budget: int | None,
-    cost: Callable[[Unit], int],
-) -> Choice:
-    """``pick()``, or when it leaves ``question`` out, ``pick(question)``: the question taken
-    right after the pins (``BudgetTooSmallError`` when they cannot fit together)."""
-    choice = pick()
-    if question is None or any(u is question for u in choice.chosen):
-        return choice
-    need = pinned_need + cost(question)
-    if budget is not None and need > budget:
-        raise BudgetTooSmallError(
-            need, budget, f"the pinned items and the newest user message ({', '.join(question.ids())})"
-        )
-    return pick(question)
-
-
-def _question(usable: list[ContextItem], memo: dict[str, Any] | None, options: BuildOptions) -> Unit | None:
-    """The unit of the newest user message, which a chat build always includes (unless the
-    options leave the conversation out, or it is pinned and so included anyway)."""
-    if not options.include_recent_history or options.max_history_items < 1:
-        return None
-    return newest_with(units_for(usable, memo), lambda i: messages.role_of(i) == "user")
-
-
-def _dropped_newest(
+def dropped_newest(
     window_id: str, items: list[ContextItem], included: Sequence[ContextItem], excluded: list[str], budget: int | None
 ) -> list[str]:
     """The excluded ids newer than every unpinned item included, in arrival order (logged)."""
     if not excluded:
         return []
     newest = max((i.seq for i in included if not i.pinned), default=0)
-    seq = _seq_of(items)
+    seq = seq_lookup(items)
     dropped = sorted((x for x in excluded if seq(x) > newest), key=seq)
     if dropped:
         logs.dropped_newest(window_id, dropped, budget)
     return dropped
 
 
-def _message_cost(settings: Settings, found: wire.ReadReply) -> Callable[[Unit], int]:
-    """What a unit costs as chat messages, memoised per item while the window's epoch stays."""
-    memo: dict[Any, int] = found.cached.costs.setdefault(MESSAGE_COSTS, {}) if found.cached is not None else {}
-
-    def cost(unit: Unit) -> int:
-        if len(unit.items) == 1:  # most units
-            item = unit.items[0]
-            n = memo.get(item.seq)
-            if n is None:
-                n = memo[item.seq] = messages.item_cost(item, settings.joint_count)
-            return n
-        return messages.unit_cost(unit, settings.joint_count)
-
-    return cost
-
-
-def _payload(
-    ordered: list[ContextItem], fmt: str, options: BuildOptions, window_id: str
-) -> list[dict[str, Any]] | dict[str, Any]:
-    """The messages in the format asked for; an Anthropic build with none raises."""
-    if fmt == "openai":
-        return messages.openai(ordered)
-    payload = messages.anthropic(ordered, options)
-    if not payload["messages"]:
-        raise NoConversationError(
-            f"an Anthropic build of window {window_id!r} has no message to send: no user or assistant "
-            "message of the window is in it (none there, none the options let in, or none fits the budget)"
-        )
-    return payload
-
-
-def _seq_of(items: list[ContextItem]) -> Callable[[str], int]:
+def seq_lookup(items: list[ContextItem]) -> Callable[[str], int]:
+    """Item id -> its seq among ``items`` (0 for an id not among them)."""
     seqs = {i.id: i.seq for i in items}
     return lambda item_id: seqs.get(item_id, 0)
 

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..core import stored, wire
+from ..core import facts, stored, wire
 from ..core.itemcache import CachedWindow
 from ..core.layout import Meta
 from ..errors import raise_for_reply
@@ -98,6 +98,63 @@ def _plain(state: WindowState, mode: str) -> Plan[Listing | None]:
     found = wire.ReadReply({wire.text(f): wire.text(v) for f, v in meta.items()}, len(pinned), [])
     found.raw = [[i, jsons[i], attrs.get(i, b""), int(i in pinned)] for i in ids if i in jsons]
     return Listing(found, list(ids), [])
+
+
+@dataclass(slots=True)
+class Facts:
+    """What a build chooses by, read without the items' bodies (``read_facts``): the window's
+    meta and pinned count, and its items as ``facts.stub`` makes them, in build order
+    (``found.decoded``); with each id's ``:attrs`` value, which decoding its body needs."""
+
+    found: wire.ReadReply
+    attrs: dict[str, str]
+
+
+def read_facts(state: WindowState) -> Plan[Facts | None]:
+    """The window's meta, ``:attrs`` and pins in one MULTI/EXEC of plain commands, no item body:
+    what a build needs to choose (``plans/chat.py``). None when the window is missing, too large
+    for one plain read (``_plain_ok``), or an item's letters are missing (stored before they
+    were kept) or say its body is needed (``facts.stub``): the caller reads the window whole."""
+    if not (yield from _plain_ok(state)):
+        return None
+    k = state.keys
+    reply = yield PlainRead((("HGETALL", k.meta), ("HGETALL", k.attrs), ("SMEMBERS", k.pinned)))
+    if reply is None or not reply[0]:
+        return None
+    meta, attrs, pinned = reply
+    stubs, values = [], {}
+    for i in stored.listing(attrs, {}, by_seq=False):
+        item_id = wire.text(i)
+        values[item_id] = value = wire.text(attrs[i])
+        stub = facts.stub(item_id, value, i in pinned)
+        if stub is None:
+            return None
+        stubs.append(stub)
+    found = wire.ReadReply({wire.text(f): wire.text(v) for f, v in meta.items()}, len(pinned), [], stubs)
+    return Facts(found, values)
+
+
+def read_bodies(state: WindowState, got: Facts, stubs: list[ContextItem]) -> Plan[list[ContextItem] | None]:
+    """The stored items ``stubs`` (from ``got``) stand for, in their order, with one plain
+    ``HMGET`` of their bodies; None when one is gone, its letters disagree with its body, or the
+    server is at maxmemory (the caller reads the window whole then). Whether the window changed
+    since ``got`` is the caller's to check (the ``built`` event holds ``got``'s meta)."""
+    if not stubs:
+        return []
+    ids = [s.id or "" for s in stubs]
+    reply = yield PlainRead((("HMGET", state.keys.items, *ids),))
+    if reply is None:
+        return None
+    out = []
+    for stub, json in zip(stubs, reply[0], strict=True):
+        attrs = got.attrs[stub.id or ""]
+        if json is None:
+            return None
+        item = stored.decode_item([stub.id, json, attrs, stub.pinned])
+        if facts.of_item(item) != attrs.split("|", 5)[4].replace(facts.CLEARED, ""):
+            return None
+        out.append(item)
+    return out
 
 
 def _stamp(meta: dict[str, str]) -> tuple[str | None, ...]:

@@ -14,6 +14,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ..core import facts
 from ..types import BuildOptions, ContextItem, ItemType
 from .select import Unit, ranked_key
 
@@ -24,23 +25,15 @@ REPLY_PRIMING = 3
 #: the first user turn of an Anthropic conversation whose oldest kept message is the assistant's
 CONTINUED = "(earlier conversation omitted)"
 
-_SYSTEM_TYPES = (ItemType.SYSTEM_PROMPT, ItemType.INSTRUCTION)
-_BY_TYPE = {ItemType.USER_MESSAGE: "user", ItemType.ASSISTANT_MESSAGE: "assistant"}
-
 
 def _meta(item: ContextItem) -> dict[str, Any]:
     return item.metadata or {}
 
 
 def role_of(item: ContextItem) -> str:
-    """``system``, ``user``, ``assistant``, ``tool`` or ``context`` (rendered as text)."""
-    if item.role in ("system", "developer") or (item.role is None and item.type in _SYSTEM_TYPES):
-        return "system"
-    if item.type is ItemType.TOOL_RESULT or item.role == "tool":
-        return "tool" if "tool_call_id" in _meta(item) else "context"
-    if item.role in ("user", "assistant"):
-        return item.role
-    return _BY_TYPE.get(item.type, "context") if item.role is None else "context"
+    """``system``, ``user``, ``assistant``, ``tool`` or ``context`` (rendered as text);
+    ``core.facts.role_class`` is the rule, which the item's stored letters also keep."""
+    return facts.role_class(item.type, item.role, item.metadata)
 
 
 def calls_in(item: ContextItem) -> list[dict[str, Any]]:

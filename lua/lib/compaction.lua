@@ -122,7 +122,7 @@ end
 local function stored_attrs(state, id)
   local a = unpack_attrs(redis.call('HGET', K_ATTRS, id))
   a.id, a.pinned = id, redis.call('SISMEMBER', K_PINNED, id) == 1
-  if state.cleared and state.cleared[id] then a.tokens, a.flags = state.cleared[id], 'c' end
+  if state.cleared and state.cleared[id] then a.tokens, a.flags = state.cleared[id], cleared_flags(a.flags) end
   return a
 end
 
@@ -254,7 +254,7 @@ local function clearable(state, kept, placeholder)
       if not id then return nil end
       if not state.removed[id] then
         local a = stored_attrs(state, id)
-        if a.type == 'tool_result' and not a.pinned and a.flags ~= 'c' and a.tokens > placeholder
+        if a.type == 'tool_result' and not a.pinned and not string.find(a.flags, 'c', 1, true) and a.tokens > placeholder
             and not (state.joining and state.joining[a.group]) and not kept()[unit_key(id, a)] then
           return a
         end
@@ -307,7 +307,7 @@ local function plan_compaction(strategy, tokens, target, state, cfg, placeholder
     if cleared < cfg.clear_at_least then actions, cleared, n = {}, 0, 0 end
     state.cleared = state.cleared or {}
     for _, act in ipairs(actions) do
-      state.cleared[act[2].id], act[2].tokens, act[2].flags = placeholder, placeholder, 'c'
+      state.cleared[act[2].id], act[2].tokens, act[2].flags = placeholder, placeholder, cleared_flags(act[2].flags)
     end
     freed = cleared
     if not fallback then return actions, freed end

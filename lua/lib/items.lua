@@ -42,6 +42,12 @@ local function pack_attrs(a)
   return v
 end
 
+-- `flags` with the store's own 'c' (a cleared tool result); the client's letters kept.
+local function cleared_flags(flags)
+  if string.find(flags, 'c', 1, true) then return flags end
+  return flags .. 'c'
+end
+
 local function unpack_attrs(v)
   local seq, tok, pr, ty = string.match(v, '^(%d+)|(%d+)|(%d+)|(.*)$')
   if not seq then return {flags = '', group = ''} end  -- never written so (verify() reports it)
@@ -144,16 +150,18 @@ local function stored_time(json)
   return string.match(lean_json(json) or '', '^' .. STORED_HEAD .. '(%d+),')
 end
 
--- Parse one item from ARGV[b+1..b+8]: id or '', body JSON ('{"content":...}'), type, tokens, priority, pinned,
--- group or '', tool link ('C:<name>=<call id> ...' for a tool call, 'R:<call id>' for a result).
+-- Parse one item from ARGV[b+1..b+ITEM_ARGS]: id or '', body JSON ('{"content":...}'), type, tokens, priority,
+-- pinned, group or '', tool link ('C:<name>=<call id> ...' for a tool call, 'R:<call id>' for a result), the
+-- letters a build reads (upper case; contextstore/core/facts.py owns them: kept as given, '' from a
+-- turn's input enqueued by an older client, which makes builds read the window whole).
 local function parse_item(b)
   local it = {
     id = ARGV[b + 1], body = ARGV[b + 2], type = ARGV[b + 3], tokens = tonumber(ARGV[b + 4]),
     priority = tonumber(ARGV[b + 5]), pinned = ARGV[b + 6] == '1', group = ARGV[b + 7] or '',
-    flags = '', calls = {},
+    flags = ARGV[b + 9] or '', calls = {},
   }
   local link = ARGV[b + 8] or ''
-  if not RANK[it.type] or not is_int(it.tokens, 1, MAX_TOKENS)
+  if not RANK[it.type] or not is_int(it.tokens, 1, MAX_TOKENS) or not string.find(it.flags, '^%u*$')
       or not is_int(it.priority, 0, MAX_PRIORITY) or string.sub(it.body, 1, 11) ~= '{"content":' then
     return nil
   end
@@ -371,7 +379,7 @@ local function clear_content(id, json, tokens)
   redis.call('HSET', K_ITEMS, id, json)
   redis.call('HDEL', K_VECTORS, id)
   new_epoch()
-  a.tokens, a.flags = tokens, 'c'
+  a.tokens, a.flags = tokens, cleared_flags(a.flags)
   redis.call('HSET', K_ATTRS, id, pack_attrs(a))
   bump(F.TOKENS, -freed)
   bump(F.TOKENS_OF .. a.type, -freed)

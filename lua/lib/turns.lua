@@ -1,7 +1,7 @@
 -- lib/turns.lua: turn leases with fencing (docs/turns.md). A window's :turn hash holds the
 -- running turn (token, until: the server ms its lease runs to, lease: its length in ms, owner,
 -- started, policy, ids: what it wrote, space-separated) and the inputs enqueued for it or the
--- next turn (pending: a JSON array of add.lua item groups of 8 strings).
+-- next turn (pending: a JSON array of add.lua item groups of ITEM_ARGS strings).
 -- needs: meta
 
 local TURN_POLICIES = {reject = true, enqueue = true, interrupt = true, rollback = true}
@@ -22,7 +22,7 @@ local function running_turn_ids()
   return out
 end
 
--- The inputs enqueued so far: a list of item groups of 8.
+-- The inputs enqueued so far: a list of item groups of ITEM_ARGS (8 when an older client enqueued them).
 local function pending_inputs()
   local json = redis.call('HGET', K_TURN, 'pending')
   return json and cjson.decode(json) or {}
@@ -99,8 +99,8 @@ local function splice_pending(base)
   if #pending == 0 then return 0 end
   local at = base + 1
   for _, group in ipairs(pending) do
-    for j = 1, 8 do
-      table.insert(ARGV, at, group[j])
+    for j = 1, ITEM_ARGS do
+      table.insert(ARGV, at, group[j] or '')
       at = at + 1
     end
   end
@@ -108,12 +108,12 @@ local function splice_pending(base)
   return #pending
 end
 
--- Store the call's own items (ARGV[base + 1 ...], groups of 8) as pending; the QUEUED reply.
+-- Store the call's own items (ARGV[base + 1 ...], groups of ITEM_ARGS) as pending; the QUEUED reply.
 local function enqueue_inputs(base, n, plan)
   local pending = pending_inputs()
   for i = 1, n do
     local group = {}
-    for j = 1, 8 do group[j] = ARGV[base + (i - 1) * 8 + j] end
+    for j = 1, ITEM_ARGS do group[j] = ARGV[base + (i - 1) * ITEM_ARGS + j] end
     pending[#pending + 1] = group
   end
   redis.call('HSET', K_TURN, 'pending', cjson.encode(pending))

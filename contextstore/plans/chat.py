@@ -1,0 +1,227 @@
+"""Chat builds: the window as the messages an OpenAI- or Anthropic-style chat API takes, within
+the token budget (content plus a per-message overhead), whole units, pinned first, every tool
+result right after its call.
+
+A build on a store that keeps no items between builds chooses from the window's facts
+(``reads.read_facts``: ``:meta``, ``:attrs`` and their letters, ``:pinned``) and reads the bodies
+of the items it takes only (``_from_facts``); otherwise it reads like a prompt build
+(``build.cache_first``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+from typing import Any, Literal, TypeVar
+
+from .. import logs
+from ..core import wire
+from ..core.layout import Meta, window_version
+from ..errors import BudgetTooSmallError, InvalidOptionsError, NoConversationError
+from ..render import messages, prompt
+from ..render.select import Choice, Unit, choose, members, newest_with, ranked_key, units_for
+from ..types import BuildOptions, BuiltMessages, ContextItem
+from .base import Plan, Settings, WindowState
+from .build import budget_of, built_event, cache_first, compact_first, dropped_newest, relevance_of, seq_lookup
+from .reads import read_bodies, read_facts
+
+T = TypeVar("T")
+
+FORMATS = ("openai", "anthropic")
+#: the key of message costs among a cached window's cost memos
+MESSAGE_COSTS = ("messages", "", "", 0)
+
+
+def _message_units(items: list[ContextItem], memo: dict[str, Any] | None) -> tuple[list[ContextItem], list[str]]:
+    """The items of complete units (``items`` itself when every unit is complete), and the ids
+    of incomplete tool-call groups (left out); kept in ``memo`` while builds get this list."""
+    held = memo.get("message_units") if memo is not None else None
+    if held is not None and held[0] is items:
+        return held[1], held[2]
+    units = units_for(items, memo).all
+    complete = [messages.complete(u) for u in units]
+    ok = items if all(complete) else [i for u, c in zip(units, complete, strict=True) if c for i in u.items]
+    left_out = [i for u, c in zip(units, complete, strict=True) if not c for i in u.ids()]
+    if memo is not None:
+        memo["message_units"] = (items, ok, left_out)
+    return ok, left_out
+
+
+def _check_format(format: object) -> Literal["openai", "anthropic"]:
+    if format == "openai":
+        return "openai"
+    if format == "anthropic":
+        return "anthropic"
+    raise InvalidOptionsError(f"format must be 'openai' or 'anthropic', not {format!r}")
+
+
+def build_messages(
+    settings: Settings, state: WindowState, options: object = None, format: object = "openai"
+) -> Plan[BuiltMessages]:
+    """Chat messages within the budget (content plus a per-message overhead): whole units,
+    pinned first; every tool result right after its call. Appends a ``built`` event."""
+    opts, fmt = prompt.validate_options(options), _check_format(format)
+    run = partial(_build_messages, settings, state, opts, fmt)
+    if _chooses_from_facts(settings, state, opts):
+        done = yield from _from_facts(state, run)
+        if done is not None:
+            return done
+    return (yield from cache_first(settings, state, opts, run))
+
+
+def _chooses_from_facts(settings: Settings, state: WindowState, options: BuildOptions) -> bool:
+    """Whether a chat build chooses from the window's facts and reads only the bodies it takes
+    (``_from_facts``): on a store that keeps no items between builds (``item_cache_bytes=0``:
+    a stateless worker, whose every build starts cold), for a build with a budget (without one
+    every item is taken), no compaction and no relevance scores (which read every body). A store
+    with an item cache reads a window it does not hold whole instead, and keeps it: its next
+    builds of that window then cost the shard next to nothing."""
+    if settings.item_cache_bytes or not state.plain_reads or options.compact:
+        return False
+    if options.query and settings.relevance_scorer is not None:
+        return False
+    return options.max_tokens is not None or state.config.max_tokens is not None
+
+
+def _from_facts(state: WindowState, run: Callable[..., Plan[T | None]]) -> Plan[T | None]:
+    """``run`` (``_build_messages``: the read, the meta its ``built`` event must find, how to
+    read the bodies of the items it chose) on the window's facts (``reads.read_facts``: meta,
+    ``:attrs``, pins; no body),
+    reading the bodies of the chosen items only, and writing the ``built`` event only if the
+    window still holds what the facts said (its ``Meta.BUILD_INPUTS``). None when the facts do
+    not serve (``read_facts``), a body does not match, or the window moved on meanwhile: the
+    caller builds on a whole read then."""
+    got = yield from read_facts(state)
+    if got is None:
+        return None
+    held = {f: got.found.meta.get(f, "") for f in Meta.BUILD_INPUTS}
+    return (yield from run(got.found, held, partial(read_bodies, state, got)))
+
+
+def _build_messages(
+    settings: Settings,
+    state: WindowState,
+    opts: BuildOptions,
+    fmt: Literal["openai", "anthropic"],
+    found: wire.ReadReply,
+    held: dict[str, str] | None,
+    bodies: Callable[[list[ContextItem]], Plan[list[ContextItem] | None]] | None = None,
+) -> Plan[BuiltMessages | None]:
+    """``build_messages`` from ``found``; None when ``held`` no longer holds (``cache_first``)
+    or ``bodies`` cannot read the chosen items (``_from_facts``: ``found`` holds their facts)."""
+    budget = budget_of(opts, found.config(state.config), state.window_id)
+    decoded, cost = found.items(), _message_cost(settings, found)
+    # one memo for this build at least: the question's unit must be the very unit choosing offers
+    derived = found.cached.derived if found.cached is not None else {}
+    pinned_need = messages.REPLY_PRIMING + sum(cost(u) for u in units_for(decoded, derived).pinned)
+    if budget is not None and pinned_need > budget:
+        raise BudgetTooSmallError(pinned_need, budget)
+    freed, window_items = yield from compact_first(settings, state, found, decoded, budget, opts)
+    usable, incomplete = _message_units(window_items, derived)
+    relevance = yield from relevance_of(settings, state, opts, usable)
+    choice = _chosen(opts, budget, usable, derived, relevance, cost, pinned_need)
+    ordered = messages.arrange(members(choice.pinned + choice.chosen), opts.order, relevance)
+    if bodies is not None:
+        read = yield from bodies(ordered)
+        if read is None:
+            return None
+        ordered = read
+    payload = _payload(ordered, fmt, opts, state.window_id)
+    omitted = sorted(choice.omitted + incomplete, key=seq_lookup(window_items))
+    if not (yield from built_event(state, {
+        "format": fmt, "items_included": str(len(ordered)), "items_excluded": str(len(choice.excluded)),
+        "items_omitted": str(len(omitted)), "total_tokens": str(choice.used), "was_compacted": "1" if freed else "0",
+    }, held)):  # fmt: skip
+        return None
+    logs.built(state.window_id, len(ordered), choice.used)
+    dropped = dropped_newest(state.window_id, window_items, ordered, choice.excluded, budget)
+    return BuiltMessages(
+        messages=payload,
+        format=fmt,
+        total_tokens=choice.used,
+        included_item_ids=[i.id or "" for i in ordered],
+        excluded_item_ids=choice.excluded,
+        omitted_item_ids=omitted,
+        was_compacted=freed > 0,
+        tokens_freed_by_compaction=freed,
+        dropped_newest=dropped,
+        version=window_version(found.meta),
+    )
+
+
+def _chosen(
+    opts: BuildOptions,
+    budget: int | None,
+    usable: list[ContextItem],
+    derived: dict[str, Any],
+    relevance: dict[str, float] | None,
+    cost: Callable[[Unit], int],
+    pinned_need: int,
+) -> Choice:
+    """What a chat build takes of ``usable`` (its complete units): the pinned units, the newest
+    user message's (``_with_question``), then the other candidates while they fit."""
+
+    def pick(required: Unit | None = None) -> Choice:
+        key = ranked_key(relevance)
+        return choose(usable, opts, budget, cost, messages.REPLY_PRIMING, key, derived, MESSAGE_COSTS, required)
+
+    return _with_question(pick, _question(usable, derived, opts), pinned_need, budget, cost)
+
+
+def _with_question(
+    pick: Callable[..., Choice],
+    question: Unit | None,
+    pinned_need: int,
+    budget: int | None,
+    cost: Callable[[Unit], int],
+) -> Choice:
+    """``pick()``, or when it leaves ``question`` out, ``pick(question)``: the question taken
+    right after the pins (``BudgetTooSmallError`` when they cannot fit together)."""
+    choice = pick()
+    if question is None or any(u is question for u in choice.chosen):
+        return choice
+    need = pinned_need + cost(question)
+    if budget is not None and need > budget:
+        raise BudgetTooSmallError(
+            need, budget, f"the pinned items and the newest user message ({', '.join(question.ids())})"
+        )
+    return pick(question)
+
+
+def _question(usable: list[ContextItem], memo: dict[str, Any] | None, options: BuildOptions) -> Unit | None:
+    """The unit of the newest user message, which a chat build always includes (unless the
+    options leave the conversation out, or it is pinned and so included anyway)."""
+    if not options.include_recent_history or options.max_history_items < 1:
+        return None
+    return newest_with(units_for(usable, memo), lambda i: messages.role_of(i) == "user")
+
+
+def _message_cost(settings: Settings, found: wire.ReadReply) -> Callable[[Unit], int]:
+    """What a unit costs as chat messages, memoised per item while the window's epoch stays."""
+    memo: dict[Any, int] = found.cached.costs.setdefault(MESSAGE_COSTS, {}) if found.cached is not None else {}
+
+    def cost(unit: Unit) -> int:
+        if len(unit.items) == 1:  # most units
+            item = unit.items[0]
+            n = memo.get(item.seq)
+            if n is None:
+                n = memo[item.seq] = messages.item_cost(item, settings.joint_count)
+            return n
+        return messages.unit_cost(unit, settings.joint_count)
+
+    return cost
+
+
+def _payload(
+    ordered: list[ContextItem], fmt: str, options: BuildOptions, window_id: str
+) -> list[dict[str, Any]] | dict[str, Any]:
+    """The messages in the format asked for; an Anthropic build with none raises."""
+    if fmt == "openai":
+        return messages.openai(ordered)
+    payload = messages.anthropic(ordered, options)
+    if not payload["messages"]:
+        raise NoConversationError(
+            f"an Anthropic build of window {window_id!r} has no message to send: no user or assistant "
+            "message of the window is in it (none there, none the options let in, or none fits the budget)"
+        )
+    return payload

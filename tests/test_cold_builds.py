@@ -1,0 +1,205 @@
+"""Cold chat builds move only what fits: a store that keeps no items (``item_cache_bytes=0``, a
+stateless worker) chooses from the window's facts (``:meta``, ``:attrs`` with their letters,
+``:pinned``) and reads the bodies of the chosen items only (plans/chat.py ``_from_facts``). The
+result is exactly a whole read's; windows whose facts do not serve are read whole."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import pytest
+import redis
+
+import contextstore as cs
+from contextstore.core import facts
+from contextstore.plans import chat as chat_plans
+
+from support import on_cluster
+
+OPTS = cs.BuildOptions(max_tokens=600, reserve_for_response=0, max_history_items=1000)
+
+
+def _call(call_id: str, name: str = "lookup") -> dict[str, Any]:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": '{"q": 1}'}}
+
+
+def _chat(w, turns: int) -> None:
+    """A conversation of ``turns`` turns, a tool call and its result every third."""
+    w.add("You are terse.", role="system", pinned=True)
+    for n in range(turns):
+        w.add(f"question {n} " + "why " * 20, role="user")
+        if n % 3 == 0:
+            w.add("", role="assistant", metadata={"tool_calls": [_call(f"call_{n}")]})
+            w.add(f"result {n} " + "data " * 30, role="tool", metadata={"tool_call_id": f"call_{n}"})
+        w.add(f"answer {n} " + "because " * 25, role="assistant")
+
+
+def _same(a: object, b: object) -> None:
+    assert msgspec.to_builtins(a) == msgspec.to_builtins(b)
+
+
+def _whole(redis_url: str, prefix: str, wid: str, opts: cs.BuildOptions, fmt: str = "openai") -> Any:
+    """The build of a store with an item cache: it reads the window whole."""
+    with cs.ContextStore.from_url(redis_url, prefix=prefix) as fresh:
+        return fresh.window(wid).build_messages_structured(opts, format=fmt)
+
+
+@pytest.fixture
+def bodies_asked(monkeypatch) -> list[list[str]]:
+    """The ids each cold build asked the bodies of."""
+    asked: list[list[str]] = []
+    real = chat_plans.read_bodies
+
+    def recording(state, got, stubs):
+        asked.append([s.id for s in stubs])
+        return (yield from real(state, got, stubs))
+
+    monkeypatch.setattr(chat_plans, "read_bodies", recording)
+    return asked
+
+
+def _out_bytes(r: redis.Redis) -> int:
+    return int(r.info("stats")["total_net_output_bytes"])
+
+
+@pytest.mark.parametrize("fmt", ["openai", "anthropic"])
+def test_a_stateless_build_reads_only_the_bodies_it_takes(make_store, redis_url, prefix, r, bodies_asked, fmt):
+    if on_cluster(redis_url):
+        pytest.skip("a cluster's client reads with scripts; counts one server's commands")
+    _chat(make_store().window("cold", max_tokens=50_000), 60)  # ~6x the budget
+    stateless = make_store(item_cache_bytes=0).window("cold")
+    expected = _whole(redis_url, prefix, "cold", OPTS, fmt)
+    r.config_resetstat()
+    before = _out_bytes(r)
+    got = stateless.build_messages_structured(OPTS, format=fmt)
+    cold_bytes = _out_bytes(r) - before
+    stats = r.info("commandstats")
+    _same(got, expected)
+    assert bodies_asked == [got.included_item_ids]  # in the order they render
+    assert len(got.included_item_ids) < len(got.excluded_item_ids)
+    assert stats["cmdstat_hgetall"]["calls"] == 2  # :meta and :attrs; never :items
+    before = _out_bytes(r)
+    _whole(redis_url, prefix, "cold", OPTS, fmt)
+    assert cold_bytes < 0.5 * (_out_bytes(r) - before)
+
+
+def test_a_stateless_build_of_a_window_that_fits_reads_every_body_once(make_store, redis_url, prefix, bodies_asked):
+    if on_cluster(redis_url):
+        pytest.skip("a cluster's client reads with scripts")
+    _chat(make_store().window("fits", max_tokens=50_000), 4)
+    got = make_store(item_cache_bytes=0).window("fits").build_messages_structured(OPTS)
+    _same(got, _whole(redis_url, prefix, "fits", OPTS))
+    assert not got.excluded_item_ids and bodies_asked == [got.included_item_ids]
+
+
+def _parallel_calls(w) -> None:
+    w.add("", role="assistant", metadata={"tool_calls": [_call("p1"), _call("p2", "other")]})
+    w.add("first", role="tool", metadata={"tool_call_id": "p1"})
+    w.add("second", role="tool", metadata={"tool_call_id": "p2"})
+
+
+def _sourced_document(w) -> None:
+    w.add("the handbook says so", type="retrieved_document", source_ref="handbook.md#3")
+
+
+def _stored_before_letters(r: redis.Redis, prefix: str) -> None:
+    key = f"{prefix}:{{whole}}:attrs"
+    for item_id, value in r.hgetall(key).items():
+        seq, tokens, priority, kind, _letters, group = value.decode().split("|", 5)
+        old = f"{seq}|{tokens}|{priority}|{kind}" + (f"||{group}" if group else "")
+        r.hset(key, item_id, old)
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        lambda w, r, p: _parallel_calls(w),
+        lambda w, r, p: _sourced_document(w),
+        lambda w, r, p: _stored_before_letters(r, p),
+    ],
+    ids=["parallel tool calls", "a context item with a source_ref", "items stored before the letters"],
+)
+def test_a_window_whose_facts_do_not_serve_is_read_whole(make_store, redis_url, prefix, r, bodies_asked, case):
+    if on_cluster(redis_url):
+        pytest.skip("counts one server's commands")
+    w = make_store().window("whole", max_tokens=50_000)
+    _chat(w, 30)
+    case(w, r, prefix)
+    r.config_resetstat()
+    got = make_store(item_cache_bytes=0).window("whole").build_messages_structured(OPTS)
+    assert r.info("commandstats")["cmdstat_hgetall"]["calls"] == 2 + 3  # the facts, then the whole window
+    assert bodies_asked == []
+    _same(got, _whole(redis_url, prefix, "whole", OPTS))
+
+
+def test_a_window_that_moves_between_the_facts_and_the_bodies_is_built_again(
+    make_store, redis_url, prefix, monkeypatch
+):
+    if on_cluster(redis_url):
+        pytest.skip("a cluster's client reads with scripts")
+    other = cs.ContextStore.from_url(redis_url, prefix=prefix)  # sync: it writes in the middle of an async build
+    writer = other.window("moving", max_tokens=50_000)
+    _chat(writer, 30)
+    real = chat_plans.read_bodies
+    moved: list[str] = []
+
+    def racing(state, got, stubs):
+        if not moved:  # another worker adds between this build's two reads
+            moved.append(writer.add("a question that came in meanwhile", role="user").id or "")
+        return (yield from real(state, got, stubs))
+
+    monkeypatch.setattr(chat_plans, "read_bodies", racing)
+    got = make_store(item_cache_bytes=0).window("moving").build_messages_structured(OPTS)
+    expected = _whole(redis_url, prefix, "moving", OPTS)
+    _same(got, expected)
+    assert moved[0] in got.included_item_ids  # the newest user message: always in a chat build
+    assert got.version == writer.stats().version
+    other.close()
+
+
+def test_letters_that_disagree_with_a_body_make_the_build_read_whole(make_store, redis_url, prefix, r, bodies_asked):
+    """Letters written by another writer (or corrupted) never change a build: the bodies it
+    reads are checked against them, and on a mismatch it builds on a whole read."""
+    if on_cluster(redis_url):
+        pytest.skip("a cluster's client reads with scripts")
+    w = make_store().window("liar", max_tokens=50_000)
+    _chat(w, 30)
+    newest = w.items()[-1].id or ""  # an assistant answer, in every build that fits it
+    key = f"{prefix}:{{liar}}:attrs"
+    r.hset(key, newest, r.hget(key, newest).decode().replace("|A|", "|S|"))  # now a system message: placed first
+    got = make_store(item_cache_bytes=0).window("liar").build_messages_structured(OPTS)
+    assert newest in bodies_asked[0]  # chosen by its letters, read, found to disagree
+    _same(got, _whole(redis_url, prefix, "liar", OPTS))
+
+
+def test_each_item_keeps_the_letters_a_build_chooses_by(store, r, prefix):
+    w = store.window("letters", max_tokens=50_000, default_strategy="clear_tool_results")
+    w.add("be brief", role="developer")
+    w.add("hi", role="user")
+    w.add("", role="assistant", metadata={"tool_calls": [_call("c1")]})
+    w.add("found " * 50, role="tool", metadata={"tool_call_id": "c1"})
+    _parallel_calls(w)
+    _sourced_document(w)
+    w.add("x = 1", type="code")
+    w.add("a note in the user's voice", type="text", role="user")
+    w.add("", role="assistant", metadata={"tool_calls": [_call("c2")]}, group="turn-2")
+    w.add("done", role="tool", metadata={"tool_call_id": "c2"})
+    w.compact("clear_tool_results", target_percent=0.1)
+    letters = {i.decode(): v.decode().split("|")[4] for i, v in r.hgetall(f"{prefix}:{{letters}}:attrs").items()}
+    assert letters == {
+        "ctx-1": "S",  # developer: a system message
+        "ctx-2": "U",
+        "ctx-3": "AK",  # one call, named as its group
+        "ctx-4": "TQc",  # answers the call named as its group; cleared by the store since
+        "ctx-5": "AL",  # parallel calls: the build needs the body to pair them
+        "ctx-6": "TQ",  # the first of them: its group is p1
+        "ctx-7": "TL",
+        "ctx-8": "XR",  # a context item with a source_ref (its header needs the body)
+        "ctx-9": "X",
+        "ctx-10": "U",  # any type in the user's role
+        "ctx-11": "AL",  # a call in a group of the caller's
+        "ctx-12": "TL",
+    }
+    assert all(letters[i.id or ""].replace(facts.CLEARED, "") == facts.of_item(i) for i in w.items())
+    assert w.verify().ok
