@@ -22,6 +22,7 @@ import re
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -69,12 +70,14 @@ def measured(r: redis.Redis, fn: Callable[[int], Any], n: int) -> dict[str, floa
     for i in range(5):
         fn(-1 - i)
     r.config_resetstat()
+    sent = int(r.info("stats")["total_net_output_bytes"])
     before = _cpu_us(r)
     times = []
     for i in range(n):
         t0 = time.perf_counter()
         fn(i)
         times.append(time.perf_counter() - t0)
+    sent = int(r.info("stats")["total_net_output_bytes"]) - sent  # with one INFO reply: ~1 KB over n calls
     cpu = (_cpu_us(r) - before) / n
     calls, usec = _script_us(r)
     stats = {k.removeprefix("cmdstat_"): v for k, v in r.info("commandstats").items()}
@@ -84,6 +87,7 @@ def measured(r: redis.Redis, fn: Callable[[int], Any], n: int) -> dict[str, floa
         "script_us": usec / n,
         "script_calls": calls / n,
         "client_p50_us": summarize(times)["p50_us"],
+        "sent_kib": sent / n / 1024,
         "commands_us": inner,
     }
 
@@ -233,24 +237,58 @@ def helper_costs(url: str, names: tuple[str, ...] = HELPER_SCRIPTS) -> list[list
     return rows
 
 
+def cold_build_costs(url: str, messages: int) -> dict[str, dict[str, float]]:
+    """The first chat build of a worker that holds nothing of the window: a fresh store (it reads
+    the window whole, and would keep it) and a stateless one (``item_cache_bytes=0``: it reads the
+    facts, then the bodies that fit), for a budget the window fits and one it is 3x over."""
+    r, rng = redis.Redis.from_url(url), random.Random(7)
+    handle = {"max_tokens": 400_000, "max_items": messages * 4}
+    with cs.ContextStore.from_url(url, prefix="shard", item_limit=messages * 4) as store:
+        w = store.handle("cold", **handle)
+        _fill(w, messages, rng)
+        total = w.stats().current_tokens
+    out: dict[str, dict[str, float]] = {}
+    stateless = cs.ContextStore.from_url(url, prefix="shard", item_limit=messages * 4, item_cache_bytes=0)
+    for label, budget in (("fits", 400_000), ("3x over", total // 3)):
+        opts = cs.BuildOptions(max_tokens=budget, reserve_for_response=0, max_history_items=100_000)
+
+        def whole(i: int, opts: cs.BuildOptions = opts) -> None:
+            with cs.ContextStore.from_url(url, prefix="shard", item_limit=messages * 4) as fresh:
+                fresh.handle("cold", **handle).build_messages_structured(opts)
+
+        out[f"chat build, fresh worker, {label}: whole read"] = measured(r, whole, 40)
+        facts = partial(lambda i, opts: stateless.handle("cold", **handle).build_messages_structured(opts), opts=opts)
+        out[f"chat build, stateless worker, {label}: facts, then the bodies"] = measured(r, facts, 40)
+    stateless.close()
+    r.close()
+    return out
+
+
 def shard_costs(url: str, messages: int = 1000) -> dict[str, Any]:
     """Every measurement of this file on the server at ``url``."""
     r = redis.Redis.from_url(url)
     r.flushall()
     r.config_set("slowlog-log-slower-than", 1_000_000)
     r.close()
-    calls = {**add_costs(url, messages), **unchanged_build_costs(url, messages), **turn_costs(url, messages)}
+    calls = {
+        **add_costs(url, messages),
+        **unchanged_build_costs(url, messages),
+        **cold_build_costs(url, messages),
+        **turn_costs(url, messages),
+    }
     return {"calls": calls, "memory": memory_costs(url, messages)}
 
 
 def report(version: str, costs: dict[str, Any]) -> None:
     """The table of calls and the memory line of one server."""
     rows = [
-        [name, f"{c['cpu_us']:.0f}", f"{c['script_us']:.0f}", f"{c['script_calls']:.1f}", f"{c['client_p50_us']:.0f}"]
+        [name, f"{c['cpu_us']:.0f}", f"{c['script_us']:.0f}", f"{c['script_calls']:.1f}", f"{c['client_p50_us']:.0f}",
+         f"{c['sent_kib']:.1f}"]
         for name, c in costs["calls"].items()
-    ]
+    ]  # fmt: skip
     print(f"\n### Redis {version}: single calls, each alone\n")
-    print(table(["call", "Redis CPU µs (process)", "script µs (commandstats)", "scripts/call", "client p50 µs"], rows))
+    heads = ["call", "Redis CPU µs (process)", "script µs (commandstats)", "scripts/call", "client p50 µs", "KiB sent"]
+    print(table(heads, rows))
     add = costs["calls"]["contextstore add"]
     inner = sum(add["commands_us"].values())
     top = sorted(add["commands_us"].items(), key=lambda kv: -kv[1])[:6]
@@ -274,10 +312,19 @@ def goal_rows(version: str, costs: dict[str, Any]) -> list[list[str]]:
     bare, leased = c["conversation turn, no lease"], c["conversation turn, win.turn()"]
     extra_calls, extra_us = leased["script_calls"] - bare["script_calls"], leased["script_us"] - bare["script_us"]
 
+    whole, facts = (
+        c["chat build, fresh worker, 3x over: whole read"],
+        c["chat build, stateless worker, 3x over: facts, then the bodies"],
+    )
+    ratio_sent, ratio_cpu = facts["sent_kib"] / whole["sent_kib"], facts["cpu_us"] / whole["cpu_us"]
+
     def met(ok: bool) -> str:
         return "met" if ok else "not met"
 
     return [
+        [f"Redis {version}: a cold chat build 3x over budget moves only what fits (≤ 0.5x a whole read's bytes)",
+         f"{facts['sent_kib']:.0f} vs {whole['sent_kib']:.0f} KiB ({ratio_sent:.2f}x); process CPU "
+         f"{facts['cpu_us']:.0f} vs {whole['cpu_us']:.0f} µs ({ratio_cpu:.2f}x)", met(ratio_sent <= 0.5)],
         [f"Redis {version}: add, server time ≤ 2x the bare script with the same writes",
          f"{add['script_us']:.0f} vs {same['script_us']:.0f} µs ({ratio_server:.2f}x)", met(ratio_server <= 2)],
         [f"Redis {version}: add, client p50 ≤ 2x a bare EVALSHA round trip",
