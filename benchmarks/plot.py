@@ -1,6 +1,7 @@
-"""PNG plots of the last benchmarks/peers.py run, for docs/benchmarks.md.
+"""PNG plots of the last benchmarks/peers.py and benchmarks/fleet.py runs, for docs/benchmarks.md.
 
-python benchmarks/plot.py      (reads benchmarks/results/peers.json, writes docs/img/*.png)
+python benchmarks/plot.py      (reads benchmarks/results/peers.json and fleet.json, whichever
+                                exist, and writes docs/img/*.png)
 """
 
 from __future__ import annotations
@@ -37,9 +38,36 @@ def bars(ax: plt.Axes, labels: list[str], values: list[float], unit: str, log: b
         ax.annotate(f"{v:,.0f}" if v >= 10 else f"{v:.2f}", (i, v), ha="center", va="bottom", fontsize=7)
 
 
+def fleet(r: dict) -> None:
+    """fleet.png: Redis CPU per agent turn, per system, sessions that fit and 3x over, per server."""
+    servers = list(r["servers"])
+    fig, axes = plt.subplots(1, len(servers), figsize=(6.5 * len(servers), 4.4), squeeze=False)
+    for ax, version in zip(axes[0], servers, strict=True):
+        systems = list(r["servers"][version])
+        for k, case in enumerate(("fits", "over")):
+            values = [r["servers"][version][s][case]["server_cpu_us_per_turn"] for s in systems]
+            xs = [i + (k - 0.5) * 0.4 for i in range(len(systems))]
+            ax.bar(xs, values, width=0.4, label="sessions that fit" if case == "fits" else "sessions 3x over",
+                   color="#1f77b4" if case == "fits" else "#ff7f0e")  # fmt: skip
+            for x, v in zip(xs, values, strict=True):
+                ax.annotate(f"{v:,.0f}", (x, v), ha="center", va="bottom", fontsize=7)
+        ax.set_xticks(range(len(systems)), [s.replace(", ", ",\n") for s in systems], fontsize=8, rotation=20)
+        ax.set_ylabel("Redis CPU µs per turn (process)")
+        ax.set_title(f"a fleet on one shard, Redis {version}", fontsize=10)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(OUT / "fleet.png", dpi=110)
+
+
 def main() -> int:
-    r = json.loads((ROOT / "benchmarks" / "results" / "peers.json").read_text())
+    results = ROOT / "benchmarks" / "results"
     OUT.mkdir(parents=True, exist_ok=True)
+    if (results / "fleet.json").exists():
+        fleet(json.loads((results / "fleet.json").read_text()))
+    if not (results / "peers.json").exists():
+        print(f"wrote {', '.join(p.name for p in sorted(OUT.glob('*.png')))} to {OUT}")
+        return 0
+    r = json.loads((results / "peers.json").read_text())
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for ax, (n, stats) in zip(axes, r["append"].items(), strict=True):

@@ -93,6 +93,23 @@ def test_a_stateless_build_of_a_window_that_fits_reads_every_body_once(make_stor
     assert not got.excluded_item_ids and bodies_asked == [got.included_item_ids]
 
 
+@pytest.mark.parametrize(
+    "opts",
+    [cs.BuildOptions(reserve_for_response=0), cs.BuildOptions(max_tokens=50_000, reserve_for_response=0)],
+    ids=["the window's own budget", "a budget as large as the window's max_tokens"],
+)
+def test_a_build_whose_window_mostly_fits_reads_it_whole_in_one_call(make_store, redis_url, prefix, bodies_asked, opts):
+    """Without a budget of its own below the window's max_tokens, a build reads the window whole:
+    the window's limit (and its compaction) keeps it within the budget, so the facts would save
+    nothing and cost a round trip."""
+    if on_cluster(redis_url):
+        pytest.skip("a cluster's client reads with scripts")
+    _chat(make_store().window("own", max_tokens=50_000), 30)
+    got = make_store(item_cache_bytes=0).window("own").build_messages_structured(opts)
+    assert bodies_asked == []
+    _same(got, _whole(redis_url, prefix, "own", opts))
+
+
 def _parallel_calls(w) -> None:
     w.add("", role="assistant", metadata={"tool_calls": [_call("p1"), _call("p2", "other")]})
     w.add("first", role="tool", metadata={"tool_call_id": "p1"})

@@ -72,15 +72,17 @@ def build_messages(
 def _chooses_from_facts(settings: Settings, state: WindowState, options: BuildOptions) -> bool:
     """Whether a chat build chooses from the window's facts and reads only the bodies it takes
     (``_from_facts``): on a store that keeps no items between builds (``item_cache_bytes=0``:
-    a stateless worker, whose every build starts cold), for a build with a budget (without one
-    every item is taken), no compaction and no relevance scores (which read every body). A store
-    with an item cache reads a window it does not hold whole instead, and keeps it: its next
-    builds of that window then cost the shard next to nothing."""
-    if settings.item_cache_bytes or not state.plain_reads or options.compact:
+    a stateless worker, whose every build starts cold), for a build with a budget of its own
+    (``BuildOptions.max_tokens``) below the window's ``max_tokens`` (a window that its own limit
+    and compaction keep within the budget mostly fits, and reading it whole is one round trip
+    less), with no compaction and no relevance scores (which read every body). A store with an
+    item cache reads a window it does not hold whole instead, and keeps it: its next builds of
+    that window then cost the shard next to nothing."""
+    if settings.item_cache_bytes or not state.plain_reads or options.compact or options.max_tokens is None:
         return False
     if options.query and settings.relevance_scorer is not None:
         return False
-    return options.max_tokens is not None or state.config.max_tokens is not None
+    return state.config.max_tokens is None or options.max_tokens < state.config.max_tokens
 
 
 def _from_facts(state: WindowState, run: Callable[..., Plan[T | None]]) -> Plan[T | None]:
