@@ -51,9 +51,9 @@ def bodies_asked(monkeypatch) -> list[list[str]]:
     asked: list[list[str]] = []
     real = chat_plans.read_bodies
 
-    def recording(state, got, stubs):
+    def recording(state, got, stubs, event):
         asked.append([s.id for s in stubs])
-        return (yield from real(state, got, stubs))
+        return (yield from real(state, got, stubs, event))
 
     monkeypatch.setattr(chat_plans, "read_bodies", recording)
     return asked
@@ -79,6 +79,9 @@ def test_a_stateless_build_reads_only_the_bodies_it_takes(make_store, redis_url,
     assert bodies_asked == [got.included_item_ids]  # in the order they render
     assert len(got.included_item_ids) < len(got.excluded_item_ids)
     assert stats["cmdstat_hgetall"]["calls"] == 2  # :meta and :attrs; never :items
+    # two round trips: the facts, then the bodies with the built event in the same transaction
+    assert stats["cmdstat_exec"]["calls"] == 2 and r.xlen(f"{prefix}:{{cold}}:events") > 0
+    assert sum(v["calls"] for k, v in stats.items() if k.split("_", 1)[1] in ("fcall", "evalsha")) == 1
     before = _out_bytes(r)
     _whole(redis_url, prefix, "cold", OPTS, fmt)
     assert cold_bytes < 0.5 * (_out_bytes(r) - before)
@@ -161,10 +164,10 @@ def test_a_window_that_moves_between_the_facts_and_the_bodies_is_built_again(
     real = chat_plans.read_bodies
     moved: list[str] = []
 
-    def racing(state, got, stubs):
+    def racing(state, got, stubs, event):
         if not moved:  # another worker adds between this build's two reads
             moved.append(writer.add("a question that came in meanwhile", role="user").id or "")
-        return (yield from real(state, got, stubs))
+        return (yield from real(state, got, stubs, event))
 
     monkeypatch.setattr(chat_plans, "read_bodies", racing)
     got = make_store(item_cache_bytes=0).window("moving").build_messages_structured(OPTS)

@@ -225,3 +225,48 @@ def test_each_server_reads_small_hashes_whole_and_lists_only_added_items(each_se
             assert built.messages[-1]["content"].endswith("from b 2")
     finally:
         r.close()
+
+
+@pytest.mark.parametrize("api", ["sync", "async"])
+def test_a_cold_chat_build_sends_its_event_with_the_bodies_on_every_server(each_server, api, prefix):
+    """A stateless store's chat build reads the bodies and writes its ``built`` event in one
+    transaction; a server that lacks the event's function or script (a fresh store on 6.2 first
+    queues an FCALL, which 6.2 refuses; a flushed server answers "not found") runs it alone right
+    after, loading it: the build is the same and its event is written once."""
+    _, url = each_server
+    r = redis.Redis.from_url(url)
+    loop = asyncio.new_event_loop() if api == "async" else None
+    with cs.ContextStore.from_url(url, prefix=prefix) as writer:
+        w = writer.window("cold-noscript", max_tokens=50_000)
+        w.add("be brief", role="system", pinned=True)
+        for n in range(40):
+            w.add(f"question {n} " + "why " * 30, role="user")
+            w.add(f"answer {n} " + "so " * 30, role="assistant")
+        opts = cs.BuildOptions(max_tokens=500, reserve_for_response=0)
+        expected = w.build_messages_structured(opts)
+    events = f"{prefix}:{{cold-noscript}}:events"
+    for attempt in range(2):  # a fresh store, then one whose registry knows the server
+        _lose_scripts(r)
+        made = cs.ContextStore.from_url(url, prefix=prefix, item_cache_bytes=0)
+        store = (
+            made
+            if api == "sync"
+            else SyncProxy(cs.AsyncContextStore.from_url(url, prefix=prefix, item_cache_bytes=0), loop)
+        )
+        try:
+            if attempt:
+                store.handle("cold-noscript").stats()  # settles the registry's mode first
+                _lose_scripts(r)
+            before = r.xlen(events)
+            got = store.handle("cold-noscript", max_tokens=50_000).build_messages_structured(opts)
+            assert got.included_item_ids == expected.included_item_ids and got.messages == expected.messages
+            assert r.xlen(events) == before + 1
+            assert r.xrevrange(events, count=1)[0][1][b"event"] == b"built"
+        finally:
+            store.close()
+            if store is not made:
+                made.close()
+    if loop is not None:
+        loop.run_until_complete(asyncio.sleep(0))
+        loop.close()
+    r.close()

@@ -97,7 +97,7 @@ class AsyncContextStore(StoreBase):
         """One attempt on this loop's client: the plain commands, or the script (and WAIT when
         writes must replicate)."""
         if isinstance(request, PlainRead):
-            return await aplain_read(current.client, request.commands)
+            return await aplain_read(current.client, request.commands, request.then, current.scripts)
         keys, argv, durable, scripts = list(request.keys), request.argv(), self._durable(request), current.scripts
         if durable is not None:
             return await arun_replicated(current.client, scripts, request, durable)

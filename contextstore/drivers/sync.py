@@ -94,7 +94,7 @@ class ContextStore(StoreBase):
     def _once(self, request: ScriptCall | PlainRead) -> Any:
         """One attempt: the plain commands, or the script (and WAIT when writes must replicate)."""
         if isinstance(request, PlainRead):
-            return plain_read(self._client, request.commands)
+            return plain_read(self._client, request.commands, request.then, self._scripts)
         if (durable := self._durable(request)) is not None:
             return run_replicated(self._client, self._scripts, request, durable)
         return (self._direct or self._scripts).run(request.name, list(request.keys), request.argv())

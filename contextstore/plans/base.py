@@ -99,6 +99,9 @@ class PlainRead:
 
     commands: tuple[tuple[Any, ...], ...]
     name: str = "read"
+    #: a script without a request (the ``built`` event) run in the same transaction, after the
+    #: commands: its reply comes last (a server that lacks it runs it alone, right after)
+    then: ScriptCall | None = None
 
 
 Plan = Generator["ScriptCall | External | PlainRead", Any, T]

@@ -26,6 +26,9 @@ from .build import budget_of, built_event, cache_first, compact_first, dropped_n
 from .reads import read_bodies, read_facts
 
 T = TypeVar("T")
+#: how a build from the facts reads the chosen items (``reads.read_bodies``): given their stubs
+#: and the ``built`` event's arguments, the items, or None (then it builds on a whole read)
+Bodies = Callable[[list[ContextItem], wire.Args], Plan[list[ContextItem] | None]]
 
 FORMATS = ("openai", "anthropic")
 #: the key of message costs among a cached window's cost memos
@@ -107,7 +110,7 @@ def _build_messages(
     fmt: Literal["openai", "anthropic"],
     found: wire.ReadReply,
     held: dict[str, str] | None,
-    bodies: Callable[[list[ContextItem]], Plan[list[ContextItem] | None]] | None = None,
+    bodies: Bodies | None = None,
 ) -> Plan[BuiltMessages | None]:
     """``build_messages`` from ``found``; None when ``held`` no longer holds (``cache_first``)
     or ``bodies`` cannot read the chosen items (``_from_facts``: ``found`` holds their facts)."""
@@ -123,18 +126,14 @@ def _build_messages(
     relevance = yield from relevance_of(settings, state, opts, usable)
     choice = _chosen(opts, budget, usable, derived, relevance, cost, pinned_need)
     ordered = messages.arrange(members(choice.pinned + choice.chosen), opts.order, relevance)
-    if bodies is not None:
-        read = yield from bodies(ordered)
-        if read is None:
-            return None
-        ordered = read
-    payload = _payload(ordered, fmt, opts, state.window_id)
     omitted = sorted(choice.omitted + incomplete, key=seq_lookup(window_items))
-    if not (yield from built_event(state, {
+    delivered = yield from _delivered(state, ordered, fmt, opts, held, bodies, {
         "format": fmt, "items_included": str(len(ordered)), "items_excluded": str(len(choice.excluded)),
         "items_omitted": str(len(omitted)), "total_tokens": str(choice.used), "was_compacted": "1" if freed else "0",
-    }, held)):  # fmt: skip
+    })  # fmt: skip
+    if delivered is None:
         return None
+    ordered, payload = delivered
     logs.built(state.window_id, len(ordered), choice.used)
     dropped = dropped_newest(state.window_id, window_items, ordered, choice.excluded, budget)
     return BuiltMessages(
@@ -149,6 +148,28 @@ def _build_messages(
         dropped_newest=dropped,
         version=window_version(found.meta),
     )
+
+
+def _delivered(
+    state: WindowState,
+    ordered: list[ContextItem],
+    fmt: Literal["openai", "anthropic"],
+    opts: BuildOptions,
+    held: dict[str, str] | None,
+    bodies: Bodies | None,
+    fields: dict[str, str],
+) -> Plan[tuple[list[ContextItem], Any] | None]:
+    """The chosen items and their payload, with the ``built`` event written (``fields``, only
+    while the window holds ``held``); from the facts, the bodies are read in the event's round
+    trip (``bodies``). None when the window moved on: nothing was written."""
+    _check_conversation(ordered, fmt, opts, state.window_id)  # before anything is written
+    if bodies is not None:
+        read = yield from bodies(ordered, wire.event_args("built", fields, held))
+        return None if read is None else (read, _payload(read, fmt, opts))
+    payload = _payload(ordered, fmt, opts)
+    if not (yield from built_event(state, fields, held)):
+        return None
+    return ordered, payload
 
 
 def _chosen(
@@ -214,16 +235,16 @@ def _message_cost(settings: Settings, found: wire.ReadReply) -> Callable[[Unit],
     return cost
 
 
-def _payload(
-    ordered: list[ContextItem], fmt: str, options: BuildOptions, window_id: str
-) -> list[dict[str, Any]] | dict[str, Any]:
-    """The messages in the format asked for; an Anthropic build with none raises."""
-    if fmt == "openai":
-        return messages.openai(ordered)
-    payload = messages.anthropic(ordered, options)
-    if not payload["messages"]:
+def _check_conversation(ordered: list[ContextItem], fmt: str, options: BuildOptions, window_id: str) -> None:
+    """``NoConversationError`` for an Anthropic build with no message to send (its roles say so,
+    so items without their bodies, chosen from the facts, tell it as well as the items)."""
+    if fmt == "anthropic" and not messages.has_conversation(ordered, options):
         raise NoConversationError(
             f"an Anthropic build of window {window_id!r} has no message to send: no user or assistant "
             "message of the window is in it (none there, none the options let in, or none fits the budget)"
         )
-    return payload
+
+
+def _payload(ordered: list[ContextItem], fmt: str, options: BuildOptions) -> list[dict[str, Any]] | dict[str, Any]:
+    """The messages in the format asked for (``_check_conversation`` passed)."""
+    return messages.openai(ordered) if fmt == "openai" else messages.anthropic(ordered, options)

@@ -134,19 +134,21 @@ def read_facts(state: WindowState) -> Plan[Facts | None]:
     return Facts(found, values)
 
 
-def read_bodies(state: WindowState, got: Facts, stubs: list[ContextItem]) -> Plan[list[ContextItem] | None]:
-    """The stored items ``stubs`` (from ``got``) stand for, in their order, with one plain
-    ``HMGET`` of their bodies; None when one is gone, its letters disagree with its body, or the
-    server is at maxmemory (the caller reads the window whole then). Whether the window changed
-    since ``got`` is the caller's to check (the ``built`` event holds ``got``'s meta)."""
-    if not stubs:
-        return []
+def read_bodies(
+    state: WindowState, got: Facts, stubs: list[ContextItem], event: wire.Args
+) -> Plan[list[ContextItem] | None]:
+    """The stored items ``stubs`` (from ``got``) stand for, in their order: one plain ``HMGET``
+    of their bodies and, in the same transaction, ``event`` (event.lua's arguments: the
+    ``built`` event, written only while the window holds ``got``'s meta, so the bodies are
+    ``got``'s too). None when the window moved on (nothing written), a body disagrees with its
+    letters, or the server is at maxmemory: the caller builds on a whole read then."""
     ids = [s.id or "" for s in stubs]
-    reply = yield PlainRead((("HMGET", state.keys.items, *ids),))
-    if reply is None:
+    reads = (("HMGET", state.keys.items, *ids),) if ids else ()
+    reply = yield PlainRead(reads, then=ScriptCall("event", state.keys, event))
+    if reply is None or raise_for_reply(reply[-1]) != 1:
         return None
     out = []
-    for stub, json in zip(stubs, reply[0], strict=True):
+    for stub, json in zip(stubs, reply[0] if ids else [], strict=True):
         attrs = got.attrs[stub.id or ""]
         if json is None:
             return None

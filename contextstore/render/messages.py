@@ -162,11 +162,22 @@ def _turns(ordered: Sequence[ContextItem]) -> list[dict[str, Any]]:
     return turns
 
 
+def _system_roles(options: BuildOptions) -> set[str]:
+    """The roles an Anthropic build puts in its system block (context too, unless ``arrival``)."""
+    return {"system"} if options.order == "arrival" else {"system", "context"}
+
+
+def has_conversation(ordered: Sequence[ContextItem], options: BuildOptions) -> bool:
+    """Whether an Anthropic build of ``ordered`` has a message (an item outside the system block)."""
+    in_system = _system_roles(options)
+    return any(role_of(i) not in in_system for i in ordered)
+
+
 def anthropic(ordered: Sequence[ContextItem], options: BuildOptions) -> dict[str, Any]:
     """``{"system": [...], "messages": [...]}`` for Anthropic's Messages API (``system`` left
     out when there is none); cache breakpoints on the system block and the last message with
     ``cache_control=True``."""
-    in_system = {"system"} if options.order == "arrival" else {"system", "context"}
+    in_system = _system_roles(options)
     head = [i for i in ordered if role_of(i) in in_system]
     system: list[dict[str, Any]] = [
         {"type": "text", "text": context_text(i) if role_of(i) == "context" else i.content} for i in head
