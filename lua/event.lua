@@ -2,7 +2,8 @@
 -- needs: events
 -- KEYS: the window keys (lib/core.lua). ARGV[1]: n, how many meta fields the window must hold as
 --   given (0: none); ARGV[2..2n+1]: those field/value pairs ('' stands for a missing field): a
---   build from the client's cache names what it built from (plans/build.py); then the event
+--   build from the client's cache or from the facts names what it built from (plans/build.py,
+--   plans/chat.py); then the event
 --   name, then its field/value pairs.
 -- The stream takes the window's remaining TTL; reads never re-arm it. Reply: 1, 0 if the window
 -- does not exist, -1 if a named meta field holds another value (for both, nothing is written).

@@ -85,6 +85,12 @@ def of_item(item: ContextItem) -> str:
     return letters(item.type, item.role, item.metadata, item.source_ref, item.group)
 
 
+def stored_letters(attrs: str) -> str:
+    """The client's letters in an ``:attrs`` value (without the store's ``c``; "" when none)."""
+    parts = attrs.split("|", 5)
+    return parts[4].replace(CLEARED, "") if len(parts) == 6 else ""
+
+
 def stub(item_id: str, attrs: str, pinned: bool) -> ContextItem | None:
     """An item without content that a build chooses and costs as it would the stored one, from
     its ``:attrs`` value; None when its letters are missing or say the body is needed."""

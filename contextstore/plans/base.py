@@ -94,8 +94,8 @@ class PlainRead:
     """Run ``commands`` (each a tuple of words) in one MULTI/EXEC on the window's node; the
     reply is the list of their replies, or None when the server is at maxmemory (it refuses
     commands queued in a MULTI then, reads too: the plan reads with a script instead). Plain
-    commands, no script: the server sends what its keys hold at C speed, and the transaction
-    makes it one consistent read."""
+    commands: the server sends what its keys hold at C speed, and the transaction makes it one
+    consistent read; ``then`` adds one requestless script (the ``built`` event) to it."""
 
     commands: tuple[tuple[Any, ...], ...]
     name: str = "read"

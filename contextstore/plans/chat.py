@@ -91,10 +91,10 @@ def _chooses_from_facts(settings: Settings, state: WindowState, options: BuildOp
 def _from_facts(state: WindowState, run: Callable[..., Plan[T | None]]) -> Plan[T | None]:
     """``run`` (``_build_messages``: the read, the meta its ``built`` event must find, how to
     read the bodies of the items it chose) on the window's facts (``reads.read_facts``: meta,
-    ``:attrs``, pins; no body),
-    reading the bodies of the chosen items only, and writing the ``built`` event only if the
-    window still holds what the facts said (its ``Meta.BUILD_INPUTS``). None when the facts do
-    not serve (``read_facts``), a body does not match, or the window moved on meanwhile: the
+    ``:attrs``, pins; no body), reading the bodies of the chosen items only, with the ``built``
+    event, written only if the window still holds what the facts said (``Meta.BUILD_INPUTS``).
+    None when the facts do not serve (``read_facts``), the window moved on meanwhile, or a body
+    disagrees with its letters (its event was written: the whole read writes another): the
     caller builds on a whole read then."""
     got = yield from read_facts(state)
     if got is None:

@@ -141,7 +141,8 @@ def read_bodies(
     of their bodies and, in the same transaction, ``event`` (event.lua's arguments: the
     ``built`` event, written only while the window holds ``got``'s meta, so the bodies are
     ``got``'s too). None when the window moved on (nothing written), a body disagrees with its
-    letters, or the server is at maxmemory: the caller builds on a whole read then."""
+    letters (the event is written: only corruption or another writer's letters can do that), or
+    the server is at maxmemory: the caller builds on a whole read then."""
     ids = [s.id or "" for s in stubs]
     reads = (("HMGET", state.keys.items, *ids),) if ids else ()
     reply = yield PlainRead(reads, then=ScriptCall("event", state.keys, event))
@@ -153,7 +154,7 @@ def read_bodies(
         if json is None:
             return None
         item = stored.decode_item([stub.id, json, attrs, stub.pinned])
-        if facts.of_item(item) != attrs.split("|", 5)[4].replace(facts.CLEARED, ""):
+        if facts.of_item(item) != facts.stored_letters(attrs):
             return None
         out.append(item)
     return out
