@@ -113,6 +113,22 @@ def test_a_build_whose_window_mostly_fits_reads_it_whole_in_one_call(make_store,
     _same(got, _whole(redis_url, prefix, "own", opts))
 
 
+def test_a_window_its_config_bounds_is_read_in_two_round_trips(make_store, redis_url, prefix, r, bodies_asked):
+    """A window of the default config (a 50-item sliding window, no max_tokens): its item count
+    and the build's budget bound what the facts read and the bodies move, so no call asks the
+    window's size first."""
+    if on_cluster(redis_url):
+        pytest.skip("counts one server's commands")
+    w = make_store().window("small")
+    for n in range(30):
+        w.add(f"message {n} " + "words " * 40, role="user" if n % 2 else "assistant")
+    stateless = make_store(item_cache_bytes=0).window("small")
+    r.config_resetstat()
+    got = stateless.build_messages_structured(cs.BuildOptions(max_tokens=300, reserve_for_response=0))
+    assert r.info("commandstats")["cmdstat_exec"]["calls"] == 2 and len(bodies_asked) == 1
+    _same(got, _whole(redis_url, prefix, "small", cs.BuildOptions(max_tokens=300, reserve_for_response=0)))
+
+
 def _parallel_calls(w) -> None:
     w.add("", role="assistant", metadata={"tool_calls": [_call("p1"), _call("p2", "other")]})
     w.add("first", role="tool", metadata={"tool_call_id": "p1"})

@@ -110,12 +110,15 @@ class Facts:
     attrs: dict[str, str]
 
 
-def read_facts(state: WindowState) -> Plan[Facts | None]:
+def read_facts(state: WindowState, budget: int) -> Plan[Facts | None]:
     """The window's meta, ``:attrs`` and pins in one MULTI/EXEC of plain commands, no item body:
-    what a build needs to choose (``plans/chat.py``). None when the window is missing, too large
-    for one plain read (``_plain_ok``), or an item's letters are missing (stored before they
-    were kept) or say its body is needed (``facts.stub``): the caller reads the window whole."""
-    if not (yield from _plain_ok(state)):
+    what a build within ``budget`` tokens needs to choose (``plans/chat.py``). None when the
+    window is missing, too large for plain reads, or an item's letters are missing (stored
+    before they were kept) or say its body is needed (``facts.stub``): the caller reads the
+    window whole. Its config bounding the items to one page, and the budget bounding the
+    bodies it will read to one page, no call asks first (``_plain_ok`` otherwise)."""
+    bounded = state.config.max_items <= PAGE_IDS and budget * BYTES_PER_TOKEN <= PAGE_BYTES
+    if not state.plain_reads or not (bounded or (yield from _plain_ok(state))):
         return None
     k = state.keys
     reply = yield PlainRead((("HGETALL", k.meta), ("HGETALL", k.attrs), ("SMEMBERS", k.pinned)))
