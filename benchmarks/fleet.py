@@ -8,8 +8,9 @@ default), S sessions pre-filled with 20-1000 chat messages each (users, assistan
 calls with their results), W worker processes taking turns for random sessions (no affinity).
 contextstore runs twice: with workers that keep the store's default item cache (a shortened run,
 where every session fits in it, finds most windows cached and reads only what other workers
-added), and with stateless workers (``item_cache_bytes=0``: every build reads the window whole,
-as with the defaults, where the sessions are ~9x a worker's cache). A turn builds the prompt within a budget,
+added), and with stateless workers (``item_cache_bytes=0``: every build starts cold, reading the
+window's facts and then the bodies that fit, as with the defaults, where the sessions are ~9x a
+worker's cache). A turn builds the prompt within a budget,
 then adds the user's message and the assistant's answer, and one turn in three a tool call with
 its result. Half the sessions fit their budget, half are 3x over it; each half runs on its own.
 
@@ -180,8 +181,9 @@ class ContextStoreFleet(FleetSystem):
 
 class StatelessFleet(ContextStoreFleet):
     """Workers that keep nothing of a window between turns (``item_cache_bytes=0``): every build
-    reads the window whole, as a worker does whose cache no longer holds it (the defaults, 2000
-    sessions of up to 1000 messages, are ~9x a worker's 64 MiB cache)."""
+    starts cold, as a worker's does whose cache no longer holds the window (the defaults, 2000
+    sessions of up to 1000 messages, are ~9x a worker's 64 MiB cache); its chat builds read the
+    window's facts, then the bodies that fit."""
 
     name = "contextstore, stateless workers"
     cache_bytes = 0
