@@ -14,6 +14,7 @@ import redis
 import contextstore as cs
 from contextstore.core import facts
 from contextstore.plans import chat as chat_plans
+from contextstore.plans import reads
 
 from support import on_cluster
 
@@ -156,7 +157,9 @@ def _stored_before_letters(r: redis.Redis, prefix: str) -> None:
     ],
     ids=["parallel tool calls", "a context item with a source_ref", "items stored before the letters"],
 )
-def test_a_window_whose_facts_do_not_serve_is_read_whole(make_store, redis_url, prefix, r, bodies_asked, case):
+def test_a_window_whose_facts_cannot_choose_is_built_on_every_body(
+    make_store, redis_url, prefix, r, bodies_asked, case
+):
     if on_cluster(redis_url):
         pytest.skip("counts one server's commands")
     w = make_store().window("whole", max_tokens=50_000)
@@ -164,7 +167,9 @@ def test_a_window_whose_facts_do_not_serve_is_read_whole(make_store, redis_url, 
     case(w, r, prefix)
     r.config_resetstat()
     got = make_store(item_cache_bytes=0).window("whole").build_messages_structured(OPTS)
-    assert r.info("commandstats")["cmdstat_hgetall"]["calls"] == 2 + 3  # the facts, then the whole window
+    # the facts, then every body (the facts are not read again), then the built event
+    stats = r.info("commandstats")
+    assert stats["cmdstat_hgetall"]["calls"] == 2 + 1 and stats["cmdstat_exec"]["calls"] == 2
     assert bodies_asked == []
     _same(got, _whole(redis_url, prefix, "whole", OPTS))
 
@@ -191,6 +196,32 @@ def test_a_window_that_moves_between_the_facts_and_the_bodies_is_built_again(
     _same(got, expected)
     assert moved[0] in got.included_item_ids  # the newest user message: always in a chat build
     assert got.version == writer.stats().version
+    other.close()
+
+
+@pytest.mark.parametrize("change", ["add", "remove"])
+def test_a_window_that_moves_before_every_body_is_read_is_built_again(
+    make_store, redis_url, prefix, monkeypatch, change
+):
+    """Facts that cannot serve (here: parallel tool calls) are built on with every body, read
+    after them: a window that moved on in between is read whole again."""
+    if on_cluster(redis_url):
+        pytest.skip("a cluster's client reads with scripts")
+    other = cs.ContextStore.from_url(redis_url, prefix=prefix)
+    writer = other.window("moving-all", max_tokens=50_000)
+    _chat(writer, 20)
+    _parallel_calls(writer)
+    real, moved = reads._with_bodies, []
+
+    def racing(state, meta, attrs, pinned):
+        if not moved:  # another worker changes the window between the facts and the bodies
+            moved.append(writer.add("and now?", role="user").id if change == "add" else writer.remove("ctx-2"))
+        return (yield from real(state, meta, attrs, pinned))
+
+    monkeypatch.setattr(reads, "_with_bodies", racing)
+    got = make_store(item_cache_bytes=0).window("moving-all").build_messages_structured(OPTS)
+    _same(got, _whole(redis_url, prefix, "moving-all", OPTS))
+    assert moved and got.version == writer.stats().version
     other.close()
 
 

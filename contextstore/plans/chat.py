@@ -96,14 +96,19 @@ def _from_facts(state: WindowState, budget: int, run: Callable[..., Plan[T | Non
     read the bodies of the items it chose) on the window's facts (``reads.read_facts``: meta,
     ``:attrs``, pins; no body; ``budget``: this build's ``max_tokens``), reading the bodies of
     the chosen items only, with the ``built`` event, written only if the window still holds what
-    the facts said (``Meta.BUILD_INPUTS``). None when the facts do not serve (``read_facts``),
-    the window moved on meanwhile, or a body disagrees with its letters (its event was written:
-    the whole read writes another): the caller builds on a whole read then."""
+    the facts said (``Meta.BUILD_INPUTS``); facts that cannot serve (``read_facts``) come with
+    every body, and ``run`` builds on them as on a whole read. None when the facts read found no
+    window or too large a one, the window moved on meanwhile, or a body disagrees with its
+    letters (its event was written: the whole read writes another): the caller builds on a
+    whole read then."""
     got = yield from read_facts(state, budget)
     if got is None:
         return None
-    held = {f: got.found.meta.get(f, "") for f in Meta.BUILD_INPUTS}
-    return (yield from run(got.found, held, partial(read_bodies, state, got)))
+    found = got if isinstance(got, wire.ReadReply) else got.found
+    held = {f: found.meta.get(f, "") for f in Meta.BUILD_INPUTS}
+    if isinstance(got, wire.ReadReply):  # facts that cannot serve, and every body
+        return (yield from run(found, held))
+    return (yield from run(found, held, partial(read_bodies, state, got)))
 
 
 def _build_messages(

@@ -95,9 +95,17 @@ def _plain(state: WindowState, mode: str) -> Plan[Listing | None]:
         return None
     meta, jsons, attrs, pinned = reply
     ids = stored.listing(attrs, jsons, by_seq=mode == "fifo")
+    return Listing(_whole_reply(meta, jsons, attrs, pinned, ids), list(ids), [])
+
+
+def _whole_reply(
+    meta: dict[Any, Any], jsons: dict[Any, Any], attrs: dict[Any, Any], pinned: set[Any], ids: list[Any]
+) -> wire.ReadReply:
+    """A whole-window read as the scripts answer it, from what the keys hold: the meta, and an
+    entry ``[id, stored JSON, attrs, pinned]`` per id of ``ids`` (in that order) with JSON."""
     found = wire.ReadReply({wire.text(f): wire.text(v) for f, v in meta.items()}, len(pinned), [])
     found.raw = [[i, jsons[i], attrs.get(i, b""), int(i in pinned)] for i in ids if i in jsons]
-    return Listing(found, list(ids), [])
+    return found
 
 
 @dataclass(slots=True)
@@ -110,13 +118,15 @@ class Facts:
     attrs: dict[str, str]
 
 
-def read_facts(state: WindowState, budget: int) -> Plan[Facts | None]:
+def read_facts(state: WindowState, budget: int) -> Plan[Facts | wire.ReadReply | None]:
     """The window's meta, ``:attrs`` and pins in one MULTI/EXEC of plain commands, no item body:
-    what a build within ``budget`` tokens needs to choose (``plans/chat.py``). None when the
-    window is missing, too large for plain reads, or an item's letters are missing (stored
-    before they were kept) or say its body is needed (``facts.stub``): the caller reads the
-    window whole. Its config bounding the items to one page, and the budget bounding the
-    bodies it will read to one page, no call asks first (``_plain_ok`` otherwise)."""
+    what a build within ``budget`` tokens needs to choose (``plans/chat.py``). When an item's
+    letters are missing (stored before they were kept) or say its body is needed
+    (``facts.stub``), the whole window instead, from these facts and every body
+    (``_with_bodies``). None when the window is missing, too large for plain reads, or moved on
+    between the two: the caller reads the window whole. Its config bounding the items to one
+    page, and the budget bounding the bodies it will read to one page, no call asks first
+    (``_plain_ok`` otherwise)."""
     bounded = state.config.max_items <= PAGE_IDS and budget * BYTES_PER_TOKEN <= PAGE_BYTES
     if not state.plain_reads or not (bounded or (yield from _plain_ok(state))):
         return None
@@ -131,10 +141,26 @@ def read_facts(state: WindowState, budget: int) -> Plan[Facts | None]:
         values[item_id] = value = wire.text(attrs[i])
         stub = facts.stub(item_id, value, i in pinned)
         if stub is None:
-            return None
+            return (yield from _with_bodies(state, meta, attrs, pinned))
         stubs.append(stub)
     found = wire.ReadReply({wire.text(f): wire.text(v) for f, v in meta.items()}, len(pinned), [], stubs)
     return Facts(found, values)
+
+
+def _with_bodies(
+    state: WindowState, meta: dict[Any, Any], attrs: dict[Any, Any], pinned: set[Any]
+) -> Plan[wire.ReadReply | None]:
+    """The whole window in build order, from a facts read that cannot serve (``meta``, ``attrs``,
+    ``pinned``) and every body (one plain ``HGETALL :items``), so that the facts are not read
+    again; None when an item went in between or the server is at maxmemory. Whether the window
+    changed since the facts is the caller's to check: its ``built`` event holds their meta."""
+    reply = yield PlainRead((("HGETALL", state.keys.items),))
+    if reply is None:
+        return None
+    jsons, ids = reply[0], stored.listing(attrs, {}, by_seq=False)  # an item added since: not in the facts
+    if any(i not in jsons for i in ids):
+        return None
+    return _whole_reply(meta, jsons, attrs, pinned, ids)
 
 
 def read_bodies(
