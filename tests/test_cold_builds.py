@@ -213,10 +213,10 @@ def test_a_window_that_moves_before_every_body_is_read_is_built_again(
     _parallel_calls(writer)
     real, moved = reads._with_bodies, []
 
-    def racing(state, meta, attrs, pinned):
+    def racing(*args):
         if not moved:  # another worker changes the window between the facts and the bodies
             moved.append(writer.add("and now?", role="user").id if change == "add" else writer.remove("ctx-2"))
-        return (yield from real(state, meta, attrs, pinned))
+        return (yield from real(*args))
 
     monkeypatch.setattr(reads, "_with_bodies", racing)
     got = make_store(item_cache_bytes=0).window("moving-all").build_messages_structured(OPTS)

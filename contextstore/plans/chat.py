@@ -104,11 +104,11 @@ def _from_facts(state: WindowState, budget: int, run: Callable[..., Plan[T | Non
     got = yield from read_facts(state, budget)
     if got is None:
         return None
-    found = got if isinstance(got, wire.ReadReply) else got.found
-    held = {f: found.meta.get(f, "") for f in Meta.BUILD_INPUTS}
     if isinstance(got, wire.ReadReply):  # facts that cannot serve, and every body
-        return (yield from run(found, held))
-    return (yield from run(found, held, partial(read_bodies, state, got)))
+        found, bodies = got, None
+    else:
+        found, bodies = got.found, partial(read_bodies, state, got)
+    return (yield from run(found, {f: found.meta.get(f, "") for f in Meta.BUILD_INPUTS}, bodies))
 
 
 def _build_messages(

@@ -98,12 +98,17 @@ def _plain(state: WindowState, mode: str) -> Plan[Listing | None]:
     return Listing(_whole_reply(meta, jsons, attrs, pinned, ids), list(ids), [])
 
 
+def _meta_text(meta: dict[Any, Any]) -> dict[str, str]:
+    """A ``:meta`` hash as a plain read returns it, as text."""
+    return {wire.text(f): wire.text(v) for f, v in meta.items()}
+
+
 def _whole_reply(
     meta: dict[Any, Any], jsons: dict[Any, Any], attrs: dict[Any, Any], pinned: set[Any], ids: list[Any]
 ) -> wire.ReadReply:
     """A whole-window read as the scripts answer it, from what the keys hold: the meta, and an
     entry ``[id, stored JSON, attrs, pinned]`` per id of ``ids`` (in that order) with JSON."""
-    found = wire.ReadReply({wire.text(f): wire.text(v) for f, v in meta.items()}, len(pinned), [])
+    found = wire.ReadReply(_meta_text(meta), len(pinned), [])
     found.raw = [[i, jsons[i], attrs.get(i, b""), int(i in pinned)] for i in ids if i in jsons]
     return found
 
@@ -135,29 +140,30 @@ def read_facts(state: WindowState, budget: int) -> Plan[Facts | wire.ReadReply |
     if reply is None or not reply[0]:
         return None
     meta, attrs, pinned = reply
+    ids = stored.listing(attrs, {}, by_seq=False)
     stubs, values = [], {}
-    for i in stored.listing(attrs, {}, by_seq=False):
+    for i in ids:
         item_id = wire.text(i)
         values[item_id] = value = wire.text(attrs[i])
         stub = facts.stub(item_id, value, i in pinned)
         if stub is None:
-            return (yield from _with_bodies(state, meta, attrs, pinned))
+            return (yield from _with_bodies(state, meta, attrs, pinned, ids))
         stubs.append(stub)
-    found = wire.ReadReply({wire.text(f): wire.text(v) for f, v in meta.items()}, len(pinned), [], stubs)
-    return Facts(found, values)
+    return Facts(wire.ReadReply(_meta_text(meta), len(pinned), [], stubs), values)
 
 
 def _with_bodies(
-    state: WindowState, meta: dict[Any, Any], attrs: dict[Any, Any], pinned: set[Any]
+    state: WindowState, meta: dict[Any, Any], attrs: dict[Any, Any], pinned: set[Any], ids: list[Any]
 ) -> Plan[wire.ReadReply | None]:
     """The whole window in build order, from a facts read that cannot serve (``meta``, ``attrs``,
-    ``pinned``) and every body (one plain ``HGETALL :items``), so that the facts are not read
-    again; None when an item went in between or the server is at maxmemory. Whether the window
-    changed since the facts is the caller's to check: its ``built`` event holds their meta."""
+    ``pinned``, and its ``ids`` in build order) and every body (one plain ``HGETALL :items``), so
+    that the facts are not read again; None when an item went in between or the server is at
+    maxmemory. Whether the window changed since the facts is the caller's to check: its
+    ``built`` event holds their meta (an item added since is not among ``ids``)."""
     reply = yield PlainRead((("HGETALL", state.keys.items),))
     if reply is None:
         return None
-    jsons, ids = reply[0], stored.listing(attrs, {}, by_seq=False)  # an item added since: not in the facts
+    jsons = reply[0]
     if any(i not in jsons for i in ids):
         return None
     return _whole_reply(meta, jsons, attrs, pinned, ids)
