@@ -22,14 +22,16 @@ from contextstore.drivers.embedded import find_redis_server
 SLOTS = 16384
 
 
-def cluster_ports(n: int) -> list[int]:
-    """n free ports p whose cluster bus port p + 10000 is free too."""
+def cluster_ports(n: int, taken: list[int] | None = None) -> list[int]:
+    """n free ports p, none of ``taken``, whose cluster bus port p + 10000 is free too."""
     found: list[int] = []
+    taken = taken or []
     while len(found) < n:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             p = int(s.getsockname()[1])
-        if p + 10000 > 65535 or p in found:
+        used = {q + bus for q in found + taken for bus in (0, 10000, -10000)}  # no port doubles as a bus port
+        if p + 10000 > 65535 or p in used:
             continue
         with socket.socket() as s:
             try:
@@ -48,7 +50,7 @@ class LocalCluster:
         self.dir = tempfile.mkdtemp(prefix="cs-cluster-")
         self.node_timeout_ms = node_timeout_ms
         self.primary_ports = cluster_ports(primaries)
-        self.replica_ports = cluster_ports(primaries * replicas) if replicas else []
+        self.replica_ports = cluster_ports(primaries * replicas, self.primary_ports) if replicas else []
         self.replicas_per = replicas
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
 
@@ -61,10 +63,13 @@ class LocalCluster:
         return f"redis://127.0.0.1:{self.primary_ports[0]}/0" + ("?cluster=true" if cluster else "")
 
     def _spawn(self, port: int) -> None:
+        # validity factor 0: a replica takes over however long ago it last heard its primary
+        # (a busy, shared test machine must not turn a failover test into a wait for none)
         log = open(os.path.join(self.dir, f"{port}.log"), "ab")  # noqa: SIM115
         self.procs[port] = subprocess.Popen(
             [self.binary, "--port", str(port), "--bind", "127.0.0.1", "--cluster-enabled", "yes",
              "--cluster-config-file", f"nodes-{port}.conf", "--cluster-node-timeout", str(self.node_timeout_ms),
+             "--cluster-replica-validity-factor", "0",
              "--dir", self.dir, "--save", "", "--appendonly", "no", "--dbfilename", f"dump-{port}.rdb"],
             stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
@@ -82,6 +87,14 @@ class LocalCluster:
                     if time.monotonic() > deadline:
                         raise
                     time.sleep(0.02)
+
+    def logs(self, lines: int = 40) -> str:
+        """The last ``lines`` of every node's log, for a failure message."""
+        parts = []
+        for port in self.ports:
+            with open(os.path.join(self.dir, f"{port}.log"), errors="replace") as fh:
+                parts.append(f"--- node {port} ---\n" + "".join(fh.readlines()[-lines:]))
+        return "\n".join(parts)
 
     def node(self, port: int) -> redis.Redis:
         """A plain client of one node (close it)."""
@@ -112,18 +125,30 @@ class LocalCluster:
         with self.node(port) as c:
             return len(c.execute_command("CLUSTER", "NODES").decode().strip().splitlines())
 
+    def _running(self) -> list[int]:
+        return [p for p, proc in self.procs.items() if proc.poll() is None]
+
+    def _view(self, port: int) -> frozenset[tuple[str, str, str, str]]:
+        """What one node believes of the others: (id, role, its primary, fail flag) each."""
+        with self.node(port) as c:
+            rows = [line.split() for line in c.execute_command("CLUSTER", "NODES").decode().splitlines()]
+        return frozenset(
+            (r[0], "slave" if "slave" in r[2] else "master", r[3], "fail" if "fail" in r[2] else "") for r in rows
+        )
+
     def healthy(self) -> bool:
-        """Every running node says cluster_state:ok and every replica is in sync."""
-        for p, proc in self.procs.items():
-            if proc.poll() is not None:
-                continue
+        """Every running node says cluster_state:ok, every replica is in sync, and every running
+        node holds the same view of who replicates whom and who failed (an election needs the
+        voters to know the replica's primary: a fresh view has not always reached them all)."""
+        running = self._running()
+        for p in running:
             with self.node(p) as c:
                 if b"cluster_state:ok" not in c.execute_command("CLUSTER", "INFO"):
                     return False
                 info = c.info("replication")
                 if info["role"] == "slave" and info.get("master_link_status") != "up":
                     return False
-        return True
+        return len({self._view(p) for p in running}) == 1
 
     def _wait(self, ok: Any, what: str, timeout: float = 30) -> None:
         deadline = time.monotonic() + timeout
