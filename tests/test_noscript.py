@@ -13,7 +13,6 @@ import redis
 
 import contextstore as cs
 from contextstore.drivers.scripts import library
-from contextstore.plans import reads
 
 from support import (
     RedisProcess,
@@ -193,25 +192,24 @@ def test_a_cluster_of_each_server_runs_and_reloads_its_scripts(kind, prefix):
             cluster.stop()
 
 
-def _scripts_only(state: object) -> object:
-    """``reads._plain_ok`` for a store that reads with read.lua alone (a plan that makes no call)."""
-    return False
-    yield
+def _scripts_only(store: cs.ContextStore) -> cs.ContextStore:
+    """``store``, made to read with read.lua alone (no plain reads: what a cluster's store does)."""
+    store._settings.plain_reads = False
+    return store
 
 
-def test_each_server_reads_small_hashes_whole_and_lists_only_added_items(each_server, prefix, monkeypatch):
+def test_each_server_reads_small_hashes_whole_and_lists_only_added_items(each_server, prefix):
     """read.lua on each server: it names a small hash's encoding as the server does (6.2
     ``ziplist``, 7 and Valkey ``listpack``) and reads such a hash whole with one HGETALL; a build
     after another store's adds lists only the added items (one LRANGE, one ZSCORE)."""
     name, url = each_server
-    monkeypatch.setattr(reads, "_plain_ok", _scripts_only)
     r = redis.Redis.from_url(url)
     opts = cs.BuildOptions(reserve_for_response=0)
     try:
         with cs.ContextStore.from_url(url, prefix=prefix) as a, cs.ContextStore.from_url(url, prefix=prefix) as b:
-            w = a.window("small-hash", max_items=100)
+            w = _scripts_only(a).window("small-hash", max_items=100)
             w.add_many([f"message {n}" for n in range(40)])
-            with cs.ContextStore.from_url(url, prefix=prefix) as cold:
+            with _scripts_only(cs.ContextStore.from_url(url, prefix=prefix)) as cold:
                 r.config_resetstat()
                 assert [i.content for i in cold.handle("small-hash").items()] == [f"message {n}" for n in range(40)]
                 assert _calls(r, "hgetall") == 3 and _calls(r, "hmget") == 0, name  # :meta, :items, :attrs

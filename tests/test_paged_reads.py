@@ -15,7 +15,7 @@ import msgspec
 import pytest
 
 import contextstore as cs
-from contextstore.plans import reads
+from contextstore.plans import cached, reads
 from contextstore.plans.base import ScriptCall
 
 
@@ -76,7 +76,7 @@ def test_bounded_reads_answer_as_one_unbounded_read(redis_url, prefix, monkeypat
 def _drive(store: cs.ContextStore, plan: Any, between: Callable[[int], None]) -> tuple[Any, list[list[Any]]]:
     """Run a plan call by call, calling ``between(n)`` after the n-th script call; returns the
     plan's result and every script call's arguments (a window its config does not bound is first
-    asked its size with a plain command, ``reads._plain_ok``, which is run but not counted)."""
+    asked its size with a plain command, ``reads.plain_ok``, which is run but not counted)."""
     sent: list[list[Any]] = []
     try:
         request = next(plan)
@@ -138,7 +138,9 @@ def test_a_window_that_keeps_changing_is_read_in_one_call_at_last(redis_url, pre
         _fill(w, random.Random(3), 12)
         with cs.ContextStore.from_url(redis_url, prefix=prefix) as writer:
             other = writer.window("w")
-            got, sent = _drive(store, reads.read_for_build(store._settings, w._state), lambda n: other.add(f"more {n}"))
+            got, sent = _drive(
+                store, cached.read_for_build(store._settings, w._state), lambda n: other.add(f"more {n}")
+            )
         listings = [a for a in sent if a[0] == "build" and a[3] == "0"]
         assert len(listings) == reads.ATTEMPTS + 1 and listings[-1][4:] == ["0", "0"]  # unbounded
         texts = _texts(got.decoded)  # the window as that last call read it

@@ -1,4 +1,4 @@
-"""Whole-window reads with plain commands (one MULTI/EXEC; plans/reads.py ``_plain``): the same
+"""Whole-window reads with plain commands (one MULTI/EXEC; plans/reads.py ``plain_whole``): the same
 answers as the scripts' paged reads, for windows whose config keeps them within one page."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 import redis
 
 import contextstore as cs
-from contextstore.plans import reads
+from contextstore.plans import cached, reads
 
 from support import on_cluster
 from test_conversations import turn
@@ -43,9 +43,10 @@ def _reads(store, wid):
     )
 
 
-def _never_plain(state: Any) -> Any:
-    """``reads._plain_ok`` for a store that always reads with scripts (a plan that makes no call)."""
-    return False
+def _never_plain(*args: Any) -> Any:
+    """``plain_ok`` (False) and ``plain_appended`` (None) for a store that always reads with
+    scripts (plans that make no call)."""
+    return False if len(args) == 1 else None
     yield
 
 
@@ -57,7 +58,8 @@ def test_plain_reads_answer_as_the_scripts_do(make_store, redis_url, monkeypatch
     writer = make_store()
     _fill(writer.window(f"pr{seed}", max_tokens=20_000), rng)
     plain = _reads(make_store(), f"pr{seed}")  # a fresh store: nothing cached
-    monkeypatch.setattr(reads, "_plain_ok", _never_plain)
+    for module, name in ((reads, "plain_ok"), (cached, "plain_ok"), (cached, "plain_appended")):
+        monkeypatch.setattr(module, name, _never_plain)
     scripted = _reads(make_store(), f"pr{seed}")
     assert plain == scripted
 
@@ -140,7 +142,8 @@ def test_a_script_read_of_most_of_a_small_hash_reads_it_whole(redis_url, prefix,
     r = redis.Redis.from_url(redis_url)
     with cs.ContextStore.from_url(redis_url, prefix=prefix) as store:
         store.window("small", max_items=100).add_many([f"message {n}" for n in range(40)])
-    monkeypatch.setattr(reads, "_plain_ok", _never_plain)
+    for module, name in ((reads, "plain_ok"), (cached, "plain_ok"), (cached, "plain_appended")):
+        monkeypatch.setattr(module, name, _never_plain)
     with cs.ContextStore.from_url(redis_url, prefix=prefix) as fresh:
         r.config_resetstat()
         assert [i.content for i in fresh.handle("small").items()] == [f"message {n}" for n in range(40)]

@@ -16,9 +16,9 @@ from ..render import markdown, prompt
 from ..render.select import RELEVANT_TYPES
 from ..types import BuildOptions, BuiltContext, CompactionStrategy, ContextItem, WindowConfig
 from .base import Plan, ScriptCall, Settings, WindowState
+from .cached import cached_for_build, read_for_build
 from .compaction import compact, has_helper
 from .items import items
-from .reads import cached_for_build, read_for_build
 from .relevance import scores
 
 log = logging.getLogger("contextstore")

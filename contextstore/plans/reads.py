@@ -2,10 +2,10 @@
 
 A window whose config keeps it within one page (``max_tokens`` and ``max_items``), or one its
 config does not bound that holds little enough (its stored tokens and item count, asked first),
-is read whole with plain commands in one MULTI/EXEC (``_plain``) when the store's client is not
+is read whole with plain commands in one MULTI/EXEC (``plain_whole``) when the store's client is not
 a cluster's: the server sends what its keys hold, about seven times cheaper than a script
-copying the same data through Lua. A build whose store already caches the window asks read.lua
-what changed.
+copying the same data through Lua. A build whose store already caches the window reads what
+changed (``plans/cached.py``).
 
 A read lists ids (in arrival or build order) in pages of at most ``PAGE_IDS`` and returns item
 JSON up to ``PAGE_BYTES`` per call; the JSON it could not send is fetched by id afterwards, in
@@ -25,11 +25,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core import facts, stored, wire
-from ..core.itemcache import CachedWindow
 from ..core.layout import Meta
 from ..errors import raise_for_reply
 from ..types import ContextItem
-from .base import PlainRead, Plan, ScriptCall, Settings, WindowState
+from .base import PlainRead, Plan, ScriptCall, WindowState
 
 #: most ids one call lists
 PAGE_IDS = 5000
@@ -64,7 +63,7 @@ def _plain_fits(state: WindowState) -> bool:
     return state.plain_reads and small and cfg.max_items <= PAGE_IDS
 
 
-def _plain_ok(state: WindowState) -> Plan[bool]:
+def plain_ok(state: WindowState) -> Plan[bool]:
     """Whether a whole-window read may be plain commands in one call: the config keeps the window
     within one page (``_plain_fits``, no call), or, for a window its config does not bound (no
     ``max_tokens``: the default), what it holds now is within one page. That costs one plain
@@ -82,7 +81,7 @@ def _plain_ok(state: WindowState) -> Plan[bool]:
     return int(tokens or 0) * BYTES_PER_TOKEN <= PAGE_BYTES and int(items or 0) <= PAGE_IDS
 
 
-def _plain(state: WindowState, mode: str) -> Plan[Listing | None]:
+def plain_whole(state: WindowState, mode: str) -> Plan[Listing | None]:
     """The whole window in one MULTI/EXEC of plain commands: the meta and every item's stored
     JSON, attrs and pin, which the client puts together, in arrival (``fifo``) or build order,
     worked out from the attrs (``stored.listing``: what ``:fifo`` and ``:order`` hold, without
@@ -98,7 +97,7 @@ def _plain(state: WindowState, mode: str) -> Plan[Listing | None]:
     return Listing(_whole_reply(meta, jsons, attrs, pinned, ids), list(ids), [])
 
 
-def _meta_text(meta: dict[Any, Any]) -> dict[str, str]:
+def meta_text(meta: dict[Any, Any]) -> dict[str, str]:
     """A ``:meta`` hash as a plain read returns it, as text."""
     return {wire.text(f): wire.text(v) for f, v in meta.items()}
 
@@ -108,7 +107,7 @@ def _whole_reply(
 ) -> wire.ReadReply:
     """A whole-window read as the scripts answer it, from what the keys hold: the meta, and an
     entry ``[id, stored JSON, attrs, pinned]`` per id of ``ids`` (in that order) with JSON."""
-    found = wire.ReadReply(_meta_text(meta), len(pinned), [])
+    found = wire.ReadReply(meta_text(meta), len(pinned), [])
     found.raw = [[i, jsons[i], attrs.get(i, b""), int(i in pinned)] for i in ids if i in jsons]
     return found
 
@@ -131,9 +130,9 @@ def read_facts(state: WindowState, budget: int) -> Plan[Facts | wire.ReadReply |
     (``_with_bodies``). None when the window is missing, too large for plain reads, or moved on
     between the two: the caller reads the window whole. Its config bounding the items to one
     page, and the budget bounding the bodies it will read to one page, no call asks first
-    (``_plain_ok`` otherwise)."""
+    (``plain_ok`` otherwise)."""
     bounded = state.config.max_items <= PAGE_IDS and budget * BYTES_PER_TOKEN <= PAGE_BYTES
-    if not state.plain_reads or not (bounded or (yield from _plain_ok(state))):
+    if not state.plain_reads or not (bounded or (yield from plain_ok(state))):
         return None
     k = state.keys
     reply = yield PlainRead((("HGETALL", k.meta), ("HGETALL", k.attrs), ("SMEMBERS", k.pinned)))
@@ -149,7 +148,7 @@ def read_facts(state: WindowState, budget: int) -> Plan[Facts | wire.ReadReply |
         if stub is None:
             return (yield from _with_bodies(state, meta, attrs, pinned, ids))
         stubs.append(stub)
-    return Facts(wire.ReadReply(_meta_text(meta), len(pinned), [], stubs), values)
+    return Facts(wire.ReadReply(meta_text(meta), len(pinned), [], stubs), values)
 
 
 def _with_bodies(
@@ -248,7 +247,9 @@ def _fetch(state: WindowState, listing: Listing, budget: int) -> Plan[bool]:
     return True
 
 
-def _read(state: WindowState, head: Sequence[str | bytes], limit: int = -1, tail: Sequence[str] = ()) -> Plan[Listing]:
+def read_listing(
+    state: WindowState, head: Sequence[str | bytes], limit: int = -1, tail: Sequence[str] = ()
+) -> Plan[Listing]:
     """A whole listing with its JSON, in bounded calls (one unbounded call after ``ATTEMPTS``
     races); ``limit`` cuts a listing of several pages to its last N ids."""
     for attempt in range(ATTEMPTS + 1):
@@ -268,58 +269,9 @@ def read(state: WindowState, mode: str, types: str = "", limit: int = -1) -> Pla
     a listing mode (fifo, order, pinned) filtered by ``types``, the last ``limit`` of them."""
     if mode == "meta":
         return wire.decode_read(raise_for_reply((yield ScriptCall("read", state.keys, ["meta"]))))
-    if mode in ("fifo", "order") and not types and limit < 0 and (yield from _plain_ok(state)):
-        plain = yield from _plain(state, mode)
+    if mode in ("fifo", "order") and not types and limit < 0 and (yield from plain_ok(state)):
+        plain = yield from plain_whole(state, mode)
         if plain is not None:
             return plain.found
-    listing = yield from _read(state, wire.read_args(mode, types, limit), limit)
+    listing = yield from read_listing(state, wire.read_args(mode, types, limit), limit)
     return listing.found
-
-
-def read_for_build(settings: Settings, state: WindowState) -> Plan[wire.ReadReply]:
-    """The window in build order, for a build: the ids, and the JSON only of the items the
-    store has not cached (``itemcache``); nothing but the meta when the cache holds the window
-    as it is; read again in full if the cache raced."""
-    cache, window = settings.item_cache, state.keys.meta
-    known = cache.known(window)
-    while True:
-        plain = (yield from _plain(state, "order")) if known is None and (yield from _plain_ok(state)) else None
-        if plain is not None:  # nothing cached: the whole window, plainly
-            found = plain.found
-            return _cached(found, cache.merge(window, None, found.meta, found.raw, plain.ids) or ([], None))
-        head = ["build", known.epoch, str(known.seq)] if known is not None else ["build", "", "-1"]
-        listing = yield from _read(state, head, tail=[str(known.count)] if known is not None else [])
-        found = listing.found
-        if listing.status == UNCHANGED and known is not None:
-            cache.moving(window, False)  # a quiet window again: builds may start from the cache
-            return _cached(found, (known.ordered, cache.touch(window, known)))
-        merged: tuple[list[ContextItem], CachedWindow | None] | None
-        if listing.status == APPENDED and known is not None:
-            merged = cache.extend(window, known, found.meta, found.raw, listing.ids)
-        else:
-            merged = cache.merge(window, known, found.meta, found.raw, listing.ids)
-        if merged is not None:
-            return _cached(found, merged)
-        known = None
-
-
-def _cached(found: wire.ReadReply, merged: tuple[list[ContextItem], CachedWindow | None]) -> wire.ReadReply:
-    """``found`` with its items in build order and the cache entry they are now, which keeps
-    this read's meta and pinned count (``cached_for_build``)."""
-    found.decoded, found.cached = merged
-    if found.cached is not None:
-        found.cached.read = (found.meta, found.pinned)
-    return found
-
-
-def cached_for_build(settings: Settings, state: WindowState) -> tuple[wire.ReadReply, dict[str, str]] | None:
-    """The window as the store's cache holds it, with no call (None when nothing is cached): the
-    read a build may start from, and the meta fields it holds (``Meta.BUILD_INPUTS``), which the
-    build's ``built`` event checks (event.lua); when they moved on, the build reads and runs again."""
-    cache, window = settings.item_cache, state.keys.meta
-    known = cache.known(window)
-    if known is None or known.read is None or cache.moving(window):
-        return None
-    meta, pinned = known.read
-    held = {f: meta.get(f, "") for f in Meta.BUILD_INPUTS}
-    return wire.ReadReply(meta, pinned, [], known.ordered, cache.touch(window, known)), held
