@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import random
 import re
+import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -264,6 +265,40 @@ def cold_build_costs(url: str, messages: int) -> dict[str, dict[str, float]]:
     return out
 
 
+def appended_build_costs(url: str, windows: int = 30, messages: int = 200, added: int = 9) -> dict[str, Any]:
+    """The build read a fleet worker makes most: its cache holds the window, and other workers
+    added ``added`` messages since. What was added read by read.lua (one ``FCALL_RO`` or
+    ``EVALSHA``) and with plain commands (two transactions), alternating; the store reads plainly
+    where the server runs scripts by ``EVALSHA``. Each run times the builds alone (the adds go first)."""
+    r, rng = redis.Redis.from_url(url), random.Random(9)
+    opts = cs.BuildOptions(max_tokens=400_000, reserve_for_response=0, max_history_items=100_000)
+    handle: dict[str, Any] = {"max_tokens": 400_000, "max_items": messages * 4}
+    writer, reader = (cs.ContextStore.from_url(url, prefix="appended", item_limit=messages * 4) for _ in range(2))
+    pairs = []
+    for k in range(windows + 5):  # 5 more for measured()'s unmeasured calls (i < 0)
+        w, mine = writer.handle(f"a{k}", **handle), reader.handle(f"a{k}", **handle)
+        _fill(w, messages, rng)
+        mine.build_messages_structured(opts)
+        w.add(_body(rng), role="user")
+        mine.build_messages_structured(opts)  # seen moving: its builds read first
+        pairs.append((w, mine))
+    runs: dict[str, list[dict[str, float]]] = {"read.lua": [], "plain": []}
+    for rnd in range(6):
+        for how in ("read.lua", "plain") if rnd % 2 else ("plain", "read.lua"):
+            reader._settings.evalsha_scripts = partial(bool, how == "plain")  # benchmark only: both ways
+            for w, _ in pairs:
+                w.add_many([{"content": _body(rng), "role": "user"} for _ in range(added)])
+            runs[how].append(measured(r, lambda i: pairs[i][1].build_messages_structured(opts), windows))
+    for closing in (writer, reader, r):
+        closing.close()
+    return {f"build after {added} adds elsewhere, {how} (cached worker)": _medians(got) for how, got in runs.items()}
+
+
+def _medians(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each number's median over ``runs`` (the other entries of the first run)."""
+    return {k: statistics.median(run[k] for run in runs) if isinstance(v, float) else v for k, v in runs[0].items()}
+
+
 def shard_costs(url: str, messages: int = 1000) -> dict[str, Any]:
     """Every measurement of this file on the server at ``url``."""
     r = redis.Redis.from_url(url)
@@ -274,6 +309,7 @@ def shard_costs(url: str, messages: int = 1000) -> dict[str, Any]:
         **add_costs(url, messages),
         **unchanged_build_costs(url, messages),
         **cold_build_costs(url, messages),
+        **appended_build_costs(url, windows=30 if messages >= 1000 else 5, messages=min(messages, 200)),
         **turn_costs(url, messages),
     }
     return {"calls": calls, "memory": memory_costs(url, messages)}

@@ -21,7 +21,7 @@ from ..core.itemcache import CachedWindow
 from ..core.layout import Meta
 from ..types import ContextItem
 from .base import PlainRead, Plan, Settings, WindowState
-from .reads import APPENDED, UNCHANGED, Listing, meta_text, plain_ok, plain_whole, read_listing
+from .reads import APPENDED, STAMP, UNCHANGED, Listing, meta_text, plain_ok, plain_whole, read_listing, stamp
 
 #: most added ids a plain appended read lists (read.lua's APPENDED_MAX); more: read.lua
 APPENDED_MAX = 512
@@ -74,8 +74,8 @@ def plain_appended(state: WindowState, known: CachedWindow) -> Plan[Listing | No
         return None
     if meta.get(Meta.SEQ) == str(known.seq) and meta.get(Meta.ITEMS) == str(known.count):
         return Listing(wire.ReadReply(meta, int(reply[1]), []), [], [], UNCHANGED)
-    added = tail[1:] if known.count else tail
-    if int(meta.get(Meta.ITEMS) or 0) != known.count + len(added) or not added or len(tail) > APPENDED_MAX:
+    added = tail[1:] if known.count else tail  # all of them when the count below holds (LRANGE cuts at 512)
+    if not added or int(meta.get(Meta.ITEMS) or 0) != known.count + len(added):
         return None
     entries = yield from _added_entries(state, known, meta, tail)
     if entries is None:
@@ -86,31 +86,21 @@ def plain_appended(state: WindowState, known: CachedWindow) -> Plan[Listing | No
 def _added_entries(state: WindowState, known: CachedWindow, meta: dict[str, str], tail: list[Any]) -> Plan[Any]:
     """The entries (``[id, stored JSON, attrs, pinned]``) of the ids in ``tail`` after the newest
     cached one (``tail[0]``, when the cache holds any), read in one transaction with the window's
-    stamp; None when the stamp is no longer ``meta``'s, the id before them is not a cached one, or
-    an entry is incomplete."""
+    stamp; None when the stamp is no longer ``meta``'s, the id before them has a seq above the
+    cache's (it is not the cached item of that id), or an entry is incomplete."""
     k, added = state.keys, tail[1:] if known.count else tail
-    reply = yield PlainRead(
-        (
-            ("HMGET", k.meta, Meta.EPOCH, Meta.SEQ, Meta.ITEMS),
-            ("HMGET", k.attrs, *tail),
-            ("HMGET", k.items, *added),
-            ("SMISMEMBER", k.pinned, *added),
-        )
-    )
-    if reply is None or [wire.text(v) if v is not None else None for v in reply[0]] != [
-        meta.get(Meta.EPOCH),
-        meta.get(Meta.SEQ),
-        meta.get(Meta.ITEMS),
-    ]:
+    reads = (("HMGET", k.meta, *STAMP), ("HMGET", k.attrs, *tail), ("HMGET", k.items, *added))
+    reply = yield PlainRead((*reads, ("SMISMEMBER", k.pinned, *added)))
+    if reply is None or tuple(None if v is None else wire.text(v) for v in reply[0]) != stamp(meta):
         return None
-    attrs = list(reply[1])
+    attrs, jsons, pins = list(reply[1]), reply[2], reply[3]
     if known.count:
         before = attrs.pop(0)
         if before is None or stored.seq_of(before) > known.seq:
             return None
-    if any(v is None for v in attrs) or any(j is None for j in reply[2]):
+    if any(v is None for v in attrs) or any(j is None for j in jsons):
         return None
-    return [[i, j, a, int(p)] for i, j, a, p in zip(added, reply[2], attrs, reply[3], strict=True)]
+    return [[i, j, a, int(p)] for i, j, a, p in zip(added, jsons, attrs, pins, strict=True)]
 
 
 def _cached(found: wire.ReadReply, merged: tuple[list[ContextItem], CachedWindow | None]) -> wire.ReadReply:

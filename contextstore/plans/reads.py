@@ -194,9 +194,13 @@ def read_bodies(
     return out
 
 
-def _stamp(meta: dict[str, str]) -> tuple[str | None, ...]:
+#: the meta fields that change whenever a window's items do (an add, a removal, a change in place)
+STAMP = (Meta.EPOCH, Meta.SEQ, Meta.ITEMS)
+
+
+def stamp(meta: dict[str, str]) -> tuple[str | None, ...]:
     """What changes whenever a window's items do: a listing is consistent if it stays put."""
-    return meta.get(Meta.EPOCH), meta.get(Meta.SEQ), meta.get(Meta.ITEMS)
+    return tuple(meta.get(f) for f in STAMP)
 
 
 #: read.lua's ``next`` when a build read finds the window as the client's cache holds it
@@ -221,7 +225,7 @@ def _list(
             if not found.exists:
                 return Listing(found, [], [])
             first = Listing(found, list(reply[3]), list(reply[4]), min(int(reply[5]), -1))
-        elif _stamp(found.meta) != _stamp(first.found.meta):
+        elif stamp(found.meta) != stamp(first.found.meta):
             return None
         else:
             first.found.raw.extend(found.raw)
