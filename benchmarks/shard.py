@@ -9,7 +9,8 @@ shard really pays, network included), the script's own time where the call is on
 Side by side: an ``add`` of a ~560-byte message into a 1000-message window against a bare script
 doing the same kinds of writes (ZADD, HSET, RPUSH, HSET, HINCRBY, XADD, HSET), and a bare EVALSHA
 of ZADD + HSET for the round trip; the build of a window that did not change since the client's
-last build; and the memory per message of a window once its exactly-once log has expired,
+last build; a cached worker's build after other workers' adds, what was added read by read.lua
+and plainly; and the memory per message of a window once its exactly-once log has expired,
 against the structures the design keeps at their barest (one ZADD + one HSET + one RPUSH per
 message, the same bodies).
 """
