@@ -232,7 +232,7 @@ def helper_costs(url: str, names: tuple[str, ...] = HELPER_SCRIPTS) -> list[list
     for name in names:
         body = (base / f"{name}.lua").read_text(encoding="utf-8")
         parts = [lua_constants(), *(libs[n] for n in scripts._closure(scripts.needs(body), libs))]
-        every, reached = "\n".join(parts), scripts.shaken(parts, body)
+        every, reached = "\n".join(parts), scripts.shaken(parts, body, scripts.runner(name))
         best = [min(cost(every) for _ in range(3)), min(cost(reached) for _ in range(3))]
         functions = [len(re.findall(r"^local function", src, re.M)) for src in (every, reached)]
         rows.append([name, f"{functions[0]} → {functions[1]}", f"{best[0]:.1f} → {best[1]:.1f}"])

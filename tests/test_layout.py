@@ -13,6 +13,7 @@ import pytest
 import contextstore as cs
 from contextstore.core import layout
 from contextstore.drivers import scripts
+from contextstore.errors import raise_for_reply
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -81,7 +82,7 @@ def test_every_script_names_real_helpers_and_is_assembled_with_them(name):
     assert line and set(line.group(1).split()) <= {*scripts.LIB_NAMES}, f"{name}.lua: {line}"
     source = scripts.sources()[name]
     assert source.startswith("local KEYS, ARGV = KEYS, ARGV\n-- generated from contextstore/core/layout.py")
-    assert source.rstrip().endswith("return run_request(main, KEYS, ARGV)")
+    assert source.rstrip().endswith(f"return {scripts.runner(name)}(main, KEYS, ARGV)")
     for lib in scripts.needs(text):
         assert f"-- lib/{lib}.lua:" in source
     library, names = scripts.library()
@@ -105,6 +106,29 @@ def test_a_62_script_carries_only_the_helpers_it_reaches():
     read = scripts.sources()["read"]
     assert "local function plan_compaction" not in read and "local function insert_item" not in read
     assert "local function plan_compaction" in scripts.sources()["add"]
+
+
+def test_scripts_that_take_no_request_carry_none_of_its_helpers():
+    """read.lua and event.lua record no reply: on 6.2 they carry none of the request protocol's
+    helpers (each EVALSHA would re-create them), and a request sent to them is refused."""
+    for name in ("read", "event"):
+        source = scripts.sources()[name]
+        assert "local function run_plain" in source and "local function run_request" not in source, name
+        assert "local function replay" not in source and "local function record_request" not in source, name
+        assert f"return run_plain(MAINS[{name!r}], keys, args)" in scripts.library()[0]
+    assert "local function replay" in scripts.sources()["add"]
+
+
+@pytest.mark.parametrize("name", ["read", "event"])
+def test_a_request_sent_to_a_script_that_takes_none_is_refused(redis_url, prefix, name):
+    with cs.ContextStore.from_url(redis_url, prefix=prefix) as store:
+        w = store.window("plain")
+        w.add("one")
+        args = ["meta"] if name == "read" else ["0", "built", "items_included", "1"]
+        keys = list(w._state.keys)
+        with pytest.raises(cs.ContextStoreError, match="request"):
+            raise_for_reply(store._scripts.run(name, keys, ["read:abc|", *args]))
+        assert raise_for_reply(store._scripts.run(name, keys, ["", *args])) is not None
 
 
 def test_a_library_defines_a_scripts_own_helpers_once_not_on_every_call():

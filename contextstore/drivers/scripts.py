@@ -12,7 +12,9 @@ helper names the ones it stands on the same way. Two assemblies of the same file
   needs (in dependency order), then its body as ``main``.
 
 Either way the body runs under the exactly-once request protocol (``run_request``), which first
-binds the call's keys and arguments and starts its state afresh.
+binds the call's keys and arguments and starts its state afresh; a script that takes no request
+(``REQUESTLESS``: the reads and the ``built`` event) runs under ``run_plain``, which only binds
+them.
 """
 
 from __future__ import annotations
@@ -34,6 +36,10 @@ SCRIPT_NAMES = (
     "add", "remove", "pin", "priority", "clear", "compact", "commit", "restore",
     "configure", "ensure", "delete", "event", "read", "undo", "lease", "vectors", "pop", "turn",
 )  # fmt: skip
+
+#: scripts that take no request (reads, and the ``built`` event): they record no reply, so they
+#: run under ``run_plain``, which reaches none of the request protocol's helpers (lib/requests.lua)
+REQUESTLESS = frozenset({"read", "event"})
 
 #: every helper file, each after the ones it needs; ``requests`` (run_request) is in every script
 LIB_NAMES = ("core", "events", "meta", "items", "turns", "compaction", "archive", "requests")
@@ -117,19 +123,24 @@ def _statements(text: str) -> tuple[tuple[frozenset[str], str, str, tuple[str, .
     return tuple(out)
 
 
-def shaken(parts: list[str], body: str) -> str:
+def runner(name: str) -> str:
+    """The Lua function that runs script ``name``'s main for one call (lib/requests.lua)."""
+    return "run_plain" if name in REQUESTLESS else "run_request"
+
+
+def shaken(parts: list[str], body: str, run: str = "run_request") -> str:
     """``parts`` (constants and helper files) with only the statements ``body`` reaches, directly
     or through others, in their order, and each part's header comment: a 6.2 script re-creates
     every helper it carries on each ``EVALSHA`` (the server time grows with their number and
-    their upvalues), so it carries only those it calls. An assignment into a table
-    (``REPLAYS.add = ...``) stays when the table does."""
+    their upvalues), so it carries only those it calls, and ``run`` (``runner``), which calls
+    its main. An assignment into a table (``REPLAYS.add = ...``) stays when the table does."""
     statements = [s for part in parts for s in _statements(part)]
     owners: dict[str, list[int]] = {}  # name -> the statements that define or extend it
     for i, (defined, extends, _, _) in enumerate(statements):
         for name in defined | ({extends} if extends else set()):
             owners.setdefault(name, []).append(i)
     keep = [not defined and not extends for defined, extends, _, _ in statements]  # header comments
-    todo, reached = [*_NAME.findall(_COMMENT.sub("", body)), "run_request"], set()
+    todo, reached = [*_NAME.findall(_COMMENT.sub("", body)), run], set()
     while todo:
         name = todo.pop()
         if name in reached:
@@ -164,8 +175,8 @@ def sources() -> dict[str, str]:
     out = {}
     for name in SCRIPT_NAMES:
         body = (base / f"{name}.lua").read_text(encoding="utf-8")
-        helpers = shaken([lua_constants(), *(libs[n] for n in _closure(needs(body), libs))], body)
-        main = f"local function main()\n{body}\nend\nreturn run_request(main, KEYS, ARGV)\n"
+        helpers = shaken([lua_constants(), *(libs[n] for n in _closure(needs(body), libs))], body, runner(name))
+        main = f"local function main()\n{body}\nend\nreturn {runner(name)}(main, KEYS, ARGV)\n"
         out[name] = f"local KEYS, ARGV = KEYS, ARGV\n{helpers}\n{main}"
     return out
 
@@ -187,7 +198,7 @@ def library() -> tuple[str, dict[str, str]]:
     names = {name: f"cs_{digest}_{name}" for name in SCRIPT_NAMES}
     registrations = [
         f"redis.register_function{{function_name = '{names[name]}', "
-        f"callback = function(keys, args) return run_request(MAINS[{name!r}], keys, args) end"
+        f"callback = function(keys, args) return {runner(name)}(MAINS[{name!r}], keys, args) end"
         + (
             ", flags = {'no-writes'}"
             if name in READ_ONLY
