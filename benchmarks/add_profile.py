@@ -52,8 +52,8 @@ end
 CHECK = "(a checkpoint)"
 #: (file, text, the same text with checkpoints): each text must occur once in its file
 CHECKPOINTS: list[tuple[str, str, str]] = [
-    ("lib/requests.lua", "  begin_call(keys, args)\n  if REQUEST",
-     f"  begin_call(keys, args)\n  PROF(nil)\n  PROF('{CHECK}')\n  if REQUEST"),
+    ("lib/requests.lua", "  begin_call(keys, args)\n  if REQUEST == ''",
+     f"  begin_call(keys, args)\n  PROF(nil)\n  PROF('{CHECK}')\n  if REQUEST == ''"),
     ("lib/requests.lua", "  local seen, prior = replay(rid, fp)\n",
      "  local seen, prior = replay(rid, fp)\n  PROF('request: parse, replay check (HGET)')\n"),
     ("add.lua", "local cfg = read_config()\n",
