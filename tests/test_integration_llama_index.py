@@ -147,6 +147,37 @@ def _insert_or_append(url: str, prefix: str, worker: int, n: int) -> None:
         _append(url, prefix, worker, n, "race")
 
 
+def test_an_insertion_that_never_wins_the_race_gives_up_with_a_typed_error(redis_url, prefix, monkeypatch):
+    """Another writer appends between every read and replace of the insertion: it reads again,
+    backing off, until the policy's attempts are spent, then raises VersionConflictError having
+    stored nothing of its own (a real conflict each time, on a real server)."""
+    from contextstore.core.retry import RetryPolicy
+    from contextstore.integrations import _session
+
+    reads = []
+    with (
+        cs.ContextStore.from_url(redis_url, prefix=prefix) as store,
+        cs.ContextStore.from_url(redis_url, prefix=prefix) as other,
+    ):
+        chat = ContextStoreChatStore(store)
+        chat.add_message("busy", _user("first"))
+        original = _session.SessionWindow.items
+
+        def items_then_another_append(self, limit=None):
+            got = original(self, limit)
+            reads.append(len(got))
+            ContextStoreChatStore(other).add_message("busy", _user(f"other {len(reads)}"))
+            return got
+
+        monkeypatch.setattr(_session.SessionWindow, "items", items_then_another_append)
+        monkeypatch.setattr(_session, "REPLACE_BACKOFF", RetryPolicy(attempts=4, base=0.001, cap=0.002))
+        with pytest.raises(cs.VersionConflictError, match="kept moving on"):
+            chat.add_message("busy", _user("inserted"), idx=0)
+        monkeypatch.undo()
+        assert len(reads) == 4
+        assert [m.content for m in chat.get_messages("busy")] == ["first"] + [f"other {n}" for n in range(1, 5)]
+
+
 def test_inserting_and_appending_at_once_loses_nothing(redis_url, prefix):
     """Two processes insert at the front while two append: every message is there once, each
     writer's in its order (inserts at the front come out newest first)."""

@@ -20,12 +20,12 @@ from ._turns import refused, running_turn
 
 T = TypeVar("T")
 
-#: how often a conditional replace (an insertion, a compaction's suffix) reads again after
-#: another writer moved the window on, before it gives up with ``VersionConflictError``
-REPLACE_ATTEMPTS = 20
-#: the wait before reading again (full jitter, 1 ms doubling up to 50 ms), so that writers
-#: racing for the same suffix spread out instead of colliding on every attempt
-REPLACE_BACKOFF = RetryPolicy(base=0.001, cap=0.05)
+#: how a conditional replace (an insertion) reads again after another writer moved the window
+#: on: a random wait first (full jitter, 1 ms doubling up to 50 ms), so that writers racing for
+#: the same suffix spread out instead of colliding on every attempt; it gives up with
+#: ``VersionConflictError`` after 100 attempts or 10 s (20 attempts, ~0.5 s, starved an insert
+#: among four busy writers on a loaded 2-core machine)
+REPLACE_BACKOFF = RetryPolicy(attempts=100, base=0.001, cap=0.05, deadline_s=10.0)
 
 #: the window config an integration creates a session's window with, unless given other values:
 #: a token budget (the oldest turns go first, whole tool calls at a time, past the threshold),
@@ -152,7 +152,9 @@ class SessionWindow:
         one atomic step: the items from there on are stored again after it (``again(item)``: their
         ``add_many`` keywords) by a replace that expects exactly them, so an insertion racing other
         writers reads again instead of losing what they wrote."""
-        for attempt in range(1, REPLACE_ATTEMPTS + 1):
+        started, attempt = time.monotonic(), 0
+        while True:
+            attempt += 1
             items = self.items()
             at = insertion_point(items, idx)
             suffix = items[at:]
@@ -168,8 +170,10 @@ class SessionWindow:
                 self.add(batch, "replace", expect_ids=ids)
                 return
             except VersionConflictError:
-                time.sleep(REPLACE_BACKOFF.delay(attempt))
-        raise VersionConflictError(f"insert into {self.session_id!r}: the window kept moving on")
+                wait = REPLACE_BACKOFF.next_delay(attempt, started)
+                if wait is None:
+                    raise VersionConflictError(f"insert into {self.session_id!r}: the window kept moving on") from None
+                time.sleep(wait)
 
     def items(self, limit: int | None = None) -> list[ContextItem]:
         """The session's items in arrival order (the newest ``limit``; [] for ``limit <= 0``)."""
