@@ -299,3 +299,9 @@ def drive(plan: Any, replies: list[Any]) -> tuple[list[Any], Any]:
     except StopIteration as stop:
         return sent, stop.value
     raise AssertionError(f"the plan asked for more than {len(replies)} replies: {request!r}")
+
+
+def command_calls(r: Any, command: str) -> int:
+    """How often the server ran ``command`` (lower case, e.g. ``fcall_ro``) since its last
+    CONFIG RESETSTAT, as ``INFO commandstats`` counts it."""
+    return int(r.info("commandstats").get(f"cmdstat_{command}", {}).get("calls", 0))

@@ -12,12 +12,12 @@ from typing import Any
 
 import msgspec
 import pytest
-import redis
 
 import contextstore as cs
 from contextstore.plans import cached
 from contextstore.plans.base import PlainRead, ScriptCall
 
+from support import command_calls as _calls
 from support import on_cluster
 
 OPTS = cs.BuildOptions(reserve_for_response=0)
@@ -52,10 +52,6 @@ def _fresh_build(url: str, prefix: str, wid: str) -> Any:
 
 def _same(a: object, b: object) -> None:
     assert msgspec.to_builtins(a) == msgspec.to_builtins(b)
-
-
-def _calls(r: redis.Redis, command: str) -> int:
-    return int(r.info("commandstats").get(f"cmdstat_{command}", {}).get("calls", 0))
 
 
 def test_a_build_after_adds_reads_the_added_items_alone_without_a_script(redis_url, r, prefix):

@@ -23,6 +23,9 @@ from support import (
     redis7_binary,
     valkey_binary,
 )
+from support import (
+    command_calls as _calls,
+)
 
 SERVERS = {"redis6.2": find_redis_server, "redis7": redis7_binary, "valkey8": valkey_binary}
 
@@ -47,10 +50,6 @@ def _lose_scripts(r: redis.Redis) -> None:
     r.script_flush()
     if _has_functions(r):
         r.function_flush()
-
-
-def _calls(r: redis.Redis, command: str) -> int:
-    return int(r.info("commandstats").get(f"cmdstat_{command}", {}).get("calls", 0))
 
 
 STEPS = [

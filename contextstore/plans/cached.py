@@ -38,8 +38,9 @@ def read_for_build(settings: Settings, state: WindowState) -> Plan[wire.ReadRepl
         if plain is not None:  # nothing cached: the whole window, plainly
             found = plain.found
             return _cached(found, cache.merge(window, None, found.meta, found.raw, plain.ids) or ([], None))
-        plainly = known is not None and state.plain_reads and settings.evalsha_scripts()
-        listing = (yield from plain_appended(state, known)) if plainly and known is not None else None
+        listing = None
+        if known is not None and state.plain_reads and settings.evalsha_scripts():
+            listing = yield from plain_appended(state, known)
         if listing is None:
             head = ["build", known.epoch, str(known.seq)] if known is not None else ["build", "", "-1"]
             listing = yield from read_listing(state, head, tail=[str(known.count)] if known is not None else [])
@@ -77,26 +78,29 @@ def plain_appended(state: WindowState, known: CachedWindow) -> Plan[Listing | No
     added = tail[1:] if known.count else tail  # all of them when the count below holds (LRANGE cuts at 512)
     if not added or int(meta.get(Meta.ITEMS) or 0) != known.count + len(added):
         return None
-    entries = yield from _added_entries(state, known, meta, tail)
+    entries = yield from _added_entries(state, known, meta, tail[0] if known.count else None, added)
     if entries is None:
         return None
     return Listing(wire.ReadReply(meta, int(reply[1]), entries), added, [], APPENDED)
 
 
-def _added_entries(state: WindowState, known: CachedWindow, meta: dict[str, str], tail: list[Any]) -> Plan[Any]:
-    """The entries (``[id, stored JSON, attrs, pinned]``) of the ids in ``tail`` after the newest
-    cached one (``tail[0]``, when the cache holds any), read in one transaction with the window's
-    stamp; None when the stamp is no longer ``meta``'s, the id before them has a seq above the
-    cache's (it is not the cached item of that id), or an entry is incomplete."""
-    k, added = state.keys, tail[1:] if known.count else tail
-    reads = (("HMGET", k.meta, *STAMP), ("HMGET", k.attrs, *tail), ("HMGET", k.items, *added))
+def _added_entries(
+    state: WindowState, known: CachedWindow, meta: dict[str, str], before: Any, added: list[Any]
+) -> Plan[Any]:
+    """The entries (``[id, stored JSON, attrs, pinned]``) of the ``added`` ids, read in one
+    transaction with the window's stamp and the attrs of ``before`` (the id listed just before
+    them, None when the cache holds no item); None when the stamp is no longer ``meta``'s,
+    ``before`` has a seq above the cache's (it is not the cached item of that id), or an entry is
+    incomplete."""
+    k, listed = state.keys, added if before is None else [before, *added]
+    reads = (("HMGET", k.meta, *STAMP), ("HMGET", k.attrs, *listed), ("HMGET", k.items, *added))
     reply = yield PlainRead((*reads, ("SMISMEMBER", k.pinned, *added)))
     if reply is None or tuple(None if v is None else wire.text(v) for v in reply[0]) != stamp(meta):
         return None
     attrs, jsons, pins = list(reply[1]), reply[2], reply[3]
-    if known.count:
-        before = attrs.pop(0)
-        if before is None or stored.seq_of(before) > known.seq:
+    if before is not None:
+        seen = attrs.pop(0)
+        if seen is None or stored.seq_of(seen) > known.seq:
             return None
     if any(v is None for v in attrs) or any(j is None for j in jsons):
         return None
