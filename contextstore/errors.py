@@ -197,6 +197,17 @@ class VersionConflictError(ContextStoreError):
         self.current_version = current_version
 
 
+class ReplayUnavailableError(ContextStoreError):
+    """A retried request (its ``request_id`` seen before) was applied once already, by another
+    version of contextstore whose recorded reply this version cannot read (a retry that crossed
+    an upgrade, within the request log's 15 minutes): it is not applied again, and its first
+    reply cannot be given. ``request_id``: the recorded request ("<operation>:<request id>")."""
+
+    def __init__(self, message: str, request_id: str = "") -> None:
+        super().__init__(message)
+        self.request_id = request_id
+
+
 class CommitConflict(ContextStoreError):
     """Internal: items changed between the read and the commit of an outside-Redis compaction
     (the plan reads again and decides again)."""
@@ -250,6 +261,11 @@ SCRIPT_ERRORS: dict[str, ErrorFactory] = {
     "CONFLICT": lambda d, _: CommitConflict(d[0] if d else ""),
     "MOVED": lambda d, _: VersionConflictError(f"the window moved on: {' '.join(d)}", *d[1:2]),  # version, current
     "REUSED": lambda d, _: InvalidOptionsError(f"request id {d[0]!r} was already used for a different call"),
+    "RECORDED": lambda d, _: ReplayUnavailableError(
+        f"request {d[0]!r} was applied once already, by a version of contextstore that recorded its reply in "
+        f"format {d[1]} (this version reads {d[2]}): not applied again, and its reply cannot be replayed",
+        d[0],
+    ),
     "BADARG": lambda d, badarg: badarg(f"rejected by the server: {' '.join(d)}"),
     "CORRUPT": lambda d, _: CorruptWindowError(f"item {d[0]!r} is stored in a shape the scripts never write"),
     "TOOLCALL": lambda d, _: ToolCallLinkError(_TOOLCALL_PROBLEMS.get(d[0], "{}").format(d[1] if len(d) > 1 else "")),

@@ -14,9 +14,10 @@
 --   rejects ({'!', 'TURNBUSY', owner, ms left}), enqueues this call's items ({'!', 'QUEUED', n}),
 --   interrupts or rolls back the running one; a turn's call takes the pending inputs first, ahead of
 --   its own items); ARGV[N_CONFIG + 5]: n (0 only with a replace or a turn); then
---   n groups of 8: id ('' = ctx-<seq>), body JSON ({"content":...}), type, token_count,
+--   n groups of ITEM_ARGS (9): id ('' = ctx-<seq>), body JSON ({"content":...}), type, token_count,
 --   priority, pinned ('1'/'0'), group ('' = none, or for a tool result: its call's group),
---   tool link ('C:<name>=<call id> ...' for a tool call, 'R:<call id>' for a result, or '').
+--   tool link ('C:<name>=<call id> ...' for a tool call, 'R:<call id>' for a result, or ''), the
+--   letters a build chooses by (parse_item in lib/items.lua).
 -- Reply: {'ok', added, evicted, compactions, trigger, freed, item_1, ..., item_n} (each the
 --   item's entry, raw_entry in lib/items.lua)
 --   in call order (trigger: the tokens in the window when the first compaction began, 0 if none;

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import json
 import multiprocessing
 import os
 import re
@@ -16,8 +17,11 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
+from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
+import msgspec
 import redis
 import redis.asyncio
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
@@ -257,6 +261,44 @@ def dump_window(client: redis.Redis, prefix: str, window_id: str) -> dict[bytes,
             value = client.get(name)
         out[name] = (kind, value, client.ttl(name) > 0)
     return out
+
+
+def window_fixture(name: str, now_ms: int | None = None) -> dict[str, Any]:
+    """``tests/data/<name>.json``, a window an older version wrote (``tests/data/write_window_fixture.py``),
+    as if it had been written at ``now_ms`` (default: now). The file keeps no absolute time:
+    ``@ms±N@``, ``@us±N@`` and ``@iso±N@`` are offsets (ms, us, us) from when that version created
+    the window, so nothing in it (an archive entry expiring a day after, the request log) has
+    expired when a test loads it, on any date."""
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    text = (Path(__file__).parent / "data" / f"{name}.json").read_text(encoding="utf-8")
+
+    def absolute(m: re.Match[str]) -> str:
+        unit, offset = m.group(1), int(m.group(2))
+        if unit == "ms":
+            return str(now + offset)
+        us = now * 1000 + offset
+        if unit == "us":
+            return str(us)
+        at = datetime.fromtimestamp(us // 1_000_000, timezone.utc).replace(microsecond=us % 1_000_000)
+        return msgspec.json.encode(at).decode().strip('"')
+
+    return dict(json.loads(re.sub(r"@(ms|us|iso)([-+]\d+)@", absolute, text)))
+
+
+def load_window_keys(client: redis.Redis, fixture: dict[str, Any], prefix: str, window_id: str) -> None:
+    """The keys of a ``window_fixture`` as its version wrote them, for window ``window_id``."""
+    for name, k in fixture["keys"].items():
+        target, value = key(prefix, window_id, name), k["value"]
+        if k["type"] == "hash":
+            client.hset(target, mapping=value)
+        elif k["type"] == "list":
+            client.rpush(target, *value)
+        elif k["type"] == "zset":
+            client.zadd(target, {m: s for m, s in value})
+        elif k["type"] == "set":
+            client.sadd(target, *value)
+        else:
+            client.set(target, value)
 
 
 def events(client: redis.Redis, prefix: str, window_id: str) -> list[dict[str, str]]:

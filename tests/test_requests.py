@@ -179,6 +179,34 @@ def test_reusing_a_request_id_for_another_call_is_refused(store, r, prefix):
     assert w.items() == []
 
 
+@pytest.mark.parametrize("recorded_as", ["format 1 (no format)", "format 3"])
+def test_a_record_of_another_format_is_neither_replayed_nor_applied_again(store, r, prefix, recorded_as):
+    """Another version's record (before this one, or after it: a rollback) cannot be rebuilt
+    by this version's scripts: a typed error, and nothing written, whatever the operation."""
+    w = store.window("rq-format", max_items=10)
+    w.add_many(["a", "b", "c"])
+    w.add("d", request_id="r1")
+    w.pop(1, request_id="r1")
+    w.pin("ctx-1", request_id="r1")
+    replies = key(prefix, "rq-format", "replies")
+    for field, value in r.hgetall(replies).items():
+        head, record = value.split(b"\n", 1)
+        fp = head.split(b"|")[0]
+        r.hset(replies, field, (fp if recorded_as.startswith("format 1") else fp + b"|3") + b"\n" + record)
+    before = _without_log(dump_window(r, prefix, "rq-format"))
+    calls = {
+        "add:r1": lambda: w.add("d", request_id="r1"),
+        "pop:r1": lambda: w.pop(1, request_id="r1"),
+        "pin:r1": lambda: w.pin("ctx-1", request_id="r1"),
+    }
+    for rid, call in calls.items():
+        with pytest.raises(cs.ReplayUnavailableError, match="applied once already") as err:
+            call()
+        assert err.value.request_id == rid
+    assert _without_log(dump_window(r, prefix, "rq-format")) == before
+    assert w.pin("ctx-2", request_id="r2") is True and w.pin("ctx-2", request_id="r2") is True  # this format's
+
+
 @pytest.mark.parametrize("bad", ["", "has space", "x" * 129, "br{ace}", 7, "naïve", "a|b"])
 def test_invalid_request_ids_are_refused(store, r, prefix, bad):
     w = store.window("rq-bad")

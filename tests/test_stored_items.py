@@ -5,10 +5,6 @@ every field in the item JSON, reads the same and stays true under every kind of 
 from __future__ import annotations
 
 import json
-import re
-import time
-from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -17,35 +13,9 @@ import redis
 import contextstore as cs
 from contextstore.core.layout import STORED_HEAD
 
-from support import check_invariants, key
+from support import check_invariants, key, load_window_keys, window_fixture
 
-FIXTURE_TEXT = (Path(__file__).parent / "data" / "window_0_1.json").read_text()
-
-
-def fixture_at(now_ms: int) -> dict[str, Any]:
-    """The 0.1 window as if it had been written at ``now_ms``. The file keeps no absolute time:
-    ``@ms±N@``, ``@us±N@`` and ``@iso±N@`` are offsets (ms, us, us) from when 0.1 created the
-    window, so its archive entry (expiring a day after) is never expired when a test loads it."""
-
-    def absolute(m: re.Match[str]) -> str:
-        unit, offset = m.group(1), int(m.group(2))
-        if unit == "ms":
-            return str(now_ms + offset)
-        us = now_ms * 1000 + offset
-        if unit == "us":
-            return str(us)
-        return (
-            msgspec.json.encode(
-                datetime.fromtimestamp(us // 1_000_000, timezone.utc).replace(microsecond=us % 1_000_000)
-            )
-            .decode()
-            .strip('"')
-        )
-
-    return json.loads(re.sub(r"@(ms|us|iso)([-+]\d+)@", absolute, FIXTURE_TEXT))
-
-
-FIXTURE = fixture_at(int(time.time() * 1000))
+FIXTURE = window_fixture("window_0_1")
 BODY_FIELDS = {"added_at_us", "content", "role", "source_ref", "metadata"}
 CALL = {"id": "call_9", "type": "function", "function": {"name": "grep", "arguments": "{}"}}
 
@@ -83,18 +53,7 @@ def test_a_stored_item_holds_only_what_no_other_key_holds(store, r, prefix):
 
 def _load_0_1_window(r: redis.Redis, prefix: str, wid: str) -> None:
     """The fixture's keys, as 0.1 wrote them, under this test's prefix."""
-    for name, k in FIXTURE["keys"].items():
-        target, value = key(prefix, wid, name), k["value"]
-        if k["type"] == "hash":
-            r.hset(target, mapping=value)
-        elif k["type"] == "list":
-            r.rpush(target, *value)
-        elif k["type"] == "zset":
-            r.zadd(target, {m: s for m, s in value})
-        elif k["type"] == "set":
-            r.sadd(target, *value)
-        else:
-            r.set(target, value)
+    load_window_keys(r, FIXTURE, prefix, wid)
 
 
 def test_a_window_written_by_0_1_reads_the_same(store, r, prefix):

@@ -38,6 +38,13 @@ ARCHIVE_INDEX = "~expires"
 #: the request log keeps the newest REQUEST_LOG_MAX requests, none older than REQUEST_LOG_TTL_MS
 REQUEST_LOG_MAX = 2000
 REQUEST_LOG_TTL_MS = 15 * 60 * 1000
+#: the format of the replies the scripts record, and of the arguments an ``add``'s record points
+#: into (lib/requests.lua). Raise it whenever a script's reply, its record or the arguments a
+#: record points into change shape: a retry that finds a request recorded in another format (by
+#: another version of contextstore, during an upgrade) is not applied again and not replayed
+#: either (``ReplayUnavailableError``). A record without a format is format 1 (written before
+#: formats were kept).
+RECORD_FORMAT = 2
 #: the weights of the build-order score (``order_score``)
 RANK_WEIGHT = 10**13
 PRIORITY_WEIGHT = 10**10
@@ -166,7 +173,8 @@ def lua_constants() -> str:
             f"local RANK_WEIGHT, PRIORITY_WEIGHT = {RANK_WEIGHT}, {PRIORITY_WEIGHT}",
             f"local STREAM_MAXLEN, MAX_EVENTS = {STREAM_MAXLEN}, {MAX_EVENTS}",
             f"local DEFAULT_WARN_PERCENT = {DEFAULT_WARN_PERCENT}",
-            f"local REQUEST_LOG_MAX, REQUEST_LOG_TTL_MS = {REQUEST_LOG_MAX}, {REQUEST_LOG_TTL_MS}",
+            f"local REQUEST_LOG_MAX, REQUEST_LOG_TTL_MS, RECORD_FORMAT = "
+            f"{REQUEST_LOG_MAX}, {REQUEST_LOG_TTL_MS}, {RECORD_FORMAT}",
             f"local N_CONFIG = {len(Meta.CONFIG)}",
             f"local CONFIG_FIELDS = {{{config}}}",
             f"local CONFIG_TEXT = {_lua_table({f: True for f in Meta.TEXT})}",

@@ -11,6 +11,9 @@
 -- request (REPLAY_STANDS), so an acknowledged add never stores nothing; one whose items the
 -- window's own rules took (eviction, compaction) replays, so it is never applied twice.
 -- delete() ends the log (forget_requests): a request id used before it is new after it.
+-- A record is '<fingerprint>|<RECORD_FORMAT>\n<record JSON>' (one without '|<format>' is format
+-- 1): a retry that finds a record of another format (another version's scripts wrote it, during
+-- an upgrade) gets RECORDED: it was applied once, and this version cannot rebuild its reply.
 
 local function expire_requests(n, now)
   if n > REQUEST_LOG_MAX then  -- keep the newest REQUEST_LOG_MAX
@@ -31,7 +34,7 @@ end
 
 local function record_request(rid, fp, record)
   local now = math.floor(now_us() / 1000)
-  redis.call('HSET', K_REPLIES, rid, fp .. '\n' .. cjson.encode(record))
+  redis.call('HSET', K_REPLIES, rid, fp .. '|' .. RECORD_FORMAT .. '\n' .. cjson.encode(record))
   expire_requests(redis.call('RPUSH', K_REQUESTS, fmt(now) .. '|' .. rid), now)
   redis.call('PEXPIRE', K_REQUESTS, REQUEST_LOG_TTL_MS)
   redis.call('PEXPIRE', K_REPLIES, REQUEST_LOG_TTL_MS)
@@ -52,14 +55,16 @@ local function forget_requests()
 end
 
 -- For a request seen before: true and its recorded reply (or the REUSED error when the same
--- id came with other arguments); for a new one, or one whose recorded result no longer stands
--- (its record is dropped; the arguments are the same, so the record's offsets into ARGV hold):
--- false.
+-- id came with other arguments, RECORDED when another format's record cannot be replayed); for
+-- a new one, or one whose recorded result no longer stands (its record is dropped; the
+-- arguments are the same, so the record's offsets into ARGV hold): false.
 local function replay(rid, fp)
   local prior = redis.call('HGET', K_REPLIES, rid)
   if not prior then return false end
   local nl = string.find(prior, '\n', 1, true)
-  local pfp = string.sub(prior, 1, nl - 1)
+  local pfp, format = string.match(string.sub(prior, 1, nl - 1), '^(%x*)|?(%d*)$')
+  format = tonumber(format) or 1
+  if format ~= RECORD_FORMAT then return true, fail('RECORDED', rid, fmt(format), fmt(RECORD_FORMAT)) end
   if pfp ~= '' and fp ~= '' and pfp ~= fp then return true, fail('REUSED', rid) end
   local rec = cjson.decode(string.sub(prior, nl + 1))
   for kind, stands in pairs(REPLAY_STANDS) do
