@@ -301,6 +301,44 @@ def load_window_keys(client: redis.Redis, fixture: dict[str, Any], prefix: str, 
             client.set(target, value)
 
 
+def as_plain(value: Any) -> Any:
+    """``value`` (items, stats, messages) as plain JSON values, as a window fixture holds them."""
+    return json.loads(msgspec.json.encode(value))
+
+
+FIXTURE_CALL = {"id": "call_9", "type": "function", "function": {"name": "grep", "arguments": "{}"}}
+
+
+def edit_a_fixture_window(w: Any, fixture: dict[str, Any], pin: str, unpin: str, reprioritise: str) -> None:
+    """Writes every fixture test makes on window ``w`` loaded from ``fixture``, each checked:
+    pin, unpin and re-prioritise an item; undo the fixture's summary (its archived items come
+    back as the fixture's version archived them); add a tool call (``call_9``) and its result."""
+    want = {i["id"]: dict(i) for i in fixture["items"]}
+    w.pin(pin)
+    w.unpin(unpin)
+    w.update_priority(reprioritise, 20)
+    want[pin]["pinned"], want[unpin]["pinned"], want[reprioritise]["priority"] = True, False, 20
+    assert {i["id"]: i for i in as_plain(w.items())} == want
+    (summary,) = fixture["summaries"]
+    assert w.undo_summary(summary) == len(fixture["archived"][summary])
+    back = {i["id"]: i for i in as_plain(w.items())}
+    assert all(back[old["id"]] == old for old in fixture["archived"][summary])
+    call = {"content": "", "type": "assistant_message", "role": "assistant", "metadata": {"tool_calls": [FIXTURE_CALL]}}
+    result = {"content": "more " * 60, "type": "tool_result", "role": "tool", "metadata": {"tool_call_id": "call_9"}}
+    w.add_many([call, result])
+
+
+def compact_and_copy_a_fixture_window(store: Any, w: Any, client: redis.Redis, prefix: str, window_id: str) -> None:
+    """The last writes of every fixture test, each checked: a compaction (remove_oldest to 30%),
+    then a snapshot of the window restored into ``<window_id>-copy``, which reads the same."""
+    w.compact("remove_oldest", target_percent=30.0)
+    check_invariants(client, prefix, window_id)
+    copy = store.window(f"{window_id}-copy")
+    copy.restore(w.snapshot())
+    assert as_plain(copy.items()) == as_plain(w.items())
+    check_invariants(client, prefix, f"{window_id}-copy")
+
+
 def events(client: redis.Redis, prefix: str, window_id: str) -> list[dict[str, str]]:
     """Every entry of the window's event stream, as str fields."""
     stream = key(prefix, window_id, "events")

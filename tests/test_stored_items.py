@@ -5,23 +5,25 @@ every field in the item JSON, reads the same and stays true under every kind of 
 from __future__ import annotations
 
 import json
-from typing import Any
 
-import msgspec
 import redis
 
 import contextstore as cs
 from contextstore.core.layout import STORED_HEAD
 
-from support import check_invariants, key, load_window_keys, window_fixture
+from support import (
+    as_plain,
+    check_invariants,
+    compact_and_copy_a_fixture_window,
+    edit_a_fixture_window,
+    key,
+    load_window_keys,
+    window_fixture,
+)
 
 FIXTURE = window_fixture("window_0_1")
 BODY_FIELDS = {"added_at_us", "content", "role", "source_ref", "metadata"}
 CALL = {"id": "call_9", "type": "function", "function": {"name": "grep", "arguments": "{}"}}
-
-
-def _as_dicts(items: list[cs.ContextItem]) -> list[dict[str, Any]]:
-    return [json.loads(msgspec.json.encode(i)) for i in items]
 
 
 def test_a_stored_item_holds_only_what_no_other_key_holds(store, r, prefix):
@@ -60,10 +62,10 @@ def test_a_window_written_by_0_1_reads_the_same(store, r, prefix):
     _load_0_1_window(r, prefix, "w01")
     w = store.window("w01")
     assert any('"group":null' in v for v in FIXTURE["keys"]["items"]["value"].values())  # the oldest spelling too
-    assert _as_dicts(w.items()) == FIXTURE["items"]
+    assert as_plain(w.items()) == FIXTURE["items"]
     assert w.build(cs.BuildOptions(max_tokens=3000)) == FIXTURE["build"]
     for sid in FIXTURE["summaries"]:
-        assert _as_dicts(w.archived(sid)) == FIXTURE["archived"][sid]
+        assert as_plain(w.archived(sid)) == FIXTURE["archived"][sid]
     assert w.get("ctx-6") is not None and w.get("ctx-6").group == 'g/"q"'
     check_invariants(r, prefix, "w01")
 
@@ -71,33 +73,11 @@ def test_a_window_written_by_0_1_reads_the_same(store, r, prefix):
 def test_every_write_keeps_a_0_1_window_true(store, r, prefix):
     _load_0_1_window(r, prefix, "w01")
     w = store.window("w01")
-    want = {i["id"]: dict(i) for i in FIXTURE["items"]}
-    w.pin("ctx-9")
-    w.unpin("ctx-2")
-    w.update_priority("doc/1", 20)
-    want["ctx-9"]["pinned"], want["ctx-2"]["pinned"], want["doc/1"]["priority"] = True, False, 20
-    assert {i["id"]: i for i in _as_dicts(w.items())} == want
+    edit_a_fixture_window(w, FIXTURE, pin="ctx-9", unpin="ctx-2", reprioritise="doc/1")
     check_invariants(r, prefix, "w01")
-    (summary,) = FIXTURE["summaries"]
-    assert w.undo_summary(summary) == len(FIXTURE["archived"][summary])
-    back = {i["id"]: i for i in _as_dicts(w.items())}
-    for old in FIXTURE["archived"][summary]:
-        assert back[old["id"]] == old
-    check_invariants(r, prefix, "w01")
-    w.add_many(
-        [
-            {"content": "", "type": "assistant_message", "role": "assistant", "metadata": {"tool_calls": [CALL]}},
-            {"content": "more " * 60, "type": "tool_result", "role": "tool", "metadata": {"tool_call_id": "call_9"}},
-        ]
-    )
     w.compact("clear_tool_results", target_percent=1.0)
     assert w.get("ctx-12").metadata["context_cleared"] == {"tokens": 45}  # a 0.1 tool result, cleared
     popped = w.pop(2)
     assert [p.type for p in popped] == [cs.ItemType.TOOL_RESULT, cs.ItemType.ASSISTANT_MESSAGE]
     assert popped[0].metadata and "context_cleared" in popped[0].metadata
-    w.compact("remove_oldest", target_percent=30.0)
-    check_invariants(r, prefix, "w01")
-    restored = store.window("w01-copy")
-    restored.restore(w.snapshot())
-    assert _as_dicts(restored.items()) == _as_dicts(w.items())
-    check_invariants(r, prefix, "w01-copy")
+    compact_and_copy_a_fixture_window(store, w, r, prefix, "w01")

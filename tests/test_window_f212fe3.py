@@ -6,25 +6,26 @@ output (``tests/data/write_window_fixture.py`` run with f212fe3 on the path)."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-import msgspec
 import pytest
 import redis
 
 import contextstore as cs
 from contextstore.core.facts import stored_letters
 
-from support import check_invariants, key, load_window_keys, window_fixture
+from support import (
+    as_plain,
+    check_invariants,
+    compact_and_copy_a_fixture_window,
+    edit_a_fixture_window,
+    key,
+    load_window_keys,
+    window_fixture,
+)
 
 FIXTURE = window_fixture("window_f212fe3")
 BUDGET = cs.BuildOptions(max_tokens=100, reserve_for_response=0)
-CALL = {"id": "call_9", "type": "function", "function": {"name": "grep", "arguments": "{}"}}
-
-
-def _plain(value: Any) -> Any:
-    return json.loads(msgspec.json.encode(value))
 
 
 def _loaded(store: Any, r: redis.Redis, prefix: str, wid: str = "w") -> Any:
@@ -43,16 +44,16 @@ def test_the_fixture_is_a_window_without_letters(r, prefix):
 
 def test_a_window_written_by_f212fe3_reads_the_same(store, r, prefix):
     w = _loaded(store, r, prefix)
-    assert _plain(w.items()) == FIXTURE["items"]
+    assert as_plain(w.items()) == FIXTURE["items"]
     assert [i.id for i in w.ordered_items()] == FIXTURE["ordered_ids"]
     assert w.build(cs.BuildOptions(max_tokens=600, reserve_for_response=0)) == FIXTURE["build"]
     assert w.build(BUDGET) == FIXTURE["build_budget"]
     for fmt, messages in FIXTURE["messages"].items():
-        assert _plain(w.build_messages(BUDGET, format=fmt)) == messages, fmt
-    stats = _plain(w.stats())
+        assert as_plain(w.build_messages(BUDGET, format=fmt)) == messages, fmt
+    stats = as_plain(w.stats())
     assert {k: stats[k] for k in FIXTURE["stats"]} == FIXTURE["stats"]
     (summary,) = FIXTURE["summaries"]
-    assert _plain(w.archived(summary)) == FIXTURE["archived"][summary]
+    assert as_plain(w.archived(summary)) == FIXTURE["archived"][summary]
     check_invariants(r, prefix, "w")
 
 
@@ -61,7 +62,7 @@ def test_a_stateless_worker_builds_it_as_f212fe3_did(make_store, r, prefix):
     bodies too and gives what f212fe3 gave."""
     w = _loaded(make_store(item_cache_bytes=0), r, prefix)
     for fmt, messages in FIXTURE["messages"].items():
-        assert _plain(w.build_messages(BUDGET, format=fmt)) == messages, fmt
+        assert as_plain(w.build_messages(BUDGET, format=fmt)) == messages, fmt
     assert w.build(BUDGET) == FIXTURE["build_budget"]
 
 
@@ -80,24 +81,8 @@ def test_a_request_f212fe3_recorded_is_not_applied_twice(store, r, prefix):
 
 def test_every_write_keeps_an_f212fe3_window_true(store, r, prefix):
     w = _loaded(store, r, prefix)
-    want = {i["id"]: dict(i) for i in FIXTURE["items"]}
-    w.pin("ctx-8")
-    w.unpin("ctx-1")
-    w.update_priority("ctx-6", 20)
-    want["ctx-8"]["pinned"], want["ctx-1"]["pinned"], want["ctx-6"]["priority"] = True, False, 20
-    assert {i["id"]: i for i in _plain(w.items())} == want
+    edit_a_fixture_window(w, FIXTURE, pin="ctx-8", unpin="ctx-1", reprioritise="ctx-6")
     check_invariants(r, prefix, "w")
-    (summary,) = FIXTURE["summaries"]
-    assert w.undo_summary(summary) == len(FIXTURE["archived"][summary])
-    back = {i["id"]: i for i in _plain(w.items())}
-    assert all(back[old["id"]] == old for old in FIXTURE["archived"][summary])
-    check_invariants(r, prefix, "w")
-    w.add_many(
-        [
-            {"content": "", "type": "assistant_message", "role": "assistant", "metadata": {"tool_calls": [CALL]}},
-            {"content": "more " * 60, "type": "tool_result", "role": "tool", "metadata": {"tool_call_id": "call_9"}},
-        ]
-    )
     w.compact("clear_tool_results", target_percent=1.0)
     cleared = {i.id: i.metadata["context_cleared"] for i in w.items() if "context_cleared" in (i.metadata or {})}
     assert cleared == {"ctx-10": {"tokens": 72}, "ctx-19": {"tokens": 61}}  # f212fe3's, and one of this version's
@@ -105,12 +90,7 @@ def test_every_write_keeps_an_f212fe3_window_true(store, r, prefix):
     w.replace([{"content": "Thanks a lot!", "role": "user"}], last=1)
     popped = w.pop(1)
     assert popped[0].content == "Thanks a lot!"
-    w.compact("remove_oldest", target_percent=30.0)
-    check_invariants(r, prefix, "w")
-    copy = store.window("w-copy")
-    copy.restore(w.snapshot())
-    assert _plain(copy.items()) == _plain(w.items())
-    check_invariants(r, prefix, "w-copy")
+    compact_and_copy_a_fixture_window(store, w, r, prefix, "w")
 
 
 def test_written_to_by_this_version_it_builds_the_same_from_the_facts(redis_url, r, prefix):
