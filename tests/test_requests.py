@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
 import pytest
 
 import contextstore as cs
+from contextstore.core.layout import RECORD_FORMAT
 
 from support import check_invariants, dump_window, events, key
 
@@ -249,3 +256,38 @@ def test_reads_and_no_ops_write_no_record(store, r, prefix):
     w.items(), w.stats(), w.build(), w.get("ctx-1")
     assert w.remove("missing") is False and w.pin("missing") is False
     assert r.llen(zkey) == n
+
+
+def _recorded(r, prefix: str, wid: str) -> dict[str, Any]:
+    """The window's request log, times aside: {request: [fingerprint|format, record]}."""
+    out = {}
+    for rid, value in r.hgetall(key(prefix, wid, "replies")).items():
+        head, record = value.decode().split("\n", 1)
+        out[rid.decode()] = [head, json.loads(re.sub(r"\b\d{13,16}\b", "T", record))]
+    return out
+
+
+def test_the_records_are_in_the_format_their_number_names(store, r, prefix):
+    """Every script's record, for one fixed run of calls, against the file of its format: a
+    change to what a script records (its reply, its record, the arguments an add's record points
+    into or that its fingerprint covers) that keeps ``RECORD_FORMAT`` fails here, since another
+    version would then replay it wrongly (or refuse it as a reused id). Raise the format and
+    write the new file with CONTEXTSTORE_WRITE_RECORDS=1."""
+    w = store.window("rq-format-file", max_items=10, max_tokens=1000)
+    w.add("one", request_id="a")
+    w.add_many([{"content": "two", "id": "x2", "role": "user"}, "three"], request_id="b")
+    w.pop(1, request_id="c")
+    w.remove("ctx-1", request_id="d")
+    w.pin("x2", request_id="e")
+    w.update_priority("x2", 70, request_id="f")
+    w.replace(["four"], last=1, request_id="g")
+    w.configure(max_items=9, request_id="h")
+    w.compact("remove_oldest", 0, request_id="i")
+    w.clear(include_pinned=True, request_id="j")
+    got = _recorded(r, prefix, "rq-format-file")
+    path = Path(__file__).parent / "data" / f"records_format_{RECORD_FORMAT}.json"
+    if os.environ.get("CONTEXTSTORE_WRITE_RECORDS"):
+        path.write_text(json.dumps(got, indent=1, sort_keys=True) + "\n")
+    assert path.exists(), f"no {path.name}: write it with CONTEXTSTORE_WRITE_RECORDS=1"
+    want = json.loads(path.read_text())
+    assert got == want, f"the scripts record another shape than format {RECORD_FORMAT}: raise layout.RECORD_FORMAT"

@@ -43,7 +43,8 @@ REQUEST_LOG_TTL_MS = 15 * 60 * 1000
 #: record points into change shape: a retry that finds a request recorded in another format (by
 #: another version of contextstore, during an upgrade) is not applied again and not replayed
 #: either (``ReplayUnavailableError``). A record without a format is format 1 (written before
-#: formats were kept).
+#: formats were kept). tests/test_requests.py checks one fixed run's records against
+#: tests/data/records_format_<RECORD_FORMAT>.json, so a change of shape that keeps it fails.
 RECORD_FORMAT = 2
 #: the weights of the build-order score (``order_score``)
 RANK_WEIGHT = 10**13
