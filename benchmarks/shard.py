@@ -51,7 +51,7 @@ redis.call('HSET', KEYS[5], 'updated_at', ARGV[1])
 return 1
 """
 TWO_WRITES = "redis.call('ZADD', KEYS[1], ARGV[1], ARGV[2]); redis.call('HSET', KEYS[2], ARGV[2], ARGV[3]); return 1"
-SCRIPT_COMMANDS = ("evalsha", "eval", "fcall", "fcall_ro")
+SCRIPT_COMMANDS = ("evalsha", "evalsha_ro", "eval", "fcall", "fcall_ro")
 BODY = 560
 
 

@@ -134,13 +134,34 @@ def test_scripts_are_loaded_once_then_called_by_name(each_server, prefix):
     r.close()
 
 
-def test_functions_false_keeps_to_evalsha(each_server, prefix):
-    _, url = each_server
+@pytest.mark.parametrize("api", ["sync", "async"])
+def test_functions_false_keeps_to_evalsha_and_reads_with_evalsha_ro(each_server, prefix, api):
+    """Without functions the scripts run by EVALSHA, and the read-only one by EVALSHA_RO where
+    the server has it (Redis 7, Valkey: a replica may serve it); 6.2 refuses EVALSHA_RO once
+    and the store reads with EVALSHA from then on."""
+    name, url = each_server
     r = redis.Redis.from_url(url)
-    with cs.ContextStore.from_url(url, prefix=prefix, functions=False) as store:
+    loop = asyncio.new_event_loop() if api == "async" else None
+    store = (
+        cs.ContextStore.from_url(url, prefix=prefix, functions=False)
+        if api == "sync"
+        else SyncProxy(cs.AsyncContextStore.from_url(url, prefix=prefix, functions=False), loop)
+    )
+    try:
         r.config_resetstat()
-        store.window("noscript-eval").add("x")
+        w = store.window("noscript-eval", max_tokens=1000)  # a bounded window: reads run read.lua
+        w.add("x")
         assert _calls(r, "evalsha") > 0 and _calls(r, "fcall") == 0
+        r.config_resetstat()
+        for _ in range(3):
+            assert [i.content for i in w.items(limit=5)] == ["x"]
+        read_by, not_by = ("evalsha", "evalsha_ro") if name == "redis6.2" else ("evalsha_ro", "evalsha")
+        assert _calls(r, read_by) >= 3 and _calls(r, not_by) == 0 and _calls(r, "fcall_ro") == 0
+    finally:
+        store.close()
+        if loop is not None:
+            loop.run_until_complete(asyncio.sleep(0))
+            loop.close()
     with pytest.raises(cs.InvalidOptionsError):
         cs.ContextStore.from_url(url, functions="yes")
     r.close()
@@ -159,6 +180,24 @@ def test_a_user_who_may_not_load_functions_gets_evalsha(each_server, prefix):
         assert store.window("noscript-acl").items()[0].content == "x"
     assert _calls(r, "evalsha") > 0 and not r.function_list()
     r.acl_deluser("scripter")
+    r.close()
+
+
+def test_a_user_who_may_not_run_evalsha_ro_reads_with_evalsha(each_server, prefix):
+    name, url = each_server
+    if name == "redis6.2":
+        pytest.skip("6.2 has no EVALSHA_RO")
+    r = redis.Redis.from_url(url)
+    r.acl_setuser("plain", enabled=True, passwords=["+pw"], keys=["*"], commands=["+@all", "-evalsha_ro"])
+    user_url = url.replace("redis://", "redis://plain:pw@")
+    with cs.ContextStore.from_url(user_url, prefix=prefix, functions=False) as store:
+        w = store.window("noscript-ro", max_tokens=1000)
+        w.add("x")
+        r.config_resetstat()
+        for _ in range(3):
+            assert [i.content for i in w.items(limit=5)] == ["x"]
+        assert _calls(r, "evalsha_ro") == 0 and _calls(r, "evalsha") == 3  # refused once, then EVALSHA
+    r.acl_deluser("plain")
     r.close()
 
 

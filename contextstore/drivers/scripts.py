@@ -227,6 +227,10 @@ class ScriptRegistry:
         self._client = client
         #: "functions", "eval", or "auto" until the server has answered
         self.mode = "eval" if functions is False or is_cluster(client) else "auto"
+        #: in EVAL mode, whether read-only scripts run as ``EVALSHA_RO`` (a replica may serve
+        #: them): until the server (6.2) or the ACL user refuses it; never through a cluster
+        #: client, which would ask a node for the keys of each such call (``COMMAND GETKEYS``)
+        self.eval_ro = not is_cluster(client)
         self._scripts: dict[str, Any] = {}
 
     def script(self, name: str) -> Any:
@@ -237,27 +241,36 @@ class ScriptRegistry:
         return script
 
     def words(self, name: str, keys: list[str], argv: list[Any]) -> list[Any]:
-        """The command that runs script ``name``: ``FCALL`` / ``FCALL_RO`` or ``EVALSHA``."""
+        """The command that runs script ``name``: ``FCALL`` / ``FCALL_RO``, or ``EVALSHA`` /
+        ``EVALSHA_RO``."""
+        read_only = name in READ_ONLY
         if self.mode == "eval":
-            return ["EVALSHA", self.script(name).sha, len(keys), *keys, *argv]
-        command = "FCALL_RO" if name in READ_ONLY else "FCALL"
-        return [command, library()[1][name], len(keys), *keys, *argv]
+            command = "EVALSHA_RO" if read_only and self.eval_ro else "EVALSHA"
+            return [command, self.script(name).sha, len(keys), *keys, *argv]
+        return ["FCALL_RO" if read_only else "FCALL", library()[1][name], len(keys), *keys, *argv]
 
-    @staticmethod
-    def missing(exc: BaseException) -> bool:
-        """Whether ``exc`` says the server lacks the script or function (load it and run again)."""
+    def missing(self, exc: BaseException) -> bool:
+        """Whether ``exc`` says the server lacks the script or function, or refused
+        ``EVALSHA_RO`` (6.2 has none; an ACL user may not run it: read-only scripts run as
+        ``EVALSHA`` from then on): load what the call needs and run it again."""
         if isinstance(exc, rx.NoScriptError):
             return True
         text = str(exc)
-        return isinstance(exc, rx.ResponseError) and (
-            "Function not found" in text or "unknown command 'FCALL" in text or "unknown command `FCALL" in text
-        )
+        if not isinstance(exc, rx.ResponseError):
+            return False
+        refused = "unknown command" in text or "NOPERM" in text or isinstance(exc, rx.NoPermissionError)
+        if self.eval_ro and refused and "evalsha_ro" in text.lower():
+            self.eval_ro = False
+            return True
+        return "Function not found" in text or "unknown command 'FCALL" in text or "unknown command `FCALL" in text
 
     def _settle(self, exc: BaseException) -> None:
         """After ``FUNCTION LOAD ... REPLACE`` failed with ``exc``: the server cannot have
         functions (EVAL from now on), or it is an error to raise."""
         text = str(exc)
-        if "unknown command" in text or isinstance(exc, rx.NoPermissionError) or "NOPERM" in text:
+        if "unknown command" in text:  # before Redis 7: no functions, no EVALSHA_RO either
+            self.mode, self.eval_ro = "eval", False
+        elif isinstance(exc, rx.NoPermissionError) or "NOPERM" in text:
             self.mode = "eval"
         else:
             raise exc
