@@ -63,6 +63,41 @@ def test_a_write_no_replica_confirms_raises_but_is_applied_once(replicated, kind
         assert w.verify().ok
 
 
+@pytest.mark.parametrize("functions", [None, False], ids=["default", "functions=False"])
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_read_only_replica_serves_the_reads(replicated, kind, functions):
+    """The reads are read-only calls (``FCALL_RO`` where the server has functions, ``EVALSHA_RO``
+    where scripts run by EVALSHA on a server that has it, plain reads, 6.2's read-only EVALSHA),
+    so a store pointed at a replica reads what the primary's store wrote."""
+    primary, replica = replicated
+    options = {} if functions is None else {"functions": functions}
+    with open_store(kind, url=primary.url, prefix="ro", **options) as writer:
+        w = writer.window("w", max_tokens=2000)
+        w.add("You are terse.", type="system_prompt", pinned=True)
+        written = [w.add(f"message {i}", type="user_message", role="user") for i in range(5)]
+        want = [(i.id, i.content) for i in w.items()]
+    with redis.Redis(port=primary.port) as p:
+        offset = p.info("replication")["master_repl_offset"]
+    with redis.Redis(port=replica.port) as r:
+        deadline = time.monotonic() + 20
+        while r.info("replication").get("slave_repl_offset", -1) < offset:
+            assert time.monotonic() < deadline, "the replica did not catch up"
+            time.sleep(0.05)
+        r.config_resetstat()
+        with open_store(kind, url=replica.url, prefix="ro", **options) as reader:
+            h = reader.handle("w")  # no I/O: window() would check the config with a write
+            assert [(i.id, i.content) for i in h.items()] == want
+            assert h.get(written[-1].id or "").content == "message 4"
+            assert h.stats().total_items == 6
+            assert [i.id for i in h.ordered_items()][0] == want[0][0]  # the pinned system prompt first
+            assert [i.id for i in h.snapshot().items] == [i for i, _ in want]
+            assert [i.id for i in h.items(limit=2)] == [i for i, _ in want[-2:]]
+        calls = {k.removeprefix("cmdstat_") for k, v in r.info("commandstats").items() if v["calls"]}
+        old_server = str(r.info("server")["redis_version"]).startswith("6.")
+    read_by = "evalsha" if old_server else "fcall_ro" if functions is None else "evalsha_ro"
+    assert calls & {"fcall", "fcall_ro", "evalsha", "evalsha_ro"} == {read_by}
+
+
 def test_durability_options_are_checked(redis_url):
     for bad in (
         {"durability": "sync"},
