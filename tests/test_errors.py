@@ -38,6 +38,8 @@ def _sample(cls: type[cs.ContextStoreError]) -> cs.ContextStoreError:
         return cls("ctx-7.0", "its archive entry expired")
     if cls is cs.ReplicationTimeoutError:
         return cls(0, 1, 1000)
+    if cls is cs.ReplayUnavailableError:
+        return cls("request 'add:r-1' was applied once already", "add:r-1")
     return cls(f"{cls.__name__} happened: details 42")
 
 
