@@ -89,7 +89,7 @@ def test_a_read_only_replica_serves_the_reads(replicated, kind, functions):
             assert [(i.id, i.content) for i in h.items()] == want
             assert h.get(written[-1].id or "").content == "message 4"
             assert h.stats().total_items == 6
-            assert [i.id for i in h.ordered_items()][0] == want[0][0]  # the pinned system prompt first
+            assert h.ordered_items()[0].id == want[0][0]  # the pinned system prompt first
             assert [i.id for i in h.snapshot().items] == [i for i, _ in want]
             assert [i.id for i in h.items(limit=2)] == [i for i, _ in want[-2:]]
         calls = {k.removeprefix("cmdstat_") for k, v in r.info("commandstats").items() if v["calls"]}
