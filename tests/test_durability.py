@@ -85,7 +85,10 @@ def test_a_read_only_replica_serves_the_reads(replicated, kind, functions):
             time.sleep(0.05)
         r.config_resetstat()
         with open_store(kind, url=replica.url, prefix="ro", **options) as reader:
-            h = reader.handle("w")  # no I/O: window() would check the config with a write
+            h = reader.handle("w")  # no I/O; window() would create a missing window, a write
+            assert reader.window("w", create=False, max_tokens=2000).stats().total_items == 6  # a read
+            with pytest.raises(cs.WindowNotFoundError):
+                reader.window("missing", create=False)
             assert [(i.id, i.content) for i in h.items()] == want
             assert h.get(written[-1].id or "").content == "message 4"
             assert h.stats().total_items == 6
