@@ -61,6 +61,99 @@ def test_no_password_in_errors_reprs_or_logs(caplog):
     _no_secret(str(bad.value))
 
 
+# Every form a password can take in a URL, for a server at {port} whose password is SECRET.
+SECRET_URLS = [
+    "redis://default:{secret}@127.0.0.1:{port}/0",
+    "redis://127.0.0.1:{port}/0?password={secret}",
+    "redis://127.0.0.1:{port}/0?username=default&password={secret}",
+    "redis://:{secret}@127.0.0.1:{port}/0?socket_timeout=5",
+    "redis://127.0.0.1:{port}/0?password={secret}&cluster=false",
+    "redis://{secret}@127.0.0.1:{port}/0",  # a password written where the user goes
+]
+# URLs that do not parse, each hiding SECRET (or a piece of it) where a parser trips
+MALFORMED_URLS = [
+    "redis://u:ab/{secret}@127.0.0.1:1/0",
+    "redis://u:{secret}#x@127.0.0.1:1/0",
+    "redis://u:{secret}?x@127.0.0.1:1/0",
+    "redis://u:{secret}@127.0.0.1:notaport/0",
+    "redis://u:{secret}@127.0.0.1:1/0?socket_timout=1",
+    "redis://127.0.0.1:1/0?password={secret}&socket_timout=1",
+    "redis://127.0.0.1:1/0?password={secret}&cluster=maybe",
+]
+
+
+@pytest.mark.parametrize("form", MALFORMED_URLS)
+@pytest.mark.parametrize("kind", [cs.ContextStore, cs.AsyncContextStore])
+def test_a_malformed_url_never_shows_its_password(kind, form):
+    url = form.format(secret=SECRET)
+    with pytest.raises(cs.InvalidOptionsError) as ei:
+        kind.from_url(url)
+    _no_secret(str(ei.value))
+    assert "invalid Redis URL redis://" in str(ei.value)
+
+
+def test_an_unknown_url_option_is_refused_with_the_valid_names():
+    for url in ("redis://127.0.0.1:1/0?socket_timout=1", "redis://u:pw@127.0.0.1:1/0?socket_timout=1"):
+        with pytest.raises(cs.InvalidOptionsError, match="unknown URL option 'socket_timout'.*socket_timeout"):
+            cs.ContextStore.from_url(url)
+    with pytest.raises(cs.InvalidOptionsError, match="ssl_ca_certs"):
+        cs.ContextStore.from_url("redis://127.0.0.1:1/0?ssl_ca_certs=/ca.pem")  # TLS options need rediss://
+    assert repr(cs.ContextStore.from_url("rediss://127.0.0.1:1/0?ssl_ca_certs=/ca.pem&ssl_password=x"))
+
+
+@pytest.mark.parametrize("form", SECRET_URLS)
+def test_no_output_shows_a_password_in_any_url_form(acl_server, form, caplog, capsys, monkeypatch):
+    """repr, errors (denied, unreachable), the retry log lines, the CLI's stderr (by --url and by
+    CONTEXTSTORE_URL), sync and asyncio: none holds the password."""
+    from contextstore import cli
+
+    url = form.format(secret=SECRET, port=acl_server.port)
+    quick = cs.RetryPolicy(attempts=3, base=0.01, deadline_s=0.3)
+    seen: list[str] = []
+    with caplog.at_level(logging.DEBUG, logger="contextstore"):
+        for kind in (cs.ContextStore, cs.AsyncContextStore):
+            store = kind.from_url(url, retry=quick, prefix="sec")
+            seen.append(repr(store))
+            try:
+                if kind is cs.ContextStore:
+                    store.window("w").add("hello")
+                else:
+                    asyncio.run(_async_add(store))
+            except cs.ContextStoreError as exc:  # the user-only form is refused: denied
+                assert isinstance(exc, cs.PermissionDeniedError), exc
+                seen.append(str(exc))
+            if kind is cs.ContextStore:
+                store.close()
+        wrong = url.replace(SECRET, "wrong-" + SECRET.upper())
+        with cs.ContextStore.from_url(wrong, retry=quick) as denied, pytest.raises(cs.PermissionDeniedError) as ei:
+            denied.window("w")
+        seen += [str(ei.value), repr(denied)]
+        # a server that was reached and went away: the retry log lines, then giving up
+        store = cs.ContextStore.from_url(url.replace(str(acl_server.port), str(free_port())), retry=quick)
+        store._reached = True  # as after a first call: failures are retried and logged
+        with pytest.raises(cs.ContextStoreError) as gone:
+            store.window("w")
+        seen.append(str(gone.value))
+        store.close()
+    seen.append(caplog.text)
+    assert "waiting for Redis at" in caplog.text
+    for argv in (["--url", url, "stats", "nope"], ["--url", url.replace(SECRET, "bad"), "windows"]):
+        cli.main(argv)
+        seen += list(capsys.readouterr())
+    monkeypatch.setenv("CONTEXTSTORE_URL", wrong)
+    assert cli.main(["stats", "w"]) == 1
+    seen += list(capsys.readouterr())
+    for text in seen:
+        _no_secret(text)
+
+
+async def _async_add(store):
+    try:
+        await (await store.window("w")).add("hello")
+    finally:
+        await store.close()
+
+
 def test_credentials_from_the_url(acl_server):
     good = f"redis://default:{SECRET}@127.0.0.1:{acl_server.port}/0"
     with cs.ContextStore.from_url(good) as store:

@@ -17,7 +17,7 @@ from ..core.keys import is_cluster, meta_pattern, validate_window_id, window_id_
 from ..core.retry import RetryPolicy
 from ..core.streams import StreamCall
 from ..core.tokens import resolve_counter
-from ..core.urls import cluster_url, describe_client, redact_url, scrub
+from ..core.urls import check_options, cluster_url, describe_client, redact_url, url_options, url_problem
 from ..core.validate import known_names
 from ..core.wire import unwrap_mutation
 from ..errors import InvalidOptionsError, StoreClosedError
@@ -111,13 +111,14 @@ class StoreBase:
         raises ``StoreUnavailableError`` when no node answers)."""
         try:
             plain, cluster = cluster_url(str(url))
+            check_options(plain, url_options(plain))
             kind = cls._cluster_class if cluster else cls._redis_class
             # no retries inside redis-py: the store's RetryPolicy retries (safely, by request id)
             client = kind.from_url(plain, retry=cls._no_retry())
             factory = partial(kind.from_url, plain, retry=cls._no_retry())
         except (ValueError, TypeError) as exc:
             raise InvalidOptionsError(
-                f"invalid Redis URL {redact_url(str(url))}: {scrub(str(exc), str(url))}"
+                f"invalid Redis URL {redact_url(str(url))}: {url_problem(exc, str(url))}"
             ) from None
         except REDIS_EXCEPTIONS as exc:
             raise from_redis(exc, redact_url(url)) from exc
