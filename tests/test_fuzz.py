@@ -23,7 +23,11 @@ scalars = st.one_of(
     st.floats(allow_nan=True, allow_infinity=True),
     st.text(),
     st.binary(max_size=20),
-    st.sampled_from(["code", "user_message", "summarize", "remove_oldest", "", " ", "ctx-1", "{x}", "ℵ", "a\x00b"]),
+    # with a lone surrogate (no UTF-8 encoder takes it) and an ESC
+    st.sampled_from(
+        ["code", "user_message", "summarize", "remove_oldest", "", " ", "ctx-1", "{x}", "ℵ", "a\x00b", "\ud800"]
+    ),
+    st.just("a\x1bb"),
     st.just(object()),
     st.just(math.nan),
     st.just(10**30),

@@ -94,7 +94,7 @@ def test_a_malformed_url_never_shows_its_password(kind, form):
 
 def test_an_unknown_url_option_is_refused_with_the_valid_names():
     for url in ("redis://127.0.0.1:1/0?socket_timout=1", "redis://u:pw@127.0.0.1:1/0?socket_timout=1"):
-        with pytest.raises(cs.InvalidOptionsError, match="unknown URL option 'socket_timout'.*socket_timeout"):
+        with pytest.raises(cs.InvalidOptionsError, match=r"unknown URL option 'socket_timout'.*socket_timeout"):
             cs.ContextStore.from_url(url)
     with pytest.raises(cs.InvalidOptionsError, match="ssl_ca_certs"):
         cs.ContextStore.from_url("redis://127.0.0.1:1/0?ssl_ca_certs=/ca.pem")  # TLS options need rediss://

@@ -18,6 +18,8 @@ from . import toolcalls
 from .layout import CLEARED_KEY, MAX_PRIORITY
 
 MAX_CALLER_ID = 128
+#: how deep metadata may nest (a dict or list inside another counts one level)
+MAX_METADATA_DEPTH = 64
 #: the keywords of ``add()`` and of an ``add_many`` dict besides ``content``
 ITEM_KEYWORDS = frozenset(
     {"type", "priority", "pinned", "role", "source_ref", "metadata", "token_count", "id", "group"}
@@ -25,6 +27,8 @@ ITEM_KEYWORDS = frozenset(
 _GENERATED_ID = re.compile(r"ctx-\d+")
 _VERSION = re.compile(r"(\d{1,20}(\.\d{1,20}){0,7})?")
 _WHITESPACE = re.compile(r"\s")
+#: C0 and C1 control characters and DEL: a caller's id, group or role reaches terminals and logs
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._\-:@/+=]{1,128}")
 _json = msgspec.json.Encoder()
 
@@ -65,9 +69,10 @@ def is_generated_id(value: str) -> bool:
 
 
 def item_id(value: object) -> str:
-    """An item id argument (of get/remove/pin/...): a non-empty str."""
+    """An item id argument (of get/remove/pin/...): a non-empty str of UTF-8 text."""
     if not isinstance(value, str) or not value:
         raise InvalidItemError(f"item id must be a non-empty str, not {value!r}")
+    _utf8("item id", value)
     return value
 
 
@@ -78,6 +83,8 @@ def id_list(name: str, value: object) -> list[str]:
     ids = list(value)
     if not ids or not all(isinstance(i, str) and i and not _WHITESPACE.search(i) for i in ids):
         raise InvalidOptionsError(f"{name} must be a non-empty list of item ids, not {value!r}")
+    for i in ids:
+        _utf8(name, i, InvalidOptionsError)
     return ids
 
 
@@ -149,11 +156,23 @@ class NewItem(msgspec.Struct, kw_only=True):
     tool_call_id: str | None = None
 
 
-def _utf8(name: str, value: str) -> bytes:
+def _utf8(name: str, value: str, error: type[ContextStoreError] = InvalidItemError) -> bytes:
     try:
         return value.encode("utf-8")
     except UnicodeEncodeError as exc:
-        raise InvalidItemError(f"{name} is not valid UTF-8 text: {exc}") from exc
+        raise error(f"{name} is not valid UTF-8 text: {exc}") from exc
+
+
+def text(name: str, value: str, error: type[ContextStoreError] = InvalidOptionsError) -> str:
+    """``value`` if it encodes as UTF-8 (a lone surrogate does not)."""
+    _utf8(name, value, error)
+    return value
+
+
+def _no_control(name: str, value: str) -> None:
+    found = _CONTROL.search(value)
+    if found:
+        raise InvalidItemError(f"{name} {value[:60]!r} holds a control character ({found.group()!r})")
 
 
 def _item_type(value: object) -> ItemType:
@@ -168,40 +187,52 @@ def _item_type(value: object) -> ItemType:
     raise InvalidItemError(f"type {value!r} is not an ItemType ({allowed})")
 
 
-def _reject_non_finite(value: object) -> None:
-    if isinstance(value, float) and not math.isfinite(value):
-        raise InvalidItemError("metadata may not hold NaN or infinity")
-    if isinstance(value, Mapping):
-        for v in value.values():
-            _reject_non_finite(v)
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            _reject_non_finite(v)
+def _check_values(value: object) -> None:
+    """Walk metadata without recursion: no NaN or infinity, at most ``MAX_METADATA_DEPTH`` levels."""
+    todo: list[tuple[object, int]] = [(value, 1)]
+    while todo:
+        node, depth = todo.pop()
+        if isinstance(node, float) and not math.isfinite(node):
+            raise InvalidItemError("metadata may not hold NaN or infinity")
+        if isinstance(node, (Mapping, list, tuple)):
+            if depth > MAX_METADATA_DEPTH:
+                raise InvalidItemError(f"metadata nests deeper than {MAX_METADATA_DEPTH} levels")
+            todo.extend((child, depth + 1) for child in (node.values() if isinstance(node, Mapping) else node))
 
 
 def metadata(value: object) -> dict[str, Any] | None:
     """JSON-serialisable metadata, round-tripped so what is stored is exactly what comes back
     (tuples become lists)."""
+    return _metadata(value)[0]
+
+
+def _metadata(value: object) -> tuple[dict[str, Any] | None, int]:
+    """``metadata(value)`` and the size of its JSON in bytes (0 for None)."""
     if value is None:
-        return None
+        return None, 0
     if not isinstance(value, Mapping):
         raise InvalidItemError(f"metadata must be a dict, not {type(value).__name__}")
-    _reject_non_finite(value)
+    _check_values(value)
     try:
-        decoded = msgspec.json.decode(_json.encode(dict(value)))
+        encoded = _json.encode(dict(value))
+        decoded = msgspec.json.decode(encoded)
     except (TypeError, ValueError, OverflowError, msgspec.MsgspecError) as exc:
         raise InvalidItemError(f"metadata is not JSON-serialisable: {exc}") from exc
     if not isinstance(decoded, dict):  # pragma: no cover - a Mapping always encodes as an object
         raise InvalidItemError("metadata must encode as a JSON object")
-    return decoded
+    return decoded, len(encoded)
 
 
-def _optional_text(name: str, value: object, most: int) -> str | None:
+def _optional_text(name: str, value: object, most: int, plain: bool = False) -> str | None:
+    """None, or a str of at most ``most`` characters of UTF-8 text (``plain``: and no control
+    characters)."""
     if value is None:
         return None
     if not isinstance(value, str) or len(value) > most:
         raise InvalidItemError(f"{name} must be a str of at most {most} characters or None")
     _utf8(name, value)
+    if plain:
+        _no_control(name, value)
     return value
 
 
@@ -211,7 +242,8 @@ def priority(value: object) -> int:
 
 
 def caller_id(value: object) -> str:
-    """A caller-given item id: 1-128 characters, no whitespace, not of the form ctx-<digits>."""
+    """A caller-given item id: 1-128 characters, no whitespace or control characters, not of
+    the form ctx-<digits>."""
     if (
         not isinstance(value, str)
         or not 1 <= len(value) <= MAX_CALLER_ID
@@ -223,20 +255,28 @@ def caller_id(value: object) -> str:
             "not of the form ctx-<digits> (those are generated)"
         )
     _utf8("id", value)
+    _no_control("item id", value)
     return value
 
 
-def _content(value: object, max_bytes: int, may_be_empty: bool) -> str:
+def _content(value: object, may_be_empty: bool) -> str:
     if value is None and may_be_empty:
         value = ""
     if not isinstance(value, str):
         raise InvalidItemError(f"content must be a str, not {type(value).__name__}")
     if not value.strip() and not may_be_empty:
         raise InvalidItemError("content must not be empty or blank (only a tool call's may)")
-    size = len(_utf8("content", value))
-    if size > max_bytes:
-        raise InvalidItemError(f"content is {size} bytes in UTF-8; the limit is {max_bytes}")
+    _utf8("content", value)
     return value
+
+
+def _size(content: str, meta_bytes: int, source_ref: str | None, max_bytes: int) -> None:
+    """An item's size: its content in UTF-8, plus its metadata as JSON and its source_ref, at
+    most ``max_bytes`` (the store's ``max_content_bytes``)."""
+    size = len(content.encode()) + meta_bytes + len((source_ref or "").encode())
+    if size > max_bytes:
+        parts = "content" if size == len(content.encode()) else "content, metadata and source_ref"
+        raise InvalidItemError(f"{parts} of the item are {size} bytes in UTF-8; the limit is {max_bytes}")
 
 
 def _from_context_item(item: ContextItem) -> dict[str, Any]:
@@ -272,19 +312,22 @@ def new_item(content_or_item: object, *, max_content_bytes: int, restoring: bool
     item_type = _item_type(given["type"] if given.get("type") is not None else _implied_type(role))
     if isinstance(content_or_item, ContextItem) and item_type is ItemType.CODE and not restoring:
         item_type = _implied_type(role)  # a ContextItem's type left at its default
-    meta = metadata(given.get("metadata"))
+    meta, meta_bytes = _metadata(given.get("metadata"))
     if meta and CLEARED_KEY in meta and not restoring:
         raise InvalidItemError(f"metadata[{CLEARED_KEY!r}] is set by the store when it clears a tool result")
     calls = toolcalls.calls_of(item_type, meta)
     group = given.get("group")
     group = group_name(group) if group is not None else (calls[0][1] if calls else None)
+    content = _content(given["content"], may_be_empty=bool(calls))
+    source_ref = _optional_text("source_ref", given.get("source_ref"), 10_000)
+    _size(content, meta_bytes, source_ref, max_content_bytes)
     return NewItem(
-        content=_content(given["content"], max_content_bytes, may_be_empty=bool(calls)),
+        content=content,
         type=item_type,
         priority=priority(given.get("priority", 50)),
         pinned=_pinned(given.get("pinned", False)),
-        role=_optional_text("role", role, 200),
-        source_ref=_optional_text("source_ref", given.get("source_ref"), 10_000),
+        role=_optional_text("role", role, 200, plain=True),
+        source_ref=source_ref,
         metadata=meta,
         token_count=token_count or 0,
         id=None if item_id_ is None else caller_id(item_id_),
@@ -300,10 +343,11 @@ def _implied_type(role: object) -> ItemType:
 
 
 def group_name(value: object) -> str:
-    """A group: 1-128 characters without whitespace."""
+    """A group: 1-128 characters without whitespace or control characters."""
     if not isinstance(value, str) or not 1 <= len(value) <= MAX_CALLER_ID or _WHITESPACE.search(value):
         raise InvalidItemError(f"group must be 1-{MAX_CALLER_ID} characters without whitespace, not {value!r}")
     _utf8("group", value)
+    _no_control("group", value)
     return value
 
 

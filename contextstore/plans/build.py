@@ -9,7 +9,7 @@ from functools import partial
 from typing import TypeVar
 
 from .. import logs
-from ..core import wire
+from ..core import validate, wire
 from ..core.layout import Meta, window_version
 from ..errors import BudgetTooSmallError, InvalidOptionsError, NoConversationError, raise_for_reply
 from ..render import markdown, prompt
@@ -194,5 +194,7 @@ def to_markdown(state: WindowState, types: object = None, limit: object = None, 
     """The window as markdown: ``## Context``, then a fenced block per item in arrival order."""
     if language is not None and not isinstance(language, str):
         raise InvalidOptionsError("language must be a str or None")
+    if language is not None:
+        validate.text("language", language)
     got = yield from items(state, types, limit)
     return markdown.render(got, language)

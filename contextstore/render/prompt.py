@@ -15,6 +15,7 @@ import msgspec
 
 from ..core.config import checked
 from ..core.tokens import TokenCounter
+from ..core.validate import text
 from ..errors import BudgetTooSmallError, InvalidOptionsError
 from ..types import HISTORY_TYPES, BuildOptions, ContextItem, ItemType
 from .select import CONVERSATION_RANK, Key, build_key, choose, members, ranked_key, units_for
@@ -31,6 +32,10 @@ def validate_options(options: object) -> BuildOptions:
     if not isinstance(options, BuildOptions):
         raise InvalidOptionsError(f"options must be BuildOptions, not {type(options).__name__}")
     checked(BuildOptions, msgspec.structs.asdict(options), "build option")
+    for name in ("section_separator", "message_format", "query"):
+        value = getattr(options, name)
+        if isinstance(value, str):
+            text(name, value)
     fmt = options.message_format
     if fmt is not None and fmt.count("{content}") != 1:
         raise InvalidOptionsError("message_format must contain '{content}' exactly once")
