@@ -89,3 +89,114 @@ def test_export_refuses_to_overwrite_unless_forced(redis_url, prefix, marked, tm
     assert again.returncode == 1 and "--force" in again.stderr and written.read_bytes() == before
     forced = command(redis_url, prefix, "export", str(tmp_path), "mk", "--force")
     assert forced.returncode == 0 and written.read_bytes() != before
+
+
+# -- stored control characters never reach the terminal raw ---------------------------------------
+
+HOSTILE = "hello \x1b]52;c;ZXZpbA==\x07 world \x1b[2J end \x1b]52;c;ZXZpbA==\x1b\\ c1 \x9b31m bidi \u202e"
+EVIL_ID = "evil\x1b[2Jid"
+#: what a terminal would act on: OSC 52 (writes the clipboard), BEL, clear screen, CSI as C1, an override
+RAW = ("\x1b]52", "\x07", "\x1b[2J", "\x9b", "\u202e")
+
+
+def _rename(r, prefix: str, window: str, old: str, new: str) -> None:
+    """Give a stored item another id in every key (as a foreign writer could), bypassing the
+    store's check on caller ids."""
+    base = f"{prefix}:{{{window}}}:"
+    for key in ("items", "attrs"):
+        r.hset(base + key, new, r.hget(base + key, old))
+        r.hdel(base + key, old)
+    r.zadd(base + "order", {new: r.zscore(base + "order", old)})
+    r.zrem(base + "order", old)
+    fifo = [x.decode() for x in r.lrange(base + "fifo", 0, -1)]
+    r.lset(base + "fifo", fifo.index(old), new)
+
+
+@pytest.fixture
+def hostile(redis_url, prefix, r):
+    with cs.ContextStore.from_url(redis_url, prefix=prefix) as store:
+        w = store.window("hx", max_tokens=4000)
+        w.add(HOSTILE, type="user_message", role="user")
+        w.add("second " + HOSTILE, type="text", id="evil", metadata={"note": HOSTILE})
+        _rename(r, prefix, "hx", "evil", EVIL_ID)
+        assert w.verify().ok
+        assert w.pin(EVIL_ID)  # its event names the id
+        w.build()
+        yield w
+
+
+def _assert_shown_escaped(text: str) -> None:
+    for raw in RAW:
+        assert raw not in text, f"{raw!r} reached the output raw"
+
+
+VERBS = [
+    ["show", "hx"], ["items", "hx"], ["get", "hx", "ctx-1"], ["get", "hx", EVIL_ID], ["build", "hx"],
+    ["build", "hx", "--format", "markdown"], ["build", "hx", "--format", "openai"], ["events", "hx", "--since", "0"],
+    ["show", "hx", "--json"], ["get", "hx", EVIL_ID, "--json"], ["build", "hx", "--json"],
+    ["events", "hx", "--since", "0", "--json"], ["snapshot", "hx"], ["verify", "hx"], ["rm", "hx", "no\x1b[2Jsuch"],
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("argv", VERBS, ids=lambda a: " ".join(a).encode("unicode_escape").decode())
+def test_stored_control_characters_are_shown_escaped(redis_url, prefix, hostile, argv):
+    done = command(redis_url, prefix, *argv)
+    assert "Traceback" not in done.stderr
+    _assert_shown_escaped(done.stdout + done.stderr)
+    if "--json" in argv or argv[0] == "snapshot" or "openai" in argv:
+        for line in done.stdout.splitlines():
+            json.loads(line)  # still JSON, with the characters escaped
+    elif argv[0] in ("show", "get", "build", "items"):
+        assert "\\x1b]52;c;ZXZpbA==\\x07" in done.stdout  # shown, escaped, not dropped
+
+
+def test_snapshot_json_keeps_the_exact_text(redis_url, prefix, hostile):
+    snap = json.loads(command(redis_url, prefix, "snapshot", "hx").stdout)
+    assert {i["content"] for i in snap["items"]} == {HOSTILE, "second " + HOSTILE}
+    assert EVIL_ID in {i["id"] for i in snap["items"]}
+
+
+def _on_a_terminal(url: str, prefix: str, *argv: str) -> str:
+    """What the command writes to a terminal (a pty: Rich draws colours, click strips nothing)."""
+    import os
+    import pty
+
+    main, child = pty.openpty()
+    exe = shutil.which("contextstore")
+    proc = subprocess.Popen([exe, "--url", url, "--prefix", prefix, *argv], stdout=child, stderr=child)
+    os.close(child)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(main, 65536)
+        except OSError:  # the other side closed
+            break
+        if not chunk:
+            break
+        out += chunk
+    proc.wait(timeout=60)
+    os.close(main)
+    return out.decode("utf-8", "replace")
+
+
+@pytest.mark.parametrize(
+    "argv", [["show", "hx"], ["get", "hx", EVIL_ID], ["build", "hx"], ["events", "hx", "--since", "0"]], ids=str
+)
+def test_on_a_terminal_stored_control_characters_are_escaped(redis_url, prefix, hostile, argv):
+    text = _on_a_terminal(redis_url, prefix, *argv)
+    assert ("hello" in text or "evil" in text) and "Traceback" not in text
+    _assert_shown_escaped(text)
+
+
+def test_the_watch_view_escapes_stored_control_characters(hostile):
+    import io
+
+    from rich.console import Console
+
+    from contextstore.cli.watch import WatchView
+
+    screen_file = io.StringIO()
+    Console(file=screen_file, force_terminal=True, width=160).print(WatchView(hostile).refresh(60, 160))
+    screen = screen_file.getvalue()
+    assert "hello" in screen and "evil" in screen
+    _assert_shown_escaped(screen)

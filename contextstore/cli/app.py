@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import click
-import msgspec
 
 from .. import ContextStore, ContextWindow, __version__
 from ..errors import ContextStoreError, WindowNotFoundError
+from .views import json_text, visible
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 
@@ -86,8 +86,9 @@ def window_argument(fn: F) -> F:
 
 
 def emit_json(value: object) -> None:
-    """Print ``value`` as one JSON document (msgspec: Structs, datetimes, enums)."""
-    click.echo(msgspec.json.encode(value).decode())
+    """Print ``value`` as one JSON document (msgspec: Structs, datetimes, enums; C0 and C1
+    controls escaped, so stored text never drives the terminal)."""
+    click.echo(json_text(value))
 
 
 #: the order ``--help`` lists the verbs in: reading, editing, moving, running
@@ -153,7 +154,7 @@ def _say_what_it_waits_for() -> None:
 
 
 def _fail(message: str, status: int) -> int:
-    click.echo(f"contextstore: {message}", err=True)
+    click.echo(f"contextstore: {visible(message)}", err=True)
     return status
 
 

@@ -17,7 +17,7 @@ from rich.table import Table
 from ..types import CompactionStrategy, ContextSnapshot, ItemType
 from .app import BadInput, CommandFailed, Env, cli, emit_json, json_option, pass_env, window_argument
 from .compactor import helper_options, helpers_of
-from .views import plain
+from .views import plain, visible
 
 STRATEGIES = [s.value for s in CompactionStrategy]
 
@@ -94,13 +94,13 @@ def add(
     if as_json:
         emit_json(stored)
     else:
-        click.echo(stored.id)
+        click.echo(visible(stored.id or ""))
 
 
 def _report(done: bool, what: str, item_id: str, window: str) -> None:
     if not done:
         raise CommandFailed(f"no item {item_id!r} in window {window!r}")
-    click.echo(f"{what} {item_id}")
+    click.echo(visible(f"{what} {item_id}"))
 
 
 @cli.command("rm")
@@ -115,7 +115,7 @@ def rm(env: Env, window: str, item_ids: tuple[str, ...]) -> None:
     missing = [i for i in item_ids if not win.remove(i)]
     for item_id in item_ids:
         if item_id not in missing:
-            click.echo(f"removed {item_id}")
+            click.echo(visible(f"removed {item_id}"))
     if missing:
         raise CommandFailed(f"no item {', '.join(map(repr, missing))} in window {window!r}")
 

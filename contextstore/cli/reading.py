@@ -10,14 +10,23 @@ from pathlib import Path
 from typing import Literal, cast
 
 import click
-import msgspec
 from rich.console import Console
 
 from ..events import KINDS as EVENT_KINDS
 from ..render.select import build_key
 from ..types import BuildOptions, ItemType
 from .app import BadInput, CommandFailed, Env, cli, emit_json, json_option, pass_env, window_argument
-from .views import CONTENT_WIDTH, event_line, item_view, items_table, stats_view, turn_lines, windows_table
+from .views import (
+    CONTENT_WIDTH,
+    event_line,
+    item_view,
+    items_table,
+    json_text,
+    stats_view,
+    turn_lines,
+    visible,
+    windows_table,
+)
 
 TYPE_NAMES = [t.value for t in ItemType]
 #: the width of ``show``'s table when stdout is no terminal (a pipe, a file): rows are not cut
@@ -191,7 +200,7 @@ def build(
         if as_json:
             emit_json({"markdown": text})
         else:
-            sys.stdout.write(text)
+            sys.stdout.write(visible(text))
         return
     limit = max_tokens if max_tokens is not None else win.stats().max_tokens
     if limit is not None and reserve >= limit:
@@ -207,7 +216,7 @@ def build(
         if as_json:
             emit_json(built)
         else:
-            click.echo(built.content)
+            click.echo(visible(built.content))
         return
     messages = win.build_messages_structured(opts, format=cast(ChatFormat, fmt))
     emit_json(messages if as_json else messages.messages)
@@ -232,12 +241,12 @@ def snapshot(env: Env, window: str, output: str | None) -> None:
     """Print or write a JSON snapshot of a window.
 
     ``restore`` takes it back, into any window id."""
-    data = msgspec.json.encode(env.window(window).snapshot())
+    data = json_text(env.window(window).snapshot())
     if output:
-        Path(output).write_bytes(data + b"\n")
+        Path(output).write_text(data + "\n", encoding="utf-8")
         click.echo(f"wrote {output}", err=True)
     else:
-        click.echo(data.decode())
+        click.echo(data)
 
 
 @cli.command("verify")
@@ -258,7 +267,7 @@ def verify(env: Env, window: str, as_json: bool) -> int:
     else:
         click.echo(f"BROKEN: window {report.window_id}: {len(report.problems)} problem(s)")
         for problem in report.problems:
-            click.echo(f"  - {problem}")
+            click.echo(f"  - {visible(problem)}")
     return 0 if report.ok else 1
 
 
@@ -297,4 +306,4 @@ def events(
     win, passes = env.window(window), kind_filter(kinds, skip)
     for event in win.events(since=since, block_ms=0 if follow else None):
         if passes(event):
-            click.echo(msgspec.json.encode(event).decode() if as_json else event_line(event))
+            click.echo(json_text(event) if as_json else event_line(event))

@@ -4,6 +4,7 @@ breakdown, the list of windows and event lines. ``show``, ``stats``, ``ls``, ``e
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 from typing import Any
@@ -64,9 +65,30 @@ def summary_of(item: ContextItem) -> str:
     return "calls " + ", ".join(named) + (f": {text}" if text else "")
 
 
+#: what a terminal would act on instead of showing: C0 controls but tab and newline, DEL, C1, and
+#: the bidirectional overrides and isolates (text that reads other than it is stored)
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+#: what JSON leaves raw that a terminal acts on (JSON escapes C0 itself)
+_UNSAFE_IN_JSON = re.compile("[\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def visible(text: str) -> str:
+    """``text`` with every control character shown as its escape (``\\x1b``, ``\\x9b``,
+    ``\\u202e``), tabs and newlines kept: stored text never drives the terminal (an OSC 52
+    sequence would write the clipboard, ``ESC[2J`` clear the screen)."""
+    return _UNSAFE.sub(lambda m: ascii(m.group())[1:-1], text)
+
+
+def json_text(value: object) -> str:
+    """``value`` as JSON with C0 and C1 controls escaped (``\\u009b``): safe on a terminal."""
+    encoded = msgspec.json.encode(value).decode()
+    return _UNSAFE_IN_JSON.sub(lambda m: f"\\u{ord(m.group()):04x}", encoded)
+
+
 def plain(value: str, style: str = "") -> Text:
-    """Stored text as it is: never read as Rich markup (``[/x]`` or ``[b]`` in a message)."""
-    return Text(value, style=style)
+    """Stored text as it is shown: never read as Rich markup (``[/x]`` or ``[b]`` in a message),
+    its control characters escaped (``visible``)."""
+    return Text(visible(value), style=style)
 
 
 def items_table(
@@ -198,7 +220,7 @@ def event_line(event: object) -> str:
     for name in ("id", "window_id", "at"):
         data.pop(name, None)
     fields = " ".join(f"{k}={v}" for k, v in data.items() if v not in (None, "", [], {}))
-    return f"{when} {kind} {fields}".rstrip()
+    return visible(f"{when} {kind} {fields}".rstrip())
 
 
 def turn_lines(status: TurnStatus) -> list[str]:
