@@ -54,13 +54,14 @@ CHECK = "(a checkpoint)"
 CHECKPOINTS: list[tuple[str, str, str]] = [
     ("lib/requests.lua", "  begin_call(keys, args)\n  if REQUEST == ''",
      f"  begin_call(keys, args)\n  PROF(nil)\n  PROF('{CHECK}')\n  if REQUEST == ''"),
-    ("lib/requests.lua", "  local seen, prior = replay(rid, fp)\n",
-     "  local seen, prior = replay(rid, fp)\n  PROF('request: parse, replay check (HGET)')\n"),
+    ("lib/requests.lua", "  local seen, prior = guarded(function() return replay(rid, fp) end)\n",
+     "  local seen, prior = guarded(function() return replay(rid, fp) end)\n"
+     "  PROF('request: parse, replay check (HGET)')\n"),
     ("add.lua", "local cfg = read_config()\n",
      "local cfg = read_config()\nPROF('config and counters (HMGET)')\n"),
     ("add.lua", "\nlocal plan = {", "\nPROF('arguments: conditions, replace, items')\nlocal plan = {"),
-    ("add.lua", "\napply(cfg, plan)\nreturn reply(items, plan)",
-     "\nPROF('plan: eviction, compaction, fit')\napply(cfg, plan)\nPROF('turn lease, seq, ttl')\n"
+    ("add.lua", "\napply(cfg, plan, dropping.removal)\nreturn reply(items, plan)",
+     "\nPROF('plan: eviction, compaction, fit')\napply(cfg, plan, dropping.removal)\nPROF('turn lease, seq, ttl')\n"
      "local out, record = reply(items, plan)\nPROF('reply and its record')\nreturn out, record"),
     ("lib/items.lua", "  store_item(it, json, before)\n  count_added(it)\n",
      "  store_item(it, json, before)\n  PROF('writes: item, attrs, order, fifo')\n  count_added(it)\n"

@@ -179,8 +179,24 @@ class PermissionDeniedError(ContextStoreError):
 
 
 class CorruptWindowError(ContextStoreError):
-    """A script found a window's keys in a shape the scripts never write (changed by hand or by
-    another program); nothing was written. ``contextstore verify <window>`` says what is wrong."""
+    """A window's keys hold a value in a shape contextstore never writes (changed by hand or by
+    another program), found before anything was written: the call changed nothing. ``key`` and
+    ``field`` name the value (a hash field, or "" for a whole key); ``verify()`` (and
+    ``contextstore verify <window>``) lists every such problem; ``restore()`` of a snapshot or
+    ``delete()`` repairs the window."""
+
+    def __init__(self, message: str, key: str = "", field: str = "") -> None:
+        super().__init__(message)
+        self.key = key
+        self.field = field
+
+
+def corrupt_value(key: str, field: str, what: str) -> CorruptWindowError:
+    """The error for a stored value in a shape no script writes: ``key`` (its ``field``) is ``what``."""
+    where = f"{key} field {field!r}" if field else key or "a key of the window"
+    return CorruptWindowError(
+        f"{where} holds a value contextstore never writes ({what}); nothing was changed", key, field
+    )
 
 
 class ScriptError(ContextStoreError):
@@ -267,7 +283,7 @@ SCRIPT_ERRORS: dict[str, ErrorFactory] = {
         d[0],
     ),
     "BADARG": lambda d, badarg: badarg(f"rejected by the server: {' '.join(d)}"),
-    "CORRUPT": lambda d, _: CorruptWindowError(f"item {d[0]!r} is stored in a shape the scripts never write"),
+    "CORRUPT": lambda d, _: corrupt_value(*[*d, "", "", ""][:3]),
     "TOOLCALL": lambda d, _: ToolCallLinkError(_TOOLCALL_PROBLEMS.get(d[0], "{}").format(d[1] if len(d) > 1 else "")),
     "NOSUMMARY": lambda d, _: SummaryNotFoundError(
         d[0], "its archive entry expired or never existed" if d[1] == "archive" else "it is no longer in the window"

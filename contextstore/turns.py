@@ -30,6 +30,7 @@ from .errors import (
     TurnBusyError,
     TurnLostError,
     TurnQueuedError,
+    corrupt_value,
     raise_for_reply,
 )
 from .plans import items as item_plans
@@ -295,6 +296,13 @@ class TurnStatus:
 def status_plan(state: Any) -> Plan[TurnStatus]:
     """One read (read.lua mode ``turn``) of a window's turn lease and pending inputs."""
     reply = raise_for_reply((yield ScriptCall("read", state.keys, wire.read_args("turn"))))
+    try:
+        return _status(reply)
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError) as exc:
+        raise corrupt_value(":turn", "", f"{type(exc).__name__}: {str(exc)[:200]}") from exc
+
+
+def _status(reply: Any) -> TurnStatus:
     fields = {wire.text(k): wire.text(v) for k, v in zip(reply[2][::2], reply[2][1::2], strict=True)}
     now = int(reply[3]) if len(reply) > 3 else 0
     pending = [json.loads(group[1]).get("content", "") for group in json.loads(fields.get("pending", "[]"))]

@@ -92,7 +92,8 @@ local function parse_items(cfg, dropping, turn)
     if not it then return nil, fail('BADARG', 'item ' .. i) end
     local existing = it.id ~= '' and not cfg.new and not dropping.ids[it.id] and raw_item(it.id)
     if existing then
-      if cjson.decode(existing[2]).content ~= cjson.decode(it.body).content then
+      unpack_attrs(existing[3], it.id)
+      if check_body(it.id, existing[2]).content ~= cjson.decode(it.body).content then
         return nil, fail('DUPLICATE', it.id)
       end
       it.existing = existing
@@ -117,7 +118,7 @@ local function evictable(cfg, plan)
     for _, m in ipairs(group_members(a.group)) do
       if plan.removed[m] or redis.call('SISMEMBER', K_PINNED, m) == 1 then plan.blocked[a.group] = true; return nil end
       ids[#ids + 1] = m
-      tokens = tokens + (plan.cleared[m] or unpack_attrs(redis.call('HGET', K_ATTRS, m)).tokens)
+      tokens = tokens + (plan.cleared[m] or unpack_attrs(redis.call('HGET', K_ATTRS, m), m).tokens)
     end
     return ids, tokens
   end
@@ -131,7 +132,7 @@ local function evictable(cfg, plan)
       end
       local id = buf[i]
       if not plan.removed[id] and redis.call('SISMEMBER', K_PINNED, id) == 0 then
-        local ids, tokens = unit_of(id, unpack_attrs(redis.call('HGET', K_ATTRS, id)))
+        local ids, tokens = unit_of(id, unpack_attrs(redis.call('HGET', K_ATTRS, id), id))
         if ids then return ids, tokens end
       end
       i = i + 1
@@ -151,7 +152,7 @@ local function unit_tokens(key)
   local tokens = 0
   for _, id in ipairs(ids) do
     local packed = redis.call('HGET', K_ATTRS, id)
-    if packed then tokens = tokens + unpack_attrs(packed).tokens end
+    if packed then tokens = tokens + unpack_attrs(packed, id).tokens end
   end
   return tokens
 end
@@ -161,7 +162,7 @@ end
 local function held_tokens(cfg, plan)
   local pinned, kept = {}, kept_units(plan, cfg.keep_recent)
   for _, id in ipairs(redis.call('SMEMBERS', K_PINNED)) do
-    pinned[unit_key(id, unpack_attrs(redis.call('HGET', K_ATTRS, id)))] = true
+    pinned[unit_key(id, unpack_attrs(redis.call('HGET', K_ATTRS, id), id))] = true
   end
   local by_pins, by_kept = 0, 0
   for key in pairs(pinned) do by_pins = by_pins + unit_tokens(key) end
@@ -236,17 +237,15 @@ local function make_room(cfg, plan, it, oldest)
 end
 
 -- What a replace or a rollback takes away (`out`): the stored items of `list`, their ids, tokens and
--- tool call ids.
+-- tool call ids, and their removal (lib/items.lua: read and checked now, before any write).
 local function dropping_of(out, list)
   out.list = list
   for _, id in ipairs(out.list) do
     out.ids[id] = true
-    out.tokens = out.tokens + unpack_attrs(redis.call('HGET', K_ATTRS, id)).tokens
-    local meta = cjson.decode(redis.call('HGET', K_ITEMS, id)).metadata
-    if type(meta) == 'table' and type(meta.tool_calls) == 'table' then
-      for _, call in ipairs(meta.tool_calls) do out.calls[call.id] = true end
-    end
+    out.tokens = out.tokens + unpack_attrs(redis.call('HGET', K_ATTRS, id), id).tokens
+    for _, call in ipairs(tool_call_ids(id)) do out.calls[call] = true end
   end
+  out.removal = removal(list)
   return out
 end
 
@@ -269,15 +268,30 @@ local function replaced(cfg)
   return dropping_of(out, redis.call('LRANGE', K_FIFO, what == 'all' and 0 or -k, -1))
 end
 
-local function apply(cfg, plan)
+-- Every removal the plan makes (evictions, compactions), read and checked before the first write
+-- (an item this call adds and a later one evicts is taken from the plan).
+local function removals(plan)
+  local own = {}
+  for _, a in ipairs(plan.added) do own[a.id] = a end
+  for _, act in ipairs(plan.actions) do
+    if act[1] == 'evict' then
+      act.removal = removal(act[2], own)
+    elseif act[1] == 'compact' then
+      act.removal = compaction_removal(act[2], own)
+    end
+  end
+end
+
+local function apply(cfg, plan, dropped)
+  removals(plan)
   persist_config(cfg)
-  remove_many(plan.dropped, plan.drop_reason)
+  remove_many(plan.dropped, plan.drop_reason, dropped)
   local ts = now_us()
   for _, act in ipairs(plan.actions) do
     if act[1] == 'evict' then
-      remove_many(act[2], 'eviction')
+      remove_many(act[2], 'eviction', act.removal)
     elseif act[1] == 'compact' then
-      local removed, cleared, freed = apply_compaction(act[2], plan.placeholder)
+      local removed, cleared, freed = apply_compaction(act[2], plan.placeholder, nil, act.removal)
       record_compaction(plan.strategy, removed, freed, act[3], cfg.max_tokens, false, cleared)
     else
       act[2].ts = ts
@@ -341,10 +355,10 @@ for _, it in ipairs(items) do
     it.seq = plan.seq
     if it.id == '' then it.id = 'ctx-' .. fmt(plan.seq) end
     plan.added[#plan.added + 1] = {id = it.id, seq = it.seq, tokens = it.tokens, priority = it.priority,
-      type = it.type, pinned = it.pinned, group = it.group, flags = it.flags, new = true}
+      type = it.type, pinned = it.pinned, group = it.group, flags = it.flags, calls = it.calls, new = true}
     plan.count, plan.tokens = plan.count + 1, plan.tokens + it.tokens
     plan.actions[#plan.actions + 1] = {'add', it}
   end
 end
-apply(cfg, plan)
+apply(cfg, plan, dropping.removal)
 return reply(items, plan)

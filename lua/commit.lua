@@ -33,7 +33,7 @@ local function checked_items()
     if not e or redis.sha1hex(e[2] .. '\n' .. e[3]) ~= sha or e[4] == 1 then
       return nil, id
     end
-    ids[i], attrs[i], chosen[id] = id, unpack_attrs(redis.call('HGET', K_ATTRS, id)), true
+    ids[i], attrs[i], chosen[id] = id, unpack_attrs(e[3], id), true
   end
   return ids, attrs, chosen
 end
@@ -75,6 +75,7 @@ if summary and summary.tokens >= freed then return fail('BADARG', 'summary not s
 
 local before = cfg.tokens
 local summary_id = ''
+local gone = removal(ids)  -- read and checked before the first write
 if summary then
   local seq, successor = place_of(ids, attrs, chosen)
   local k = meta_get(F.SUMMARIES) + 1
@@ -82,13 +83,13 @@ if summary then
   summary_id = 'ctx-' .. fmt(seq) .. '.' .. fmt(k)
   meta_set(F.SUMMARIES, k)
   archive_put(summary_id, ids, cfg.archive_ttl)
-  remove_many(ids, 'compaction')
+  remove_many(ids, 'compaction', gone)
   summary.seq, summary.id, summary.ts = seq, summary_id, now_us()
   insert_item(summary, successor)
   new_epoch()  -- the summary takes a seq already handed out
   freed = freed - summary.tokens
 else
-  remove_many(ids, 'compaction')
+  remove_many(ids, 'compaction', gone)
 end
 record_compaction(strategy, #ids, freed, before, cfg.max_tokens, false, 0, summary_id)
 rearm_ttl(cfg)

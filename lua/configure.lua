@@ -22,7 +22,7 @@ local function over_cap(count, max_items)
   for _, id in ipairs(redis.call('SMEMBERS', K_PINNED)) do pinned[id] = true end
   for _, id in ipairs(redis.call('LRANGE', K_FIFO, 0, -1)) do
     if count - #evict <= max_items then break end
-    local group = unpack_attrs(redis.call('HGET', K_ATTRS, id)).group
+    local group = unpack_attrs(redis.call('HGET', K_ATTRS, id), id).group
     local unit = group == '' and {id} or group_members(group)
     local ok = not taken[id] and not blocked[group]
     for _, m in ipairs(ok and unit or {}) do ok = ok and not pinned[m] end
@@ -55,10 +55,11 @@ if not cfg.new and cfg.items > c.max_items then
   if not evict then return fail('FULL', 'items', cfg.items, c.max_items, 0) end
 end
 
+local evicting = removal(evict)  -- read and checked before the first write
 persist_config(cfg)
 redis.call('HSET', K_META, unpack(config_pairs(c)))
 CFG = c
-for _, id in ipairs(evict) do remove_many({id}, 'eviction') end
+remove_many(evict, 'eviction', evicting)
 if #fields > 0 then
   event('configured', unpack(fields))
   new_epoch()  -- what clients cached of the window (a build's config with its items) is stale

@@ -11,8 +11,13 @@ local ids = redis.call('LRANGE', K_FIFO, -n, -1)
 if #ids == 0 then return {} end
 local newest_first = {}
 for i = #ids, 1, -1 do newest_first[#newest_first + 1] = ids[i] end
-local out, corrupt = raw_items(newest_first)
-if corrupt then return fail('CORRUPT', corrupt) end
+local out, bad = raw_items(newest_first)
+if bad then return fail('CORRUPT', K_ATTRS, bad, 'missing') end
+for i, e in ipairs(out) do  -- the client decodes them after they are gone: check them now
+  if not e then corrupt(K_ITEMS, newest_first[i], 'missing') end
+  check_body(e[1], e[2])
+  unpack_attrs(e[3], e[1])
+end
 remove_many(ids, 'manual')
 bump(F.REMOVED_BY_CALLER, 1)
 rearm_ttl(cfg)

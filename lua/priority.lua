@@ -10,7 +10,7 @@ if cfg == nil or cfg.new then return 0 end
 local id = ARGV[N_CONFIG + 1]
 local packed = redis.call('HGET', K_ATTRS, id)
 if not packed then return 0 end
-local a = unpack_attrs(packed)
+local a = unpack_attrs(packed, id)
 local old = a.priority
 if old == p then return 1 end
 a.priority = p

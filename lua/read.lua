@@ -19,7 +19,7 @@
 --     JSON, every unexpired archive entry as "<summary id>=<server ms it expires>") or 'all'
 --     (every key, raw: see below), 'turn' (in place of items, the :turn hash as a flat field/value
 --     array, then the server's time in ms: the running turn and the pending inputs).
--- An item stored in a shape no script writes makes the reply {'!', 'CORRUPT', id}.
+-- An item stored in a shape no script writes makes the reply {'!', 'CORRUPT', key, field, what}.
 -- Reply: {meta as a flat field/value array (empty if the window does not exist), pinned count,
 --         {item...}} (each {id, stored JSON, attrs, pinned 1/0}: raw_entry in lib/items.lua; the
 --         client puts them together); the four listing modes add {listed id...}, {deferred id...}, next:
@@ -34,13 +34,13 @@
 -- the first id stored in a shape no script writes (nil if none).
 local function contents(ids, budget)
   if budget <= 0 then
-    local out, corrupt = raw_items(ids)
-    return out, {}, corrupt
+    local out, bad = raw_items(ids)
+    return out, {}, bad
   end
   local out, used, wholes = {}, 0, whole_items(#ids)
   for i = 1, #ids, 64 do
-    local chunk, corrupt = raw_items({unpack(ids, i, math.min(i + 63, #ids))}, wholes)
-    if corrupt then return out, {}, corrupt end
+    local chunk, bad = raw_items({unpack(ids, i, math.min(i + 63, #ids))}, wholes)
+    if bad then return out, {}, bad end
     for j, e in ipairs(chunk) do
       local n = e and #e[2] or 0
       if #out > 0 and used + n > budget then
@@ -86,45 +86,60 @@ local function appended(known, count)
   return {unpack(tail, first)}
 end
 
--- main: the call (the helpers above are defined once per library load; see drivers/scripts.py)
-local meta = redis.call('HGETALL', K_META)
-if #meta == 0 and ARGV[1] ~= 'all' then return {{}, 0, {}} end
-local mode = ARGV[1]
-local npinned = redis.call('SCARD', K_PINNED)
-if mode == 'meta' then return {meta, npinned, {}} end
-if mode == 'turn' then return {meta, npinned, redis.call('HGETALL', K_TURN), now_ms()} end
-if mode == 'all' then
-  -- every key as it is (:items as stored), for verify(): {meta, npinned, items, fifo, order, pinned, attrs,
-  -- scores, groups, calls, ids with a cached vector}; scores: id -> the build-order score its :attrs give (score() owns
-  -- the formula)
-  local attrs, scores = redis.call('HGETALL', K_ATTRS), {}
+-- the type each key of the window has when it exists, in KEYS order (lib/core.lua)
+local KEY_TYPES = {'hash', 'hash', 'zset', 'list', 'set', 'hash', 'stream', 'list', 'hash', 'hash', 'hash', 'hash',
+  'hash', 'string', 'hash'}
+-- how verify() reads each key it checks, by its place in KEYS (:vectors: only its ids)
+local WHOLE = {{'HGETALL'}, {'HGETALL'}, {'ZRANGE', 0, -1, 'WITHSCORES'}, {'LRANGE', 0, -1}, {'SMEMBERS'}, {'HGETALL'},
+  [9] = {'HGETALL'}, [10] = {'HGETALL'}, [11] = {'HGETALL'}, [12] = {'HGETALL'}, [13] = {'HKEYS'}, [15] = {'HGETALL'}}
+
+-- Every key as it is, for verify(): {meta, npinned, items, fifo, order, pinned, attrs, scores,
+-- groups, calls, ids with a cached vector, turn, replies, archive, keys of another type}
+-- (scores: id -> the build-order score its :attrs give; score() owns the formula). A key of
+-- another type than the scripts write is named in the last list and read as empty.
+local function everything()
+  local got, wrong = {}, {}
+  for i, k in ipairs(KEYS) do
+    local kind = redis.call('TYPE', k).ok
+    if kind ~= 'none' and kind ~= KEY_TYPES[i] then wrong[#wrong + 1] = k end
+    local how = WHOLE[i]
+    got[i] = (how and kind == KEY_TYPES[i]) and redis.call(how[1], k, unpack(how, 2)) or {}
+  end
+  local attrs, scores = got[6], {}
   for i = 1, #attrs, 2 do
-    local a = unpack_attrs(attrs[i + 1])
-    if a.seq and RANK[a.type] then
+    local a = parse_attrs(attrs[i + 1])
+    if a then
       scores[#scores + 1] = attrs[i]
       scores[#scores + 1] = score(a.type, a.priority, a.seq)
     end
   end
-  return {meta, npinned, redis.call('HGETALL', K_ITEMS), redis.call('LRANGE', K_FIFO, 0, -1),
-    redis.call('ZRANGE', K_ORDER, 0, -1, 'WITHSCORES'), redis.call('SMEMBERS', K_PINNED),
-    attrs, scores, redis.call('HGETALL', K_GROUPS), redis.call('HGETALL', K_CALLS),
-    redis.call('HKEYS', K_VECTORS)}
+  return {got[1], #got[5], got[2], got[4], got[3], got[5], attrs, scores, got[10], got[11], got[13], got[15], got[9],
+    got[12], wrong}
 end
+
+-- main: the call (the helpers above are defined once per library load; see drivers/scripts.py)
+if ARGV[1] == 'all' then return everything() end
+local meta = redis.call('HGETALL', K_META)
+if #meta == 0 then return {{}, 0, {}} end
+local mode = ARGV[1]
+local npinned = redis.call('SCARD', K_PINNED)
+if mode == 'meta' then return {meta, npinned, {}} end
+if mode == 'turn' then return {meta, npinned, redis.call('HGETALL', K_TURN), now_ms()} end
 if mode == 'archived' then
   local out = {}
-  for i, row in ipairs(archive_get(ARGV[2]) or {}) do out[i] = archived_entry(row) end
+  for i, row in ipairs(archive_get(ARGV[2]) or {}) do out[i] = archived_entry(row, ARGV[2]) end
   return {meta, npinned, out}
 end
 if mode == 'archive' then return {meta, npinned, archive_index()} end
 if mode == 'get' then
-  local found, corrupt = raw_items({ARGV[2]})
-  if corrupt then return fail('CORRUPT', corrupt) end
+  local found, bad = raw_items({ARGV[2]})
+  if bad then return fail('CORRUPT', K_ATTRS, bad, 'missing') end
   return {meta, npinned, found[1] and found or {}}
 end
 
 if mode == 'fetch' then
-  local out, _, corrupt = contents({unpack(ARGV, 3)}, tonumber(ARGV[2]) or 0)
-  if corrupt then return fail('CORRUPT', corrupt) end
+  local out, _, bad = contents({unpack(ARGV, 3)}, tonumber(ARGV[2]) or 0)
+  if bad then return fail('CORRUPT', K_ATTRS, bad, 'missing') end
   return {meta, npinned, out}
 end
 
@@ -142,8 +157,8 @@ if mode == 'build' then
     if ARGV[3] == stamp[F.SEQ] and ARGV[7] == stamp[F.ITEMS] then return {meta, npinned, {}, {}, {}, -2} end
     local added = appended(known, tonumber(ARGV[7]))
     if added then
-      local out, deferred, corrupt = contents(added, budget)
-      if corrupt then return fail('CORRUPT', corrupt) end
+      local out, deferred, bad = contents(added, budget)
+      if bad then return fail('CORRUPT', K_ATTRS, bad, 'missing') end
       return {meta, npinned, out, added, deferred, -3}
     end
   end
@@ -178,7 +193,7 @@ else
     for i = 1, #listed, 500 do
       local chunk = redis.call('HMGET', K_ATTRS, unpack(listed, i, math.min(i + 499, #listed)))
       for j = 1, #chunk do
-        if chunk[j] and types[unpack_attrs(chunk[j]).type] then keep[#keep + 1] = listed[i + j - 1] end
+        if chunk[j] and types[unpack_attrs(chunk[j], listed[i + j - 1]).type] then keep[#keep + 1] = listed[i + j - 1] end
       end
     end
     listed = keep
@@ -195,6 +210,6 @@ else
     return {meta, npinned, {}, listed, listed, next_page(first, page, total)}
   end
 end
-local out, deferred, corrupt = contents(wanted, budget)
-if corrupt then return fail('CORRUPT', corrupt) end
+local out, deferred, bad = contents(wanted, budget)
+if bad then return fail('CORRUPT', K_ATTRS, bad, 'missing') end
 return {meta, npinned, out, listed, deferred, next_page(first, page, total)}

@@ -26,7 +26,7 @@ local function parse_rows(n)
       tokens = tonumber(ARGV[b + 4]), priority = tonumber(ARGV[b + 5]), type = ARGV[b + 6],
       pinned = ARGV[b + 7] == '1', flags = ARGV[b + 8], group = ARGV[b + 9], calls = {}}
     local link = ARGV[b + 10]
-    if it.id == '' or seen[it.id] or not RANK[it.type] or not is_int(it.seq, 1, 1e13)
+    if it.id == '' or seen[it.id] or not RANK[it.type] or not is_int(it.seq, 1, MAX_SEQ)
         or not is_int(it.tokens, 1, MAX_TOKENS) or not is_int(it.priority, 0, MAX_PRIORITY)
         or not string.find(it.flags or '', '^%a*$') or string.sub(it.json, 1, #STORED_HEAD) ~= STORED_HEAD then
       return nil, i
@@ -71,7 +71,7 @@ local function parse_archive(at)
       local b = at + 3 + (j - 1) * AROW
       local a = {seq = tonumber(ARGV[b + 2]), tokens = tonumber(ARGV[b + 3]), priority = tonumber(ARGV[b + 4]),
         type = ARGV[b + 5], flags = ARGV[b + 6], group = ARGV[b + 7]}
-      if not ARGV[b + 7] or ARGV[b] == '' or not RANK[a.type] or not is_int(a.seq, 1, 1e13)
+      if not ARGV[b + 7] or ARGV[b] == '' or not RANK[a.type] or not is_int(a.seq, 1, MAX_SEQ)
           or not is_int(a.tokens, 1, MAX_TOKENS) or not is_int(a.priority, 0, MAX_PRIORITY)
           or not string.find(a.flags, '^%a*$') or string.sub(ARGV[b + 1], 1, #STORED_HEAD) ~= STORED_HEAD then
         return nil
@@ -91,7 +91,24 @@ local function store(it)
   redis.call('HINCRBY', K_META, F.ITEMS_OF .. it.type, 1)
 end
 
-local cfg = read_config()
+-- The window's config and counters (read_config); for a window whose :meta is corrupt, the
+-- caller's config as for a new window, and the seq it held if that still reads: a restore
+-- replaces the window whole, so it repairs one (its :meta is written anew).
+local function current_config()
+  local ok, cfg = pcall(read_config)
+  if ok then return cfg, false end
+  if not corruption_of(cfg) then error(cfg, 0) end
+  META_KNOWN = {}
+  cfg = config_of(ARGV, 0)
+  if not valid_config(cfg) then return nil end
+  local seq = redis.call('TYPE', K_META).ok == 'hash' and redis.call('HGET', K_META, F.SEQ)
+  cfg.tokens, cfg.items, cfg.seq, cfg.new = 0, 0, tonumber(string.match(seq or '', '^%d+$')) or 0, true
+  cfg.seq = math.min(cfg.seq, MAX_SEQ)
+  CFG = cfg
+  return cfg, true
+end
+
+local cfg, repairing = current_config()
 if not cfg then return fail('BADARG', 'config') end
 local c = config_of(ARGV, N_CONFIG)
 c.item_limit = cfg.item_limit
@@ -104,6 +121,7 @@ local archive = parse_archive(A + ROW * n + 1)
 if not archive then return fail('BADARG', 'archive') end
 
 local replaced = cfg.items
+if repairing then redis.call('DEL', K_META) end
 persist_config(cfg)
 wipe()
 bump(F.REMOVED_BY_CALLER, 1)

@@ -15,15 +15,21 @@ local rows = archive_get(summary_id)
 if not rows then return fail('NOSUMMARY', summary_id, 'archive') end
 local packed = redis.call('HGET', K_ATTRS, summary_id)
 if not packed then return fail('NOSUMMARY', summary_id, 'window') end
-local summary = unpack_attrs(packed)
+local summary = unpack_attrs(packed, summary_id)
 
--- an archived row as store_item takes it
+-- an archived row as store_item takes it (archive_get checked its shape; corrupt() for a body
+-- or tool calls in a shape no script writes)
 local function item_of(row)
-  local it, doc = unpack_attrs(row[2]), cjson.decode(row[1])
-  it.id, it.json, it.pinned, it.calls = archived_id(row), lean_json(row[1]), false, {}
+  local it, doc = parse_attrs(row[2]), stored_object(K_ARCHIVE, summary_id, row[1])
+  it.id, it.json, it.pinned, it.calls = archived_id(row, summary_id), lean_json(row[1]), false, {}
+  if not it.json then corrupt(K_ARCHIVE, summary_id, 'an item body in another shape') end
   local meta = doc.metadata
   if it.group ~= '' and type(meta) == 'table' and type(meta.tool_calls) == 'table' then
-    for _, call in ipairs(meta.tool_calls) do it.calls[#it.calls + 1] = {id = call.id, name = call['function'].name} end
+    for _, call in ipairs(meta.tool_calls) do
+      local name = type(call) == 'table' and type(call['function']) == 'table' and call['function'].name
+      if type(call.id) ~= 'string' or type(name) ~= 'string' then corrupt(K_ARCHIVE, summary_id, 'a tool call') end
+      it.calls[#it.calls + 1] = {id = call.id, name = name}
+    end
   end
   return it
 end
@@ -44,15 +50,25 @@ local function in_use(items)
   return nil
 end
 
--- :fifo again in seq order (arrival order) with the items put back
-local function rebuild_fifo()
+-- :fifo's ids but the summary with the items put back, in seq order (arrival order): read and
+-- checked before the first write
+local function new_fifo(items)
   local ids, rows = redis.call('LRANGE', K_FIFO, 0, -1), {}
   for i = 1, #ids, 500 do
     local attrs = redis.call('HMGET', K_ATTRS, unpack(ids, i, math.min(i + 499, #ids)))
-    for j, a in ipairs(attrs) do rows[#rows + 1] = {unpack_attrs(a).seq, ids[i + j - 1]} end
+    for j, a in ipairs(attrs) do
+      local id = ids[i + j - 1]
+      if id ~= summary_id then rows[#rows + 1] = {unpack_attrs(a, id).seq, id} end
+    end
   end
+  for _, it in ipairs(items) do rows[#rows + 1] = {it.seq, it.id} end
   table.sort(rows, function(x, y) return x[1] < y[1] end)
-  for i, row in ipairs(rows) do ids[i] = row[2] end
+  local out = {}
+  for i, row in ipairs(rows) do out[i] = row[2] end
+  return out
+end
+
+local function write_fifo(ids)
   redis.call('DEL', K_FIFO)
   for i = 1, #ids, 500 do redis.call('RPUSH', K_FIFO, unpack(ids, i, math.min(i + 499, #ids))) end
 end
@@ -71,13 +87,14 @@ if cfg.items - 1 + #items > cfg.max_items then
 end
 local what, name = in_use(items)
 if what then return fail('INUSE', what, name) end
+local fifo, gone = new_fifo(items), removal({summary_id})
 
-remove_many({summary_id}, 'undo')
+remove_many({summary_id}, 'undo', gone)
 for _, it in ipairs(items) do
   store_item(it, it.json)
   count_added(it)
 end
-rebuild_fifo()
+write_fifo(fifo)
 new_epoch()  -- the items come back with their old seqs
 archive_drop(summary_id)
 event('summary_undone', 'summary_id', summary_id, 'items_restored', fmt(#items),

@@ -244,22 +244,30 @@ def dump_window(client: redis.Redis, prefix: str, window_id: str) -> dict[bytes,
     """Every key of a window with every byte of its value, in a canonical order, its type and
     whether it expires. (Redis's own DUMP is not stable: a read may take an incremental rehash
     step and reorder a hash table without changing a byte of its contents.)"""
+    names = sorted(client.scan_iter(match=f"{prefix}:{{{window_id}}}:*", count=1000))
+    pipe = client.pipeline(transaction=False)
+    for name in names:
+        pipe.type(name)
+    kinds = pipe.execute()
+    reads = {
+        b"hash": lambda p, n: p.hgetall(n),
+        b"list": lambda p, n: p.lrange(n, 0, -1),
+        b"zset": lambda p, n: p.zrange(n, 0, -1, withscores=True),
+        b"set": lambda p, n: p.smembers(n),
+        b"stream": lambda p, n: p.xrange(n),
+    }
+    for name, kind in zip(names, kinds, strict=True):
+        reads.get(kind, lambda p, n: p.get(n))(pipe, name)
+        pipe.ttl(name)
+    got = pipe.execute()
     out: dict[bytes, tuple[Any, ...]] = {}
-    for name in sorted(client.scan_iter(match=f"{prefix}:{{{window_id}}}:*")):
-        kind = client.type(name)
+    for i, (name, kind) in enumerate(zip(names, kinds, strict=True)):
+        value, ttl = got[2 * i], got[2 * i + 1]
         if kind == b"hash":
-            value: Any = sorted(client.hgetall(name).items())
-        elif kind == b"list":
-            value = client.lrange(name, 0, -1)
-        elif kind == b"zset":
-            value = client.zrange(name, 0, -1, withscores=True)
+            value = sorted(value.items())
         elif kind == b"set":
-            value = sorted(client.smembers(name))
-        elif kind == b"stream":
-            value = client.xrange(name)
-        else:
-            value = client.get(name)
-        out[name] = (kind, value, client.ttl(name) > 0)
+            value = sorted(value)
+        out[name] = (kind, value, ttl > 0)
     return out
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import pytest
 
 import contextstore as cs
@@ -80,3 +81,94 @@ def test_metadata_at_the_depth_bound_and_within_the_size_limit_is_stored(store):
     assert w.add("x", metadata=deep).metadata == deep
     assert w.add("x" * 1000, metadata={"b": "y" * 1_047_000}).token_count > 0
     assert w.add("x" * 1_048_576).token_count > 0  # content alone may still take the whole limit
+
+
+# -- snapshots that would break a window later: refused whole, nothing written ----------------------
+
+CALL = {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+
+
+def _snapshot_of(store: Any) -> cs.ContextSnapshot:
+    w = store.window("snap-src", max_tokens=100_000)
+    w.add_many(
+        [
+            {"content": "q", "role": "user"},
+            {"content": "", "role": "assistant", "metadata": {"tool_calls": [CALL]}},
+            {"content": "r", "role": "tool", "metadata": {"tool_call_id": "call_1"}},
+            {"content": "mine", "id": "caller-1"},
+        ]
+    )
+    return w.snapshot()
+
+
+def _with_item(snap: cs.ContextSnapshot, index: int, **changes: Any) -> cs.ContextSnapshot:
+    items = list(snap.items)
+    items[index] = msgspec.structs.replace(items[index], **changes)
+    return msgspec.structs.replace(snap, items=items)
+
+
+def _bad_snapshots(snap: cs.ContextSnapshot) -> dict[str, cs.ContextSnapshot]:
+    second_call = msgspec.structs.replace(snap.items[1], id="ctx-9", seq=9)
+    return {
+        "a generated id that is not its seq": _with_item(snap, 0, id="ctx-7"),
+        "a summary id that is not its seq": _with_item(snap, 0, id="ctx-4.1"),
+        "a seq past the score's range": _with_item(snap, 3, seq=10**13),
+        "a caller id with ESC": _with_item(snap, 3, id="a\x1bb"),
+        "a caller id with a space": _with_item(snap, 3, id="a b"),
+        "a tool call id twice": msgspec.structs.replace(snap, items=[*snap.items, second_call]),
+        "a result without its call": msgspec.structs.replace(snap, items=[snap.items[0], *snap.items[2:]]),
+        "a result in another group": _with_item(snap, 2, group="elsewhere"),
+        "metadata over the size limit": _with_item(snap, 3, metadata={"b": "x" * 1_100_000}),
+        "a config out of range": msgspec.structs.replace(snap, max_tokens=0),
+    }
+
+
+BAD_SNAPSHOTS = [
+    "a generated id that is not its seq", "a summary id that is not its seq", "a seq past the score's range",
+    "a caller id with ESC", "a caller id with a space", "a tool call id twice", "a result without its call",
+    "a result in another group", "metadata over the size limit", "a config out of range",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", BAD_SNAPSHOTS)
+def test_a_restore_that_would_break_the_window_is_refused_and_writes_nothing(store, r, prefix, case):
+    bad = _bad_snapshots(_snapshot_of(store))[case]
+    w = store.window("snap-dst", max_tokens=100_000)
+    w.add("already here")
+    before = dump_window(r, prefix, "snap-dst")
+    with pytest.raises(cs.ContextStoreError) as ei:
+        w.restore(bad)
+    assert isinstance(ei.value, ValueError), ei.value
+    assert dump_window(r, prefix, "snap-dst") == before
+
+
+def test_a_restored_window_keeps_taking_adds(store):
+    snap = _snapshot_of(store)
+    w = store.window("snap-ok")
+    w.restore(snap)
+    ids = [w.add(f"new {i}").id for i in range(6)]
+    assert not {i.id for i in snap.items} & set(ids)  # no add lands on a restored id
+    assert w.verify().ok and len(w.items()) == len(snap.items) + 6
+
+
+def test_import_checks_every_file_before_writing_any(redis_url, prefix, r, tmp_path):
+    from contextstore import cli
+
+    with cs.ContextStore.from_url(redis_url, prefix=prefix) as store:
+        snap = _snapshot_of(store)
+    good = msgspec.structs.replace(snap, window_id="imp-a")
+    bad_files = {
+        "an invalid window id": msgspec.structs.replace(snap, window_id="imp{b}"),
+        "2 MB of content": _with_item(msgspec.structs.replace(snap, window_id="imp-b"), 3, content="x" * 2_000_000),
+        "max_tokens 0": msgspec.structs.replace(snap, window_id="imp-b", max_tokens=0),
+        "a tool call twice": msgspec.structs.replace(
+            snap, window_id="imp-b", items=[*snap.items, msgspec.structs.replace(snap.items[1], id="ctx-9", seq=9)]
+        ),
+    }
+    for name, bad in bad_files.items():
+        folder = tmp_path / name.replace(" ", "-")
+        folder.mkdir()
+        (folder / "1.json").write_bytes(msgspec.json.encode(good))
+        (folder / "2.json").write_bytes(msgspec.json.encode(bad))
+        assert cli.main(["--url", redis_url, "--prefix", prefix, "import", str(folder)]) == 2, name
+        assert not r.exists(f"{prefix}:{{imp-a}}:meta"), f"{name}: imp-a was written"

@@ -11,6 +11,7 @@ import msgspec
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
+from ..errors import ContextStoreError
 from .app import BadInput, CommandFailed, Env, cli, pass_env
 from .editing import read_snapshot
 
@@ -68,8 +69,13 @@ def import_(env: Env, directory: Path, force: bool) -> None:
     Each goes into the window it was exported from; existing windows are refused unless
     --force. Every file is checked before anything is written."""
     files = sorted(directory.glob("*" + SUFFIX))
-    snaps = [read_snapshot(f) for f in files]  # every file checked before anything is written
+    snaps = [read_snapshot(f) for f in files]
     store = env.store()
+    for f, snap in zip(files, snaps, strict=True):  # every file checked whole before anything is written
+        try:
+            store.handle(snap.window_id).restore(snap, dry_run=True)
+        except ContextStoreError as exc:
+            raise BadInput(f"{f}: {exc}") from None
     if not force:
         existing = set(store.windows())
         taken = [s.window_id for s in snaps if s.window_id in existing]

@@ -9,9 +9,11 @@ side never spells one of them itself.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import ClassVar
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
 
+from ..errors import corrupt_value
 from ..types import (
     DEFAULT_ARCHIVE_TTL_SECONDS,
     DEFAULT_EVENTS_MAXLEN,
@@ -49,6 +51,8 @@ RECORD_FORMAT = 2
 #: the weights of the build-order score (``order_score``)
 RANK_WEIGHT = 10**13
 PRIORITY_WEIGHT = 10**10
+#: the largest seq an item may have: the build-order score keeps it below PRIORITY_WEIGHT
+MAX_SEQ = PRIORITY_WEIGHT - 1
 
 
 def order_score(rank: int, priority: int, seq: int) -> int:
@@ -126,6 +130,10 @@ class Meta:
     #: what vouches for a client's cached window (items, config, version; see EPOCH): a build from
     #: the cache alone has event.lua write its ``built`` event only while these hold
     BUILD_INPUTS: ClassVar[tuple[str, ...]] = (EPOCH, ITEMS, *VERSION)
+    #: the counters a script keeps (besides the per-type ones, ITEMS_OF and TOKENS_OF + a type)
+    COUNTERS: ClassVar[tuple[str, ...]] = (
+        TOKENS, ITEMS, SEQ, COMPACTIONS, FREED, CREATED_MS, CREATED_US, WARNED, SUMMARIES, EPOCH, REMOVED_BY_CALLER,
+    )  # fmt: skip
     #: config fields stored as text / as floats (the others are integers)
     TEXT = (STRATEGY, CLEAR_EXCLUDE)
     FLOAT = (THRESHOLD, WARN_PERCENT)
@@ -134,6 +142,73 @@ class Meta:
         KEEP_RECENT: "0", CLEAR_AT_LEAST: "0", CLEAR_EXCLUDE: "", WARN_PERCENT: repr(DEFAULT_WARN_PERCENT),
         EVENTS_MAXLEN: str(STREAM_MAXLEN), ARCHIVE_TTL: str(DEFAULT_ARCHIVE_TTL_SECONDS),
     }  # fmt: skip
+
+
+#: how each config field of a stored :meta hash is checked (lib/meta.lua's bad_config is the same):
+#: an integer range, a percent (0 < x <= 100), the strategies, or any text
+_INT_RANGES = {
+    Meta.MAX_TOKENS: (0, MAX_TOKENS), Meta.ITEM_LIMIT: (1, MAX_ITEM_LIMIT), Meta.MAX_ITEMS: (1, MAX_ITEM_LIMIT),
+    Meta.TTL: (0, MAX_TTL_SECONDS), Meta.KEEP_RECENT: (0, MAX_ITEM_LIMIT), Meta.CLEAR_AT_LEAST: (0, MAX_TOKENS),
+    Meta.EVENTS_MAXLEN: (1, MAX_EVENTS), Meta.ARCHIVE_TTL: (1, MAX_TTL_SECONDS), Meta.WARNED: (0, 1),
+    Meta.SEQ: (0, MAX_SEQ),
+}  # fmt: skip
+_STRATEGIES = frozenset(s.value for s in CompactionStrategy)
+_COUNTERS = frozenset(Meta.COUNTERS)
+_TYPES = frozenset(t.value for t in TYPE_RANKS)
+_COUNT = re.compile(r"\d{1,19}")
+
+
+def _percent(raw: str) -> bool:
+    try:
+        value = float(raw)
+    except ValueError:
+        return False
+    return 0 < value <= 100  # NaN compares False
+
+
+def meta_problems(meta: Mapping[str, str]) -> list[tuple[str, str]]:
+    """Each field of a window's :meta hash (as read, text) that holds what no script writes, with
+    what is wrong: a config value out of its range, a counter that is not a count. Fields this
+    version does not know are left alone (a newer version may write them)."""
+    found = []
+    for field, raw in meta.items():
+        if field in (Meta.THRESHOLD, Meta.WARN_PERCENT):
+            if not _percent(raw):
+                found.append((field, "not a percent from 0 to 100"))
+        elif field == Meta.STRATEGY:
+            if raw not in _STRATEGIES:
+                found.append((field, "not a compaction strategy"))
+        elif field == Meta.CLEAR_EXCLUDE:
+            continue
+        elif field.startswith((Meta.ITEMS_OF, Meta.TOKENS_OF)) and field.partition(":")[2] not in _TYPES:
+            found.append((field, "the counter of a type there is not"))
+        elif field in _INT_RANGES or field in _COUNTERS or field.startswith((Meta.ITEMS_OF, Meta.TOKENS_OF)):
+            low, high = _INT_RANGES.get(field, (0, 2**63 - 1))
+            if not _COUNT.fullmatch(raw) or not low <= int(raw) <= high:
+                found.append((field, f"not an integer from {low} to {high}"))
+    limit = meta.get(Meta.ITEM_LIMIT, "")
+    cap = meta.get(Meta.MAX_ITEMS, "")
+    if _COUNT.fullmatch(cap) and _COUNT.fullmatch(limit) and int(cap) > int(limit):
+        found.append((Meta.MAX_ITEMS, f"above the window's item_limit ({limit})"))
+    return found
+
+
+def meta_text(meta: Mapping[Any, Any] | Sequence[Any]) -> dict[str, str]:
+    """A :meta hash as a script (field, value, ...) or a plain read (a dict) returns it, as text,
+    every field checked: ``CorruptWindowError`` for one that holds what no script writes (bytes
+    that are not UTF-8, a config value out of range, a counter that is not a count)."""
+    pairs = meta.items() if isinstance(meta, Mapping) else zip(meta[::2], meta[1::2], strict=True)
+    try:
+        found = {_text(f): _text(v) for f, v in pairs}
+    except UnicodeDecodeError:
+        raise corrupt_value(":meta", "", "bytes that are not UTF-8") from None
+    for field, what in meta_problems(found):
+        raise corrupt_value(":meta", field, what)
+    return found
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def window_version(meta: Mapping[str, object]) -> str:
@@ -171,7 +246,7 @@ def lua_constants() -> str:
             "local VERSION_FIELDS = {" + ", ".join(f"'{f}'" for f in Meta.VERSION) + "}",
             f"local MAX_PRIORITY, MAX_TOKENS, MAX_TTL_SECONDS, MAX_ITEM_LIMIT = "
             f"{MAX_PRIORITY}, {MAX_TOKENS}, {MAX_TTL_SECONDS}, {MAX_ITEM_LIMIT}",
-            f"local RANK_WEIGHT, PRIORITY_WEIGHT = {RANK_WEIGHT}, {PRIORITY_WEIGHT}",
+            f"local RANK_WEIGHT, PRIORITY_WEIGHT, MAX_SEQ = {RANK_WEIGHT}, {PRIORITY_WEIGHT}, {MAX_SEQ}",
             f"local STREAM_MAXLEN, MAX_EVENTS = {STREAM_MAXLEN}, {MAX_EVENTS}",
             f"local DEFAULT_WARN_PERCENT = {DEFAULT_WARN_PERCENT}",
             f"local REQUEST_LOG_MAX, REQUEST_LOG_TTL_MS, RECORD_FORMAT = "

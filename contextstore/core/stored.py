@@ -16,12 +16,13 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
-from ..errors import CorruptWindowError
+from ..errors import InvalidItemError, corrupt_value
 from ..types import TYPE_RANKS, ContextItem, ItemType
+from . import toolcalls
 from .layout import STORED_HEAD, order_score
 from .validate import NewItem
 
@@ -68,32 +69,63 @@ def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
+#: the errors decoding a stored value in a shape no script writes may raise
+_UNREADABLE = (msgspec.MsgspecError, ValueError, TypeError, RecursionError, InvalidItemError)
+
+
+class _Attrs(NamedTuple):
+    seq: int
+    tokens: int
+    priority: int
+    type: ItemType
+    group: str | None
+
+
+def _attrs_of(attrs: bytes | str) -> _Attrs:
+    seq, tokens, priority, kind, *rest = _text(attrs).split("|", 5)
+    if not (seq.isdigit() and tokens.isdigit() and priority.isdigit()) or len(rest) not in (0, 2):
+        raise ValueError("not seq|tokens|priority|type[|flags|group]")
+    return _Attrs(int(seq), int(tokens), int(priority), ItemType(kind), (rest[1] or None) if rest else None)
+
+
 def decode_item(entry: Entry) -> ContextItem:
     """An item from the parts a script sends (``[id, stored JSON, attrs, pinned]``);
-    ``CorruptWindowError`` for parts in a shape no script writes."""
+    ``CorruptWindowError`` naming the key and the item for parts in a shape no script writes
+    (as an add checks them: the body's fields, tool calls and results, UTF-8, depth)."""
     item_id, json, attrs, pinned = entry
+    name = _id_text(item_id)
+    try:
+        a = _attrs_of(attrs)
+    except _UNREADABLE as exc:
+        raise corrupt_value(":attrs", name, f"{type(exc).__name__}: {str(exc)[:200]}") from exc
     try:
         body = _decoder.decode(json)
-        seq, tokens, priority, kind, *rest = _text(attrs).split("|", 5)
         added = datetime.fromtimestamp(body.added_at_us // 1_000_000, tz=timezone.utc).replace(
             microsecond=body.added_at_us % 1_000_000
         )
-        return ContextItem(
-            content=body.content,
-            type=ItemType(kind),
-            priority=int(priority),
-            token_count=int(tokens),
-            pinned=bool(int(pinned or 0)),
-            role=body.role,
-            source_ref=body.source_ref,
-            metadata=body.metadata,
-            id=_text(item_id),
-            added_at=added,
-            seq=int(seq),
-            group=(rest[1] or None) if len(rest) == 2 else None,
-        )
-    except (msgspec.MsgspecError, ValueError, TypeError) as exc:
-        raise CorruptWindowError(f"item {_text(item_id)!r} is stored in a shape the scripts never write") from exc
+        toolcalls.calls_of(a.type, body.metadata)  # the shapes a build reads, as an add checked them
+        toolcalls.result_call_id(a.type, body.role, body.metadata)
+    except _UNREADABLE as exc:
+        raise corrupt_value(":items", name, f"{type(exc).__name__}: {str(exc)[:200]}") from exc
+    return ContextItem(
+        content=body.content,
+        type=a.type,
+        priority=a.priority,
+        token_count=a.tokens,
+        pinned=bool(int(pinned or 0)),
+        role=body.role,
+        source_ref=body.source_ref,
+        metadata=body.metadata,
+        id=name,
+        added_at=added,
+        seq=a.seq,
+        group=a.group,
+    )
+
+
+def _id_text(item_id: bytes | str) -> str:
+    """An item id as text, even when its bytes are not UTF-8 (a corrupt window's)."""
+    return item_id.decode("utf-8", "backslashreplace") if isinstance(item_id, bytes) else item_id
 
 
 #: an ``:attrs`` type as stored -> its build rank

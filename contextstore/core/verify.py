@@ -6,15 +6,17 @@ invariant the scripts maintain, in words. It never writes.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from itertools import pairwise
 from typing import Any
 
 import msgspec
 
+from ..errors import InvalidItemError
 from ..types import TYPE_RANKS, ItemType
-from . import facts
-from .layout import ATTRS_FIELDS, CLEARED_KEY, Meta
+from . import facts, toolcalls
+from .layout import ARCHIVE_INDEX, ATTRS_FIELDS, CLEARED_KEY, Meta, meta_problems
 
 _TYPES = {t.value for t in TYPE_RANKS}
 #: what an item's stored JSON may hold (stored.py); the rest is in :attrs, :pinned, the hash field
@@ -38,11 +40,29 @@ class VerifyReport(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def _text(v: Any) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
+    """A reply element as text (bytes that are not UTF-8 shown escaped: ``_pairs`` reports them)."""
+    return v.decode("utf-8", "backslashreplace") if isinstance(v, bytes) else str(v)
 
 
-def _pairs(flat: Sequence[Any]) -> dict[str, str]:
-    return {_text(flat[i]): _text(flat[i + 1]) for i in range(0, len(flat), 2)}
+def _utf8(v: Any) -> bool:
+    try:
+        if isinstance(v, bytes):
+            v.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _pairs(flat: Sequence[Any], say: Say | None = None, key: str = "", raw_values: bool = False) -> dict[str, Any]:
+    """A flat field/value reply as a dict of text (``raw_values``: values as they are); with
+    ``say``, each field or value that is not UTF-8 is reported."""
+    out: dict[str, Any] = {}
+    for i in range(0, len(flat), 2):
+        field, value = flat[i], flat[i + 1]
+        if say is not None and not (_utf8(field) and (raw_values or _utf8(value))):
+            say(f"{key} field {_text(field)!r} holds bytes that are not UTF-8")
+        out[_text(field)] = value if raw_values else _text(value)
+    return out
 
 
 def _int(v: object) -> int | None:
@@ -80,15 +100,15 @@ def _attrs_fields(value: str) -> dict[str, Any] | None:
 
 
 def _whole_item(
-    iid: str, raw: str, attrs: dict[str, str], pinned: set[str], say: Say
+    iid: str, raw: bytes | str, attrs: dict[str, str], pinned: set[str], say: Say
 ) -> tuple[dict[str, Any], list[str]] | None:
     """One item as the scripts send it (its stored JSON with its :attrs and pin) and its bad
     stored fields; None (and said) when either does not parse, None (unsaid: a structure check
     reports it) without attrs."""
     try:
         it = msgspec.json.decode(raw)
-    except msgspec.DecodeError:
-        say(f"item {iid!r}: its JSON does not parse")
+    except (msgspec.DecodeError, RecursionError, UnicodeDecodeError) as exc:
+        say(f"item {iid!r}: its JSON does not parse ({type(exc).__name__})")
         return None
     if not isinstance(it, dict):
         say(f"item {iid!r}: bad field(s) object")
@@ -122,7 +142,7 @@ def _check_letters(iid: str, it: dict[str, Any], say: Say) -> None:
 
 
 def _decoded_items(
-    raw_items: dict[str, str], attrs: dict[str, str], pinned: set[str], say: Say
+    raw_items: dict[str, bytes | str], attrs: dict[str, str], pinned: set[str], say: Say
 ) -> dict[str, dict[str, Any]]:
     """The items whose JSON and attrs parse and whose fields are sound (each other one reported)."""
     items: dict[str, dict[str, Any]] = {}
@@ -134,6 +154,15 @@ def _decoded_items(
         bad += [name for name, ok in _FIELD_CHECKS if not ok(it)]
         if bad:
             say(f"item {iid!r}: bad field(s) {', '.join(bad)}")
+            continue
+        try:
+            meta = it.get("metadata")
+            if meta is not None and not isinstance(meta, dict):
+                raise InvalidItemError("metadata is not a JSON object")
+            toolcalls.calls_of(ItemType(it["type"]), meta)
+            toolcalls.result_call_id(ItemType(it["type"]), it.get("role"), meta)
+        except InvalidItemError as exc:
+            say(f"item {iid!r}: {exc}")
             continue
         if ("c" in it["flags"]) != (CLEARED_KEY in (it.get("metadata") or {})):
             say(f":attrs of {iid!r} and its metadata disagree on whether it was cleared")
@@ -232,15 +261,62 @@ def _check_groups(items: dict[str, dict[str, Any]], groups: dict[str, str], call
             say(f":calls of {c!r} is {calls.get(c)!r}, the items give {want_calls.get(c)!r}")
 
 
+_RECORD = re.compile(rb"[0-9a-f]*(\|\d+)?\n")
+
+
+def _check_side_keys(turn: dict[str, str], replies: dict[str, Any], archive: dict[str, str], say: Say) -> None:
+    """The running turn, the pending inputs, the request records and the archive hold what the
+    scripts write."""
+    for name in ("until", "lease", "started"):
+        if name in turn and not turn[name].isdigit():
+            say(f":turn field {name!r} is {turn[name]!r}, not a time in ms")
+    if "pending" in turn:
+        try:
+            pending = msgspec.json.decode(turn["pending"])
+            ok = isinstance(pending, list) and all(
+                isinstance(g, list) and all(isinstance(v, str) for v in g) for g in pending
+            )
+        except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
+            ok = False
+        if not ok:
+            say(":turn field 'pending' is not a list of inputs")
+    for rid, record in replies.items():
+        head = _RECORD.match(record)
+        try:
+            whole = head is not None and isinstance(msgspec.json.decode(record[head.end() :]), dict)
+        except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
+            whole = False
+        if not whole:  # (a record of another format is sound: a retry of it is refused, typed)
+            say(f":replies field {rid!r} is not a request record")
+    for sid, entry in archive.items():
+        if sid == ARCHIVE_INDEX:
+            continue
+        try:
+            rows = msgspec.json.decode(entry).get("items")
+            ok = isinstance(rows, list) and all(
+                isinstance(r, list) and len(r) in (2, 3) and all(isinstance(x, str) for x in r) and _attrs_fields(r[1])
+                for r in rows
+            )
+        except (msgspec.DecodeError, RecursionError, UnicodeDecodeError, AttributeError):
+            ok = False
+        if not ok:
+            say(f":archive field {sid!r} is not the items a summary replaced")
+
+
 def inspect_window(window_id: str, reply: Sequence[Any]) -> VerifyReport:
     """Check read.lua's ``all`` reply: {meta, npinned, items, fifo, order, pinned, attrs, scores,
-    groups, calls, vectors}."""
-    meta, raw_items = _pairs(reply[0]), _pairs(reply[2])
-    fifo = [_text(x) for x in reply[3]]
-    order = {_text(reply[4][i]): float(reply[4][i + 1]) for i in range(0, len(reply[4]), 2)}
-    pinned, attrs, scores = {_text(x) for x in reply[5]}, _pairs(reply[6]), _pairs(reply[7])
+    groups, calls, vectors, turn, replies, archive, keys of another type}."""
     problems: list[str] = []
     say = problems.append
+    for key in reply[14]:
+        say(f"{_text(key)} holds another type than the scripts write")
+    meta, raw_items = _pairs(reply[0], say, ":meta"), _pairs(reply[2], say, ":items", raw_values=True)
+    for field, what in meta_problems(meta):
+        say(f":meta field {field!r} is {meta[field]!r}: {what}")
+    fifo = [_text(x) for x in reply[3]]
+    order = {_text(reply[4][i]): float(reply[4][i + 1]) for i in range(0, len(reply[4]), 2)}
+    pinned, attrs, scores = {_text(x) for x in reply[5]}, _pairs(reply[6], say, ":attrs"), _pairs(reply[7])
+    _check_side_keys(_pairs(reply[11], say, ":turn"), _pairs(reply[12], raw_values=True), _pairs(reply[13]), say)
     if not meta:
         if raw_items or fifo or order or pinned or attrs:
             say("item keys exist without a :meta hash (a window half-deleted or half-created)")

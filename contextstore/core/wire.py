@@ -15,7 +15,7 @@ import msgspec
 
 from ..types import CompactionStrategy, ContextItem, ItemType, PlannedItem, WindowConfig
 from . import facts
-from .layout import CLEARED_KEY, Meta
+from .layout import CLEARED_KEY, Meta, meta_text
 from .stored import body_json, decode_item
 from .validate import NewItem
 
@@ -147,9 +147,7 @@ def archived_args(summary_id: str) -> Args:
 
 def decode_read(reply: Sequence[Any]) -> ReadReply:
     """read.lua's reply (any mode but ``all``)."""
-    flat = reply[0]
-    meta = {text(flat[i]): text(flat[i + 1]) for i in range(0, len(flat), 2)}
-    return ReadReply(meta, int(reply[1]), list(reply[2]))
+    return ReadReply(meta_text(reply[0]), int(reply[1]), list(reply[2]))
 
 
 # -- add.lua, commit.lua -------------------------------------------------------------------------

@@ -299,9 +299,10 @@ class ContextWindow:
         """The window's config and items at one moment."""
         return self._run(snapshot_plans.snapshot(self._state))
 
-    def restore(self, snapshot: ContextSnapshot, *, request_id: str | None = None) -> None:
-        """Replace the window's items and config with the snapshot's, atomically."""
-        self._run(snapshot_plans.restore(self._settings, self._state, snapshot, request_id))
+    def restore(self, snapshot: ContextSnapshot, *, request_id: str | None = None, dry_run: bool = False) -> None:
+        """Replace the window's items and config with the snapshot's, atomically, after checking
+        it as an add checks items (``dry_run=True``: only check it; no I/O)."""
+        self._run(snapshot_plans.restore(self._settings, self._state, snapshot, request_id, dry_run))
 
     def events(self, since: str | None = None, *, block_ms: int | None = None) -> Iterator[Event | OtherEvent]:
         """The window's events in order, typed: after ``since`` (a stream entry id; ``"0"``: the oldest kept; None: only

@@ -18,10 +18,10 @@ from typing import Any
 
 from ..core import stored, wire
 from ..core.itemcache import CachedWindow
-from ..core.layout import Meta
+from ..core.layout import Meta, meta_text
 from ..types import ContextItem
 from .base import PlainRead, Plan, Settings, WindowState
-from .reads import APPENDED, STAMP, UNCHANGED, Listing, meta_text, plain_ok, plain_whole, read_listing, stamp
+from .reads import APPENDED, STAMP, UNCHANGED, Listing, plain_ok, plain_whole, read_listing, stamp
 
 #: most added ids a plain appended read lists (read.lua's APPENDED_MAX); more: read.lua
 APPENDED_MAX = 512

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core import facts, stored, wire
-from ..core.layout import Meta
+from ..core.layout import Meta, meta_text
 from ..errors import raise_for_reply
 from ..types import ContextItem
 from .base import PlainRead, Plan, ScriptCall, WindowState
@@ -78,6 +78,8 @@ def plain_ok(state: WindowState) -> Plan[bool]:
     if reply is None:  # at maxmemory: no plain reads
         return False
     ((tokens, items),) = reply
+    if not (wire.text(tokens or b"0").isdigit() and wire.text(items or b"0").isdigit()):
+        return False  # corrupt counters: the script's read reports them
     return int(tokens or 0) * BYTES_PER_TOKEN <= PAGE_BYTES and int(items or 0) <= PAGE_IDS
 
 
@@ -95,11 +97,6 @@ def plain_whole(state: WindowState, mode: str) -> Plan[Listing | None]:
     meta, jsons, attrs, pinned = reply
     ids = stored.listing(attrs, jsons, by_seq=mode == "fifo")
     return Listing(_whole_reply(meta, jsons, attrs, pinned, ids), list(ids), [])
-
-
-def meta_text(meta: dict[Any, Any]) -> dict[str, str]:
-    """A ``:meta`` hash as a plain read returns it, as text."""
-    return {wire.text(f): wire.text(v) for f, v in meta.items()}
 
 
 def _whole_reply(
@@ -142,8 +139,11 @@ def read_facts(state: WindowState, budget: int) -> Plan[Facts | wire.ReadReply |
     ids = stored.listing(attrs, {}, by_seq=False)
     stubs, values = [], {}
     for i in ids:
-        item_id = wire.text(i)
-        values[item_id] = value = wire.text(attrs[i])
+        try:
+            item_id = wire.text(i)
+            values[item_id] = value = wire.text(attrs[i])
+        except UnicodeDecodeError:  # corrupt: decoding it whole says where
+            return (yield from _with_bodies(state, meta, attrs, pinned, ids))
         stub = facts.stub(item_id, value, i in pinned)
         if stub is None:
             return (yield from _with_bodies(state, meta, attrs, pinned, ids))

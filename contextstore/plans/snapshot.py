@@ -3,12 +3,14 @@ any window id."""
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timezone
 
 from ..core import validate, wire
 from ..core.config import config_values, creation_config
+from ..core.layout import MAX_SEQ
 from ..core.stored import stored_json
-from ..errors import InvalidItemError, InvalidOptionsError, raise_for_reply
+from ..errors import InvalidItemError, InvalidOptionsError, ToolCallLinkError, raise_for_reply
 from ..types import ArchivedSummary, ContextItem, ContextSnapshot, WindowConfig
 from .base import Plan, ScriptCall, Settings, WindowState, new_request
 from .reads import read
@@ -85,11 +87,26 @@ def _snapshot_config(snap: ContextSnapshot, item_limit: int) -> WindowConfig:
 Row = tuple[ContextItem, bytes, validate.NewItem]
 
 
+#: an id the store gives: ``ctx-<seq>`` (an item), ``ctx-<seq>.<n>`` (a summary, with the seq of
+#: the oldest item it replaced)
+_GIVEN_ID = re.compile(r"ctx-(\d+)(\.\d+)?")
+
+
+def _restored_id(item_id: object, seq: int) -> str:
+    """A snapshot item's id: one the store gives, naming the item's own seq, or a caller's id
+    as an add takes it (``InvalidItemError``)."""
+    given = _GIVEN_ID.fullmatch(item_id) if isinstance(item_id, str) else None
+    if given is None:
+        return validate.caller_id(item_id)
+    if int(given.group(1)) != seq:
+        raise InvalidItemError(f"snapshot item {item_id!r} has seq {seq}: an id the store gives names its seq")
+    return str(item_id)
+
+
 def _restored_item(settings: Settings, it: ContextItem) -> Row:
     """A snapshot item checked like an add, its stored JSON, and its checked form."""
-    if not isinstance(it.id, str) or not 1 <= len(it.id) <= validate.MAX_CALLER_ID or any(c.isspace() for c in it.id):
-        raise InvalidItemError(f"snapshot item id {it.id!r} is invalid")
-    validate.int_in(f"the seq of snapshot item {it.id!r}", it.seq, 1, None, InvalidItemError)
+    validate.int_in(f"the seq of snapshot item {it.id!r}", it.seq, 1, MAX_SEQ, InvalidItemError)
+    _restored_id(it.id, it.seq)
     norm = validate.new_item(
         it.content,
         max_content_bytes=settings.max_content_bytes,
@@ -130,7 +147,27 @@ def _restored_items(settings: Settings, snap: ContextSnapshot, item_limit: int) 
     ids, seqs = {r[0].id for r in rows}, {r[0].seq for r in rows}
     if len(ids) != len(rows) or len(seqs) != len(rows):
         raise InvalidItemError("snapshot repeats an item id or a seq")
+    _check_tool_links([r[2] for r in rows])
     return rows
+
+
+def _check_tool_links(items: list[validate.NewItem]) -> None:
+    """The tool calls and results of a snapshot's items link as an add links them: every call id
+    once, every result answering a call among them, in its call's group (``ToolCallLinkError``)."""
+    calls: dict[str, str | None] = {}
+    for item in items:
+        for _, call_id in item.tool_calls:
+            if call_id in calls:
+                raise ToolCallLinkError(f"snapshot tool call id {call_id!r} appears twice")
+            calls[call_id] = item.group
+    for item in items:
+        answered = item.tool_call_id
+        if answered is None:
+            continue
+        if answered not in calls:
+            raise ToolCallLinkError(f"snapshot tool_result answers tool call {answered!r}, which it does not hold")
+        if item.group != calls[answered]:
+            raise ToolCallLinkError(f"snapshot tool_result for {answered!r} is in another group than its call")
 
 
 def _restored_archive(settings: Settings, snap: ContextSnapshot, rows: list[Row]) -> list[wire.ArchiveEntry]:
@@ -148,16 +185,22 @@ def _restored_archive(settings: Settings, snap: ContextSnapshot, rows: list[Row]
         replaced = [_restored_item(settings, it) for it in entry.items]
         if any(r[0].id in ids for r in replaced):
             raise InvalidItemError(f"snapshot archive entry {entry.summary_id!r} holds an item the window holds")
+        _check_tool_links([r[2] for r in replaced])
         entries.append((entry.summary_id, int(entry.expires_at.timestamp() * 1000), replaced))
     return entries
 
 
-def restore(settings: Settings, state: WindowState, snap: object, request_id: object = None) -> Plan[None]:
+def restore(
+    settings: Settings, state: WindowState, snap: object, request_id: object = None, dry_run: object = False
+) -> Plan[None]:
     """Replace the window's items and config with the snapshot's, atomically, keeping ids,
-    order and a seq counter ahead of every restored seq; limits are not re-applied. The
-    snapshot's archive entries come back with their expiry; those whose expiry passed (by the
-    server's clock) are dropped, so ``undo_summary`` refuses them as if they had expired here."""
+    order and a seq counter ahead of every restored seq; limits are not re-applied. Every item
+    is checked as an add checks it (and its id against its seq, its tool links against the
+    others') before anything is sent; ``dry_run`` stops there. The snapshot's archive entries
+    come back with their expiry; those whose expiry passed (by the server's clock) are dropped,
+    so ``undo_summary`` refuses them as if they had expired here."""
     request = new_request("restore", request_id)
+    dry = validate.flag("dry_run", dry_run)
     if not isinstance(snap, ContextSnapshot):
         raise InvalidOptionsError(f"restore() takes a ContextSnapshot, not {type(snap).__name__}")
     if snap.format_version != SNAPSHOT_FORMAT:
@@ -165,6 +208,8 @@ def restore(settings: Settings, state: WindowState, snap: object, request_id: ob
     target = _snapshot_config(snap, state.config.item_limit)
     rows = _restored_items(settings, snap, state.config.item_limit)
     args = wire.restore_args(state.config, target, rows, _restored_archive(settings, snap, rows))
+    if dry:
+        return None
     raise_for_reply((yield ScriptCall("restore", state.keys, args, request)), InvalidOptionsError)
     state.config = target
     return None

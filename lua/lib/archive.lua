@@ -59,23 +59,36 @@ local function archive_index()
   return out
 end
 
--- The archived rows of `summary_id` ({{json, attrs}, ...}), or nil when absent or expired.
+-- The archived rows of `summary_id` ({{json, attrs[, id]}, ...}), or nil when absent or expired;
+-- corrupt() for an entry in a shape no script writes.
 local function archive_get(summary_id)
   local ms = archive_expiries()[summary_id]
   if not ms or ms <= now_ms() then return nil end
   local raw = redis.call('HGET', K_ARCHIVE, summary_id)
-  return raw and cjson.decode(raw).items or nil
+  if not raw then return nil end
+  local rows = stored_object(K_ARCHIVE, summary_id, raw).items
+  if type(rows) ~= 'table' then corrupt(K_ARCHIVE, summary_id, 'no items') end
+  for _, row in ipairs(rows) do
+    if type(row) ~= 'table' or type(row[1]) ~= 'string' or type(row[2]) ~= 'string' or not parse_attrs(row[2])
+        or (row[3] ~= nil and type(row[3]) ~= 'string') then
+      corrupt(K_ARCHIVE, summary_id, 'an item row in another shape')
+    end
+  end
+  return rows
 end
 
 -- An archived row's id (a 0.1 row's JSON holds it).
-local function archived_id(row)
-  return row[3] or cjson.decode(row[1]).id
+local function archived_id(row, summary_id)
+  if row[3] then return row[3] end
+  local id = stored_object(K_ARCHIVE, summary_id, row[1]).id
+  if type(id) ~= 'string' then corrupt(K_ARCHIVE, summary_id, 'an item without an id') end
+  return id
 end
 
 -- An archived row as the client decodes an item (raw_entry; unpinned: a summary never takes
 -- pinned items).
-local function archived_entry(row)
-  return raw_entry(archived_id(row), row[1], row[2], false)
+local function archived_entry(row, summary_id)
+  return raw_entry(archived_id(row, summary_id), row[1], row[2], false)
 end
 
 local function archive_drop(summary_id)

@@ -120,7 +120,7 @@ end
 
 -- A stored item's attributes as planning sees them (cleared tokens from state.cleared).
 local function stored_attrs(state, id)
-  local a = unpack_attrs(redis.call('HGET', K_ATTRS, id))
+  local a = unpack_attrs(redis.call('HGET', K_ATTRS, id), id)
   a.id, a.pinned = id, redis.call('SISMEMBER', K_PINNED, id) == 1
   if state.cleared and state.cleared[id] then a.tokens, a.flags = state.cleared[id], cleared_flags(a.flags) end
   return a
@@ -157,7 +157,7 @@ local function recent_units(state, keep_recent)
     if #ids == 0 then break end
     local attrs = redis.call('HMGET', K_ATTRS, unpack(ids))
     for j = #ids, 1, -1 do
-      if not state.removed[ids[j]] and count(ids[j], unpack_attrs(attrs[j])) then return kept end
+      if not state.removed[ids[j]] and count(ids[j], unpack_attrs(attrs[j], ids[j])) then return kept end
     end
     pos = pos - 128
   end
@@ -171,7 +171,7 @@ local function kept_units(state, keep_recent)
   for id in pairs(running_turn_ids()) do
     local packed = not state.removed[id] and redis.call('HGET', K_ATTRS, id)
     if packed then
-      local key = unit_key(id, unpack_attrs(packed))
+      local key = unit_key(id, unpack_attrs(packed, id))
       kept[key] = kept[key] or 'turn'
     end
   end
@@ -275,7 +275,8 @@ end
 -- stored layout (then it is left as it is).
 local function cleared_version(a, cfg, placeholder)
   local json = redis.call('HGET', K_ITEMS, a.id)
-  if next(cfg.excluded) and cfg.excluded[tool_of(cjson.decode(json)) or ''] then return nil end
+  if not json then corrupt(K_ITEMS, a.id, 'missing') end
+  if next(cfg.excluded) and cfg.excluded[tool_of(stored_object(K_ITEMS, a.id, json)) or ''] then return nil end
   return cleared_json(json, a)
 end
 
@@ -321,19 +322,29 @@ local function plan_compaction(strategy, tokens, target, state, cfg, placeholder
   return actions, freed
 end
 
--- Apply planned actions; returns items removed, items cleared, tokens freed.
-local function apply_compaction(actions, placeholder, reason)
-  local cleared, freed, ids = 0, 0, {}
+-- The removal (lib/items.lua) of the units planned `actions` remove: read and checked, no write.
+local function compaction_removal(actions, own)
+  local ids = {}
+  for _, act in ipairs(actions) do
+    if act[1] ~= 'clear' then
+      for _, id in ipairs(act[2].ids) do ids[#ids + 1] = id end
+    end
+  end
+  return removal(ids, own)
+end
+
+-- Apply planned actions (`prepared`: their compaction_removal, read before the calling script's
+-- first write; nil: read here, before this one's); returns items removed, items cleared, tokens freed.
+local function apply_compaction(actions, placeholder, reason, prepared)
+  local gone, cleared, freed = prepared or compaction_removal(actions), 0, 0
   for _, act in ipairs(actions) do
     if act[1] == 'clear' then
       freed = freed + clear_content(act[2].id, act[2].cleared_json, placeholder)
       cleared = cleared + 1
-    else
-      for _, id in ipairs(act[2].ids) do ids[#ids + 1] = id end
     end
   end
-  freed = freed + remove_many(ids, reason or 'compaction')
-  return #ids, cleared, freed
+  freed = freed + remove_many(gone.ids, reason or 'compaction', gone)
+  return #gone.ids, cleared, freed
 end
 
 -- Record a compaction that removed or cleared something: counters and the `compacted` event.

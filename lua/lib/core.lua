@@ -55,6 +55,45 @@ local function fail(code, ...)
   return {'!', code, ...}
 end
 
+-- A stored value in a shape no script writes (changed by hand or by a foreign program): stop
+-- the call. run_request answers {'!', 'CORRUPT', key, field, what}; every script reads and
+-- checks what it parses before its first write, so nothing is written.
+local function corrupt(key, field, what)
+  error({corrupt = {key, field or '', what or ''}}, 0)
+end
+
+-- Whether `s` is UTF-8 as Python's strict decoder takes it (no overlong forms, no surrogates):
+-- each valid sequence is replaced by one ASCII byte (so no two invalid remnants can meet), and
+-- none of the high bytes may be left.
+local UTF8_SEQUENCES = {
+  '[\194-\223][\128-\191]', '\224[\160-\191][\128-\191]', '[\225-\236][\128-\191][\128-\191]',
+  '\237[\128-\159][\128-\191]', '[\238-\239][\128-\191][\128-\191]', '\240[\144-\191][\128-\191][\128-\191]',
+  '[\241-\243][\128-\191][\128-\191][\128-\191]', '\244[\128-\143][\128-\191][\128-\191]',
+}
+local function is_utf8(s)
+  if not string.find(s, '[\128-\255]') then return true end
+  for _, seq in ipairs(UTF8_SEQUENCES) do s = string.gsub(s, seq, 'A') end
+  return not string.find(s, '[\128-\255]')
+end
+
+-- The CORRUPT reply an error `e` caught by pcall stands for (corrupt(), or a key of another type
+-- than the scripts write), or nil for any other error.
+local function corruption_of(e)
+  if type(e) == 'table' and e.corrupt then return fail('CORRUPT', unpack(e.corrupt)) end
+  local text = type(e) == 'table' and e.err or e
+  if type(text) == 'string' and string.find(text, 'WRONGTYPE', 1, true) then
+    return fail('CORRUPT', '', '', 'a key of the window holds another type than the scripts write')
+  end
+  return nil
+end
+
+-- A stored JSON object (key's field), decoded; corrupt() when it is not one.
+local function stored_object(key, field, json)
+  local ok, v = pcall(cjson.decode, json or '')
+  if not ok or type(v) ~= 'table' then corrupt(key, field, 'not a JSON object') end
+  return v
+end
+
 -- Integers of any size we use, printed exactly (tostring would use %.14g). '%d' formats a C long,
 -- three times faster than '%.0f'; a server whose long cannot hold 2^53 keeps '%.0f'. Checked on
 -- first use: a function library's load step has no string library.
@@ -71,6 +110,15 @@ end
 
 local function is_int(v, lo, hi)
   return v ~= nil and v == math.floor(v) and v >= lo and v <= hi
+end
+
+-- A stored counter or limit (key's field, raw: a string or false when missing): its integer
+-- value in lo..hi (0 when missing); corrupt() for anything else.
+local function stored_int(key, field, raw, lo, hi)
+  if not raw then return 0 end
+  local v = tonumber(raw)
+  if not is_int(v, lo, hi) then corrupt(key, field, 'not an integer from ' .. lo .. ' to ' .. hi) end
+  return v
 end
 
 -- The words of a space-separated string, as a list.

@@ -48,13 +48,27 @@ local function cleared_flags(flags)
   return flags .. 'c'
 end
 
-local function unpack_attrs(v)
-  local seq, tok, pr, ty = string.match(v, '^(%d+)|(%d+)|(%d+)|(.*)$')
-  if not seq then return {flags = '', group = ''} end  -- never written so (verify() reports it)
-  local flags, group = nil, nil
-  if string.find(ty, '|', 1, true) then ty, flags, group = string.match(ty, '^([%w_]+)|(%a*)|(.*)$') end
-  return {seq = tonumber(seq), tokens = tonumber(tok), priority = tonumber(pr), type = ty,
-    flags = flags or '', group = group or ''}
+-- An :attrs value as a table, or nil when it is in a shape no script writes (verify() reads
+-- such values without stopping; every other reader uses unpack_attrs).
+local function parse_attrs(v)
+  local seq, tok, pr, ty = string.match(v or '', '^(%d+)|(%d+)|(%d+)|(.*)$')
+  if not seq then return nil end
+  local flags, group = '', ''
+  if string.find(ty, '|', 1, true) then
+    ty, flags, group = string.match(ty, '^([%w_]+)|(%a*)|(%S*)$')
+    if not ty then return nil end
+  end
+  seq, tok, pr = tonumber(seq), tonumber(tok), tonumber(pr)
+  if not RANK[ty] or seq > MAX_SEQ or tok > MAX_TOKENS or pr > MAX_PRIORITY then return nil end
+  return {seq = seq, tokens = tok, priority = pr, type = ty, flags = flags, group = group}
+end
+
+-- Item `id`'s :attrs value `v` as a table; corrupt() when it is missing or in a shape no script
+-- writes (called before a script's first write: nothing is written).
+local function unpack_attrs(v, id)
+  local a = parse_attrs(v)
+  if not a then corrupt(K_ATTRS, id, v and 'not seq|tokens|priority|type[|flags|group]' or 'missing') end
+  return a
 end
 
 -- :items holds per item only what no other key does: STORED_HEAD, its time (microseconds,
@@ -125,7 +139,7 @@ end
 -- them stored in a shape no script writes (JSON without attrs; nil if none). `wholes`: the hashes
 -- read whole for a larger read that this one is a part of (whole_items), else worked out here.
 local function raw_items(ids, wholes)
-  local out, corrupt = {}, nil
+  local out, bad = {}, nil
   wholes = wholes or whole_items(#ids)
   for i = 1, #ids, 500 do
     local chunk = {unpack(ids, i, math.min(i + 499, #ids))}
@@ -133,11 +147,20 @@ local function raw_items(ids, wholes)
     local attrs = hash_values(K_ATTRS, chunk, wholes.attrs)
     local pins = redis.call('SMISMEMBER', K_PINNED, unpack(chunk))
     for j, id in ipairs(chunk) do
-      if jsons[j] and not attrs[j] then corrupt = corrupt or id end
+      if jsons[j] and not attrs[j] then bad = bad or id end
       out[#out + 1] = (jsons[j] and attrs[j]) and {id, jsons[j], attrs[j], pins[j]} or false
     end
   end
-  return out, corrupt
+  return out, bad
+end
+
+-- An item body (`json`, stored under :items field `id`) a call hands back after writing (pop, a
+-- retried caller id), checked as the client will decode it: a JSON object of UTF-8 text whose
+-- content is a string; corrupt() otherwise, before the call writes anything.
+local function check_body(id, json)
+  local doc = stored_object(K_ITEMS, id, json)
+  if type(doc.content) ~= 'string' or not is_utf8(json) then corrupt(K_ITEMS, id, 'not an item body') end
+  return doc
 end
 
 -- The entry of one item (nil when the window does not hold it).
@@ -230,7 +253,9 @@ local function fifo_position(id, s, lo, hi, gone)
   while hi - lo > 64 do
     local mid = math.floor((lo + hi) / 2)
     local at = redis.call('LINDEX', K_FIFO, mid)
-    local m = gone[at] or unpack_attrs(redis.call('HGET', K_ATTRS, at)).seq
+    local a = not gone[at] and parse_attrs(redis.call('HGET', K_ATTRS, at))
+    local m = gone[at] or (a and a.seq)
+    if not m then return nil end  -- a corrupt neighbour (verify() reports it): the caller looks everywhere
     if m == s then return mid end
     if m < s then lo = mid + 1 else hi = mid - 1 end
   end
@@ -267,10 +292,9 @@ local function drop_from_fifo(ids, gone)
   if blanks > 0 then redis.call('LREM', K_FIFO, blanks, '') end
 end
 
--- Drop removed ids from their groups' member lists, and the tool calls of removed calls.
--- grouped: group -> true for every group that lost a member; calls_of: ids of removed
--- assistant messages in a group (their JSON names their tool calls).
-local function drop_from_groups(grouped, gone, calls_of)
+-- Drop removed ids from their groups' member lists (grouped: group -> true for every group
+-- that lost a member), and the tool call ids of the removed calls.
+local function drop_from_groups(grouped, gone, calls)
   for group in pairs(grouped) do
     local keep = {}
     for _, id in ipairs(group_members(group)) do
@@ -278,40 +302,68 @@ local function drop_from_groups(grouped, gone, calls_of)
     end
     hset_words(K_GROUPS, group, keep)
   end
-  for _, json in ipairs(calls_of) do
-    local meta = cjson.decode(json).metadata
-    if type(meta) == 'table' and type(meta.tool_calls) == 'table' then
-      for _, call in ipairs(meta.tool_calls) do redis.call('HDEL', K_CALLS, call.id) end
+  for i = 1, #calls, 500 do redis.call('HDEL', K_CALLS, unpack(calls, i, math.min(i + 499, #calls))) end
+end
+
+-- The tool call ids an assistant message's stored JSON names (metadata.tool_calls[].id);
+-- corrupt() when its JSON or its calls are in a shape no script writes.
+local function tool_call_ids(id)
+  local doc = stored_object(K_ITEMS, id, redis.call('HGET', K_ITEMS, id))
+  local meta, out = doc.metadata, {}
+  local calls = type(meta) == 'table' and meta.tool_calls or nil
+  if calls == nil then return out end
+  if type(calls) ~= 'table' then corrupt(K_ITEMS, id, 'tool_calls is not a list') end
+  for _, call in ipairs(calls) do
+    if type(call) ~= 'table' or type(call.id) ~= 'string' then corrupt(K_ITEMS, id, 'a tool call without an id') end
+    out[#out + 1] = call.id
+  end
+  return out
+end
+
+-- What removing items `ids` needs, read and checked before any write (corrupt() stops the
+-- call while nothing is written): each one's attrs, and the tool call ids of the assistant
+-- messages among them that are in a group. `own`: the items this call adds (id -> their plan
+-- entry, with `calls`), which a later item of the same call may evict: they are not stored yet.
+-- remove_many takes it.
+local function removal(ids, own)
+  local attrs, calls = {}, {}
+  own = own or {}
+  for i = 1, #ids, 500 do
+    local chunk = {unpack(ids, i, math.min(i + 499, #ids))}
+    local packed = redis.call('HMGET', K_ATTRS, unpack(chunk))
+    for j, id in ipairs(chunk) do
+      local a = own[id] or unpack_attrs(packed[j], id)
+      attrs[#attrs + 1] = a
+      if own[id] then
+        for _, call in ipairs(a.calls or {}) do calls[#calls + 1] = call.id end
+      elseif a.group ~= '' and a.type == 'assistant_message' then
+        for _, call in ipairs(tool_call_ids(id)) do calls[#calls + 1] = call end
+      end
     end
   end
+  return {ids = ids, attrs = attrs, calls = calls}
 end
 
 -- Remove stored items (all must exist), keep the counters true, one item_removed event each.
--- Batched (500 ids per command) so that removing a whole 100000-item window stays fast; the
--- deletions come before the events, so a removal also runs when Redis is at maxmemory.
--- Returns the tokens freed.
-local function remove_many(ids, reason)
+-- `prepared`: their removal(), read before the calling script's first write (nil: read here,
+-- which is only right in a script that has written nothing yet). Batched (500 ids per command)
+-- so that removing a whole 100000-item window stays fast; the deletions come before the events,
+-- so a removal also runs when Redis is at maxmemory. Returns the tokens freed.
+local function remove_many(ids, reason, prepared)
   if #ids == 0 then return 0 end
-  local tokens, freed, gone, by_type, types = meta_get(F.TOKENS), 0, {}, {}, {}
-  local grouped, calls_of = {}, {}
+  local r = prepared or removal(ids)
+  local tokens, freed, gone, by_type, types, grouped = meta_get(F.TOKENS), 0, {}, {}, {}, {}
   for i = 1, #ids, 500 do
-    local chunk = {unpack(ids, i, math.min(i + 499, #ids))}
-    local attrs = redis.call('HMGET', K_ATTRS, unpack(chunk))
-    for j, id in ipairs(chunk) do
-      local a = unpack_attrs(attrs[j])
-      if a.group ~= '' then
-        grouped[a.group] = true
-        if a.type == 'assistant_message' then calls_of[#calls_of + 1] = redis.call('HGET', K_ITEMS, id) end
-      end
-      attrs[j] = a
-    end
+    local last = math.min(i + 499, #ids)
+    local chunk = {unpack(ids, i, last)}
     redis.call('HDEL', K_ITEMS, unpack(chunk))
     redis.call('HDEL', K_ATTRS, unpack(chunk))
     redis.call('HDEL', K_VECTORS, unpack(chunk))
     redis.call('ZREM', K_ORDER, unpack(chunk))
     redis.call('SREM', K_PINNED, unpack(chunk))
     for j, id in ipairs(chunk) do
-      local a = attrs[j]
+      local a = r.attrs[i + j - 1]
+      if a.group ~= '' then grouped[a.group] = true end
       tokens, freed, gone[id] = tokens - a.tokens, freed + a.tokens, a.seq
       local c = by_type[a.type]
       if not c then
@@ -330,7 +382,7 @@ local function remove_many(ids, reason)
   bump(F.TOKENS, -freed)
   bump(F.ITEMS, -#ids)
   drop_from_fifo(ids, gone)
-  drop_from_groups(grouped, gone, calls_of)
+  drop_from_groups(grouped, gone, r.calls)
   return freed
 end
 
@@ -374,7 +426,7 @@ end
 -- Store a cleared tool result (`json` from cleared_json, `tokens` its new count); keeps the
 -- item, its group and its place. Returns the tokens freed.
 local function clear_content(id, json, tokens)
-  local a = unpack_attrs(redis.call('HGET', K_ATTRS, id))
+  local a = unpack_attrs(redis.call('HGET', K_ATTRS, id), id)
   local freed = a.tokens - tokens
   redis.call('HSET', K_ITEMS, id, json)
   redis.call('HDEL', K_VECTORS, id)
@@ -408,7 +460,7 @@ REPLAY_STANDS.add = function(record, rid)
       local id = parse_item(r[4]).id
       if id == '' then id = 'ctx-' .. r[2] end
       local packed = redis.call('HGET', K_ATTRS, id)
-      if packed and unpack_attrs(packed).seq == tonumber(r[2]) then return true end
+      if packed and unpack_attrs(packed, id).seq == tonumber(r[2]) then return true end
     end
   end
   return not added

@@ -14,8 +14,9 @@ local function mark_dirty(f)
   end
 end
 
+-- A counter of :meta (0 when missing; corrupt() when it is not an integer).
 local function meta_get(f)
-  if META_KNOWN[f] == nil then META_KNOWN[f] = tonumber(redis.call('HGET', K_META, f)) or 0 end
+  if META_KNOWN[f] == nil then META_KNOWN[f] = stored_int(K_META, f, redis.call('HGET', K_META, f), 0, 2 ^ 53) end
   return META_KNOWN[f] + (META_DELTA[f] or 0)
 end
 
@@ -38,9 +39,12 @@ local function flush_meta()
       unknown[#unknown + 1] = f
     end
   end
-  if unknown then
-    local v = redis.call('HMGET', K_META, unpack(unknown))
-    for i, f in ipairs(unknown) do META_KNOWN[f] = tonumber(v[i]) or 0 end
+  if unknown then  -- counters no check read (per type, compactions): after the writes, so one that is
+    local v = redis.call('HMGET', K_META, unpack(unknown))  -- not an integer is written anew (verify() tells)
+    for i, f in ipairs(unknown) do
+      local n = tonumber(v[i])
+      META_KNOWN[f] = is_int(n, -2 ^ 53, 2 ^ 53) and n or 0
+    end
   end
   local args = {}
   for _, f in ipairs(META_DIRTY) do
@@ -52,15 +56,30 @@ local function flush_meta()
   META_DELTA, META_DIRTY = {}, {}
 end
 
--- The one check of a config's values (limits generated from contextstore/core/layout.py).
+local function percent(v)
+  return v ~= nil and v == v and v > 0 and v <= 100
+end
+
+-- The one check of a config's values (limits generated from contextstore/core/layout.py): the
+-- first field that is not valid, or nil.
+local function bad_config(c)
+  if not is_int(c.max_tokens, 0, MAX_TOKENS) then return F.MAX_TOKENS end
+  if not is_int(c.item_limit, 1, MAX_ITEM_LIMIT) then return F.ITEM_LIMIT end
+  if not is_int(c.max_items, 1, c.item_limit) then return F.MAX_ITEMS end
+  if not percent(c.threshold) then return F.THRESHOLD end
+  if STRATEGIES[c.strategy] == nil then return F.STRATEGY end
+  if not is_int(c.ttl, 0, MAX_TTL_SECONDS) then return F.TTL end
+  if not is_int(c.keep_recent, 0, MAX_ITEM_LIMIT) then return F.KEEP_RECENT end
+  if not is_int(c.clear_at_least, 0, MAX_TOKENS) then return F.CLEAR_AT_LEAST end
+  if type(c.clear_exclude) ~= 'string' then return F.CLEAR_EXCLUDE end
+  if not percent(c.warn_percent) then return F.WARN_PERCENT end
+  if not is_int(c.events_maxlen, 1, MAX_EVENTS) then return F.EVENTS_MAXLEN end
+  if not is_int(c.archive_ttl, 1, MAX_TTL_SECONDS) then return F.ARCHIVE_TTL end
+  return nil
+end
+
 local function valid_config(c)
-  return is_int(c.max_tokens, 0, MAX_TOKENS) and is_int(c.item_limit, 1, MAX_ITEM_LIMIT)
-    and is_int(c.max_items, 1, c.item_limit) and c.threshold ~= nil and c.threshold > 0
-    and c.threshold <= 100 and STRATEGIES[c.strategy] ~= nil and is_int(c.ttl, 0, MAX_TTL_SECONDS)
-    and is_int(c.keep_recent, 0, MAX_ITEM_LIMIT) and is_int(c.clear_at_least, 0, MAX_TOKENS)
-    and type(c.clear_exclude) == 'string' and c.warn_percent ~= nil and c.warn_percent > 0
-    and c.warn_percent <= 100 and is_int(c.events_maxlen, 1, MAX_EVENTS)
-    and is_int(c.archive_ttl, 1, MAX_TTL_SECONDS)
+  return bad_config(c) == nil
 end
 
 -- A config from its values in layout.Meta.CONFIG order (v[at + 1..at + N_CONFIG]); a field a
@@ -109,11 +128,17 @@ local function read_config()
     unpack(CONFIG_FIELDS))
   if m[8] then
     local c = config_of(m, 6)
-    c.tokens, c.items, c.seq, c.new = tonumber(m[1]) or 0, tonumber(m[2]) or 0, tonumber(m[3]) or 0, false
+    local bad = bad_config(c)
+    if bad then corrupt(K_META, bad, 'not a valid config value') end
+    c.tokens = stored_int(K_META, F.TOKENS, m[1], 0, 2 ^ 53)
+    c.items = stored_int(K_META, F.ITEMS, m[2], 0, 2 ^ 53)
+    c.seq, c.new = stored_int(K_META, F.SEQ, m[3], 0, MAX_SEQ), false
     META_KNOWN[F.TOKENS], META_KNOWN[F.ITEMS], META_KNOWN[F.SEQ] = c.tokens, c.items, c.seq
-    META_KNOWN[F.EPOCH] = tonumber(m[4]) or 0  -- 0: a window written before epochs (set on its next write)
-    META_KNOWN[F.WARNED] = tonumber(m[5]) or 0
-    META_KNOWN[F.REMOVED_BY_CALLER] = tonumber(m[6]) or 0  -- an add's reply record keeps it
+    -- epoch 0: a window written before epochs (set on its next write)
+    META_KNOWN[F.EPOCH] = stored_int(K_META, F.EPOCH, m[4], 0, 2 ^ 53)
+    META_KNOWN[F.WARNED] = stored_int(K_META, F.WARNED, m[5], 0, 1)
+    -- an add's reply record keeps it
+    META_KNOWN[F.REMOVED_BY_CALLER] = stored_int(K_META, F.REMOVED_BY_CALLER, m[6], 0, 2 ^ 53)
     CFG = c
     return c
   end

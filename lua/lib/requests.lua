@@ -62,11 +62,12 @@ local function replay(rid, fp)
   local prior = redis.call('HGET', K_REPLIES, rid)
   if not prior then return false end
   local nl = string.find(prior, '\n', 1, true)
-  local pfp, format = string.match(string.sub(prior, 1, nl - 1), '^(%x*)|?(%d*)$')
+  local pfp, format = string.match(string.sub(prior, 1, (nl or 1) - 1), '^(%x*)|?(%d*)$')
+  if not pfp then corrupt(K_REPLIES, rid, 'not a request record') end
   format = tonumber(format) or 1
   if format ~= RECORD_FORMAT then return true, fail('RECORDED', rid, fmt(format), fmt(RECORD_FORMAT)) end
   if pfp ~= '' and fp ~= '' and pfp ~= fp then return true, fail('REUSED', rid) end
-  local rec = cjson.decode(string.sub(prior, nl + 1))
+  local rec = stored_object(K_REPLIES, rid, string.sub(prior, nl + 1))
   for kind, stands in pairs(REPLAY_STANDS) do
     if rec[kind] and not stands(rec, rid) then
       forget_request(rid)
@@ -79,15 +80,28 @@ local function replay(rid, fp)
   return true, rec.r
 end
 
--- A mutation's reply with the window's counters after it and what this call compacted.
+-- A mutation's reply with the window's counters after it and what this call compacted (a
+-- counter that is not an integer, in a corrupt window, answers 0).
 local function with_counters(reply)
   local m
   if COUNTERS_KNOWN then  -- add.lua: every counter change went through meta.lua, flush_meta wrote it
     m = {fmt(META_KNOWN[F.TOKENS]), fmt(META_KNOWN[F.ITEMS]), fmt(CFG.max_tokens)}
   else
     m = redis.call('HMGET', K_META, F.TOKENS, F.ITEMS, F.MAX_TOKENS)
+    for i = 1, 3 do m[i] = string.match(m[i] or '', '^%d+$') or '0' end
   end
-  return {reply, m[1] or '0', m[2] or '0', m[3] or '0', fmt(RUN.compactions), fmt(RUN.freed)}
+  return {reply, m[1], m[2], m[3], fmt(RUN.compactions), fmt(RUN.freed)}
+end
+
+-- `fn`'s reply and record, or nil and the CORRUPT reply when it stopped on a stored value in a
+-- shape no script writes (corrupt() in lib/core.lua) or on a key of another type than the
+-- scripts write; any other error stops the script as it is.
+local function guarded(fn)
+  local ok, reply, record = pcall(fn)
+  if ok then return reply, record end
+  local stopped = corruption_of(reply)
+  if not stopped then error(reply, 0) end
+  return nil, stopped
 end
 
 -- Bind a call's keys and arguments and start its state afresh (lib/core.lua, lib/meta.lua).
@@ -109,15 +123,17 @@ end
 local function run_request(main, keys, args)
   begin_call(keys, args)
   if REQUEST == '' then
-    local reply = main()
+    local reply, stopped = guarded(main)
+    if reply == nil then return stopped end
     flush_meta()
     return reply
   end
   local rid, fp = string.match(REQUEST, '^(.+)|(%x*)$')
   if not rid then return with_counters(fail('BADARG', 'request')) end
-  local seen, prior = replay(rid, fp)
-  if seen then return with_counters(prior) end
-  local reply, record = main()
+  local seen, prior = guarded(function() return replay(rid, fp) end)
+  if seen == nil or seen then return with_counters(prior) end  -- replayed, or a corrupt record
+  local reply, record = guarded(main)
+  if reply == nil then return with_counters(record) end  -- corrupt: the checks wrote nothing
   if WROTE then
     check_usage()
     if CFG and not CFG.new and meta_get(F.EPOCH) == 0 then new_epoch() end  -- written before epochs
@@ -133,5 +149,6 @@ end
 local function run_plain(main, keys, args)
   begin_call(keys, args)
   if REQUEST ~= '' then return fail('BADARG', 'request') end
-  return main()
+  local reply, stopped = guarded(main)
+  return reply == nil and stopped or reply
 end

@@ -10,9 +10,11 @@ local TURN_FIELDS = {'token', 'until', 'lease', 'owner', 'started', 'policy', 'i
 -- The turn holding the window's lease, or nil (none, or its lease ran out).
 local function running_turn()
   local f = redis.call('HMGET', K_TURN, unpack(TURN_FIELDS))
-  if not f[1] or not f[2] or tonumber(f[2]) <= now_ms() then return nil end
-  return {token = f[1], until_ms = tonumber(f[2]), lease = tonumber(f[3]), owner = f[4], started = tonumber(f[5]),
-    policy = f[6], ids = f[7] or ''}
+  if not f[1] or not f[2] then return nil end
+  local until_ms = stored_int(K_TURN, 'until', f[2], 0, 2 ^ 53)
+  if until_ms <= now_ms() then return nil end
+  return {token = f[1], until_ms = until_ms, lease = stored_int(K_TURN, 'lease', f[3], 0, 86400000), owner = f[4] or '',
+    started = stored_int(K_TURN, 'started', f[5], 0, 2 ^ 53), policy = f[6], ids = f[7] or ''}
 end
 
 -- The ids a running turn wrote that are still in the window, as a set (compaction keeps them).
@@ -25,7 +27,15 @@ end
 -- The inputs enqueued so far: a list of item groups of ITEM_ARGS (8 when an older client enqueued them).
 local function pending_inputs()
   local json = redis.call('HGET', K_TURN, 'pending')
-  return json and cjson.decode(json) or {}
+  if not json then return {} end
+  local pending = stored_object(K_TURN, 'pending', json)
+  for _, group in ipairs(pending) do
+    if type(group) ~= 'table' then corrupt(K_TURN, 'pending', 'an input that is not a list') end
+    for _, v in ipairs(group) do
+      if type(v) ~= 'string' then corrupt(K_TURN, 'pending', 'an input field that is not a string') end
+    end
+  end
+  return pending
 end
 
 -- The conditions of a write ('v=<version>', 't=<token>' (a write of that running turn),
