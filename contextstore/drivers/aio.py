@@ -327,9 +327,7 @@ class AsyncContextWindow:
         """The window's config and items at one moment."""
         return await self._store._run(snapshot_plans.snapshot(self._state))
 
-    async def restore(
-        self, snapshot: ContextSnapshot, *, request_id: str | None = None, dry_run: bool = False
-    ) -> None:
+    async def restore(self, snapshot: ContextSnapshot, *, request_id: str | None = None, dry_run: bool = False) -> None:
         """Replace the window's items and config with the snapshot's, atomically, after checking
         it as an add checks items (``dry_run=True``: only check it; no I/O)."""
         await self._store._run(snapshot_plans.restore(self._settings, self._state, snapshot, request_id, dry_run))
