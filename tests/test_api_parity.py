@@ -116,7 +116,7 @@ def test_every_public_function_and_class_has_a_docstring():
     assert missing == []
 
 
-MAX_MODULE_LINES, MAX_FUNCTION_LINES = 360, 50
+MAX_MODULE_LINES, MAX_FUNCTION_LINES = 400, 50
 
 
 def test_modules_and_functions_stay_short():

@@ -1,4 +1,5 @@
-"""``server start|stop|status`` (the embedded redis-server) and ``demo`` (the main job: worker
+"""``server start|stop|status`` (the embedded redis-server), ``admin load|acl|check-user`` (an
+operator's steps for tenants whose users may not load code) and ``demo`` (the main job: worker
 processes sharing one window)."""
 
 from __future__ import annotations
@@ -26,6 +27,54 @@ def server(env: Env, action: str) -> None:
         click.echo("stopped")
     else:
         click.echo(f"{'running' if embedded.running else 'stopped'}: {embedded.url} (data in {embedded.path})")
+
+
+@cli.group("admin")
+def admin() -> None:
+    """An operator's steps for a server shared by tenants.
+
+    Tenants' ACL users may not load code (docs: reliability, "Tenants"): an operator's user loads
+    contextstore's scripts, gives each tenant's user its rules and checks them."""
+
+
+@admin.command("load")
+@pass_env
+def admin_load(env: Env) -> None:
+    """Load contextstore's scripts on the server (every node of a cluster).
+
+    Run it as a user who may load code, after every deploy of a new contextstore version, and on
+    Redis 6.2 after every restart (its script cache is not kept)."""
+    for line in env.store().load_scripts():
+        click.echo(f"loaded {line}")
+
+
+@admin.command("acl")
+@click.argument("tenant")
+@click.option("--user", help="the ACL user's name (default: the tenant)")
+@pass_env
+def admin_acl(env: Env, tenant: str, user: str | None) -> None:
+    """Print the ACL SETUSER command for TENANT's user on this server.
+
+    The user reaches only windows whose id starts with TENANT: (under --prefix) and may run
+    contextstore's loaded scripts, never code of its own; replace PASSWORD."""
+    rules = env.store().tenant_acl(tenant)
+    click.echo(" ".join(["ACL", "SETUSER", user or tenant, "on", ">PASSWORD", *rules]))
+
+
+@admin.command("check-user")
+@click.argument("user")
+@pass_env
+def admin_check_user(env: Env, user: str) -> int:
+    """Check that ACL user USER may run every command contextstore runs.
+
+    Exit status 1 naming the commands it lacks (a script would be stopped part-way on Redis
+    6.2, which cannot check a user itself; 7+ refuses the write before it starts)."""
+    lacking = env.store().check_user(user)
+    if lacking:
+        click.echo(f"user {user!r} lacks {', '.join(lacking)}: grant them (contextstore admin acl prints the rules)")
+        return 1
+    click.echo(f"user {user!r} may run every command contextstore runs")
+    return 0
 
 
 @cli.command("demo")

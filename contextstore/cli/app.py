@@ -94,7 +94,7 @@ def emit_json(value: object) -> None:
 #: the order ``--help`` lists the verbs in: reading, editing, moving, running
 VERB_ORDER = (
     "ls show get stats build events watch verify snapshot add rm pin unpin priority compact clear delete restore "
-    "export import server compactor demo"
+    "export import server admin compactor demo"
 ).split()
 
 

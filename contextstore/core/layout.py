@@ -51,6 +51,28 @@ RECORD_FORMAT = 2
 #: the weights of the build-order score (``order_score``)
 RANK_WEIGHT = 10**13
 PRIORITY_WEIGHT = 10**10
+#: every command the scripts run, each as a call of it with arguments of its arity ("K": a key of
+#: the window): what an ACL user must be granted besides FCALL / EVALSHA, and what acl.lua asks
+#: ``redis.acl_check_cmd`` about (given without its arguments, Redis 7.0 crashes on some of them
+#: for a user with key patterns). tests/test_tenants.py keeps it equal to what lua/ calls.
+SCRIPT_CALLS = (
+    "del K", "exists K", "expire K 1", "get K", "hdel K f", "hexists K f", "hget K f", "hgetall K", "hincrby K f 1",
+    "hkeys K", "hlen K", "hmget K f", "hset K f v", "lindex K 0", "linsert K BEFORE p v", "llen K", "lpop K",
+    "lpos K v", "lrange K 0 1", "lrem K 1 v", "lset K 0 v", "ltrim K 0 1", "object encoding K", "persist K",
+    "pexpire K 1", "pttl K", "rpush K v", "sadd K v", "scard K", "set K v", "sismember K v", "smembers K",
+    "smismember K v", "srem K v", "time", "type K", "xadd K * f v", "zadd K 1 m", "zcard K", "zrange K 0 1",
+    "zrangebyscore K 0 1", "zrem K m", "zrevrangebyscore K 1 0", "zscore K m",
+)  # fmt: skip
+
+
+def command_name(call: str) -> str:
+    """The command a ``SCRIPT_CALLS`` entry calls, as ACL rules name it ("object|encoding")."""
+    words = call.split()
+    return f"{words[0]}|{words[1]}" if words[0] == "object" else words[0]
+
+
+#: the commands of SCRIPT_CALLS
+SCRIPT_COMMANDS = tuple(command_name(c) for c in SCRIPT_CALLS)
 #: the largest seq an item may have: the build-order score keeps it below PRIORITY_WEIGHT
 MAX_SEQ = PRIORITY_WEIGHT - 1
 

@@ -41,7 +41,7 @@ from ..types import (
     WindowConfig,
     WindowOptions,
 )
-from . import compacting, listing, streaming
+from . import admin, compacting, listing, streaming
 from .direct import aplain_read
 from .durability import arun_replicated
 from .loops import LoopClients, loop_error
@@ -103,6 +103,9 @@ class AsyncContextStore(StoreBase):
         if isinstance(request, PlainRead):
             return await aplain_read(current.client, request.commands, request.then, current.scripts)
         keys, argv, durable, scripts = list(request.keys), request.argv(), self._durable(request), current.scripts
+        if (probe := self._permissions.due(request)) is not None:  # before a write, when due
+            checked = await (current.direct or scripts).arun(probe.name, keys, probe.argv())
+            self._permissions.settle(checked, self._where)
         if durable is not None:
             return await arun_replicated(current.client, scripts, request, durable)
         return await (current.direct or scripts).arun(request.name, keys, argv)
@@ -126,6 +129,23 @@ class AsyncContextStore(StoreBase):
     async def windows(self) -> list[str]:
         """Sorted ids of every window under this store's prefix (every primary of a cluster)."""
         return await listing.awindows(self._driver)
+
+    async def load_scripts(self) -> list[str]:
+        """Load contextstore's scripts on the server, every node of a cluster (an operator's step
+        where ACL users may not load code: docs/reliability.md, "Tenants"); returns what was
+        loaded. Stores load what they lack by themselves where their user may."""
+        return await admin.aload_scripts(self._driver)
+
+    async def tenant_acl(self, tenant: str) -> list[str]:
+        """The ACL rules that confine a user to ``tenant``'s windows (ids ``<tenant>:...``) on
+        this server and deny it every way to change the code other tenants run: for
+        ``ACL SETUSER <user> on ><password> <rules>``."""
+        return await admin.atenant_acl(self._driver, tenant)
+
+    async def check_user(self, user: str) -> list[str]:
+        """The commands contextstore runs that the server's ACL user ``user`` may not run (an
+        operator's check: it reads ``ACL GETUSER``); empty when it may run them all."""
+        return await admin.acheck_user(self._driver, user)
 
     def consume(
         self, window_ids: str | Sequence[str], group: str, consumer: str, *, block_ms: int | None = None,

@@ -65,15 +65,8 @@ class DirectCall:
         return cls(client, scripts) if owned and type(client) is redis.Redis else None
 
     def run(self, name: str, keys: list[str], argv: list[Any]) -> Any:
-        """Run script ``name`` of the ``ScriptRegistry``; load it once if the server lacks it."""
-        scripts = self._scripts
-        try:
-            return self._call(scripts.words(name, keys, argv))
-        except redis.exceptions.ResponseError as exc:
-            if not scripts.missing(exc):
-                raise
-        scripts.load(self._client, name)
-        return self._call(scripts.words(name, keys, argv))
+        """Run script ``name`` of the ``ScriptRegistry``; load it if the server lacks it."""
+        return self._scripts.calling(self._call, self._client, name, keys, argv)
 
 
 class AsyncDirectCall:
@@ -100,15 +93,8 @@ class AsyncDirectCall:
                 await released
 
     async def arun(self, name: str, keys: list[str], argv: list[Any]) -> Any:
-        """Run script ``name`` of the ``ScriptRegistry``; load it once if the server lacks it."""
-        scripts = self._scripts
-        try:
-            return await self._call(scripts.words(name, keys, argv))
-        except redis.exceptions.ResponseError as exc:
-            if not scripts.missing(exc):
-                raise
-        await scripts.aload(self._client, name)
-        return await self._call(scripts.words(name, keys, argv))
+        """Run script ``name`` of the ``ScriptRegistry``; load it if the server lacks it."""
+        return await self._scripts.acalling(self._call, self._client, name, keys, argv)
 
 
 def _queued(pipe: Any, commands: Sequence[Sequence[Any]], then: Any, scripts: Any) -> Any:

@@ -62,13 +62,7 @@ def run_replicated(client: Any, scripts: Any, call: Any, d: Durability) -> Any:
     name, keys, argv = call.name, list(call.keys), call.argv()
     target = _sync_target(client, keys[0])
     try:
-        try:
-            reply, acked = _sync_pair(target, scripts.words(name, keys, argv), d)
-        except rx.ResponseError as exc:
-            if not scripts.missing(exc):
-                raise
-            scripts.load(target, name)
-            reply, acked = _sync_pair(target, scripts.words(name, keys, argv), d)
+        reply, acked = scripts.calling(lambda words: _sync_pair(target, words, d), target, name, keys, argv)
     except (rx.AskError, rx.ConnectionError, rx.TimeoutError):
         if is_cluster(client):
             client.nodes_manager.initialize()  # the slot moved or its node failed: look again
@@ -120,14 +114,10 @@ async def arun_replicated(client: Any, scripts: Any, call: Any, d: Durability) -
     name, keys, argv = call.name, list(call.keys), call.argv()
     if is_cluster(client):
         await client.initialize()
+    loader = _NodeLoader(client.get_node_from_key(keys[0])) if is_cluster(client) else client
     try:
-        try:
-            reply, acked = await _async_pair(client, scripts.words(name, keys, argv), keys, d)
-        except rx.ResponseError as exc:
-            if not scripts.missing(exc):
-                raise
-            await scripts.aload(_NodeLoader(client.get_node_from_key(keys[0])) if is_cluster(client) else client, name)
-            reply, acked = await _async_pair(client, scripts.words(name, keys, argv), keys, d)
+        send = lambda words: _async_pair(client, words, keys, d)  # noqa: E731
+        reply, acked = await scripts.acalling(send, loader, name, keys, argv)
     except (rx.AskError, rx.ConnectionError, rx.TimeoutError):
         if is_cluster(client):
             await client.nodes_manager.initialize()

@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Awaitable, Callable
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import redis.exceptions as rx
 
@@ -32,14 +33,16 @@ from ..core.keys import is_cluster
 from ..core.layout import lua_constants
 from ..errors import ContextStoreError
 
+T = TypeVar("T")
+
 SCRIPT_NAMES = (
     "add", "remove", "pin", "priority", "clear", "compact", "commit", "restore",
-    "configure", "ensure", "delete", "event", "read", "undo", "lease", "vectors", "pop", "turn",
+    "configure", "ensure", "delete", "event", "read", "undo", "lease", "vectors", "pop", "turn", "acl",
 )  # fmt: skip
 
 #: scripts that take no request (reads, and the ``built`` event): they record no reply, so they
 #: run under ``run_plain``, which reaches none of the request protocol's helpers (lib/requests.lua)
-REQUESTLESS = frozenset({"read", "event"})
+REQUESTLESS = frozenset({"read", "event", "acl"})
 
 #: every helper file, each after the ones it needs; ``requests`` (run_request) is in every script
 LIB_NAMES = ("core", "events", "meta", "items", "turns", "compaction", "archive", "requests")
@@ -77,7 +80,7 @@ def _closure(direct: set[str], libs: dict[str, str]) -> list[str]:
 
 
 #: read-only scripts: ``FCALL_RO`` (a replica may serve them); the library registers them so
-READ_ONLY = frozenset({"read"})
+READ_ONLY = frozenset({"read", "acl"})
 #: scripts that free memory, registered to run when the server is at maxmemory (a function is
 #: refused there unless it says so; EVAL scripts run, and only their growing writes are refused)
 FREES_MEMORY = frozenset({"remove", "pop", "clear", "delete", "compact"})
@@ -212,6 +215,20 @@ def library() -> tuple[str, dict[str, str]]:
     return f"#!lua name=contextstore_{digest}\n{body}\n" + "\n".join(registrations) + "\n", names
 
 
+def not_loaded(exc: BaseException) -> rx.NoPermissionError:
+    """The refusal of a user who may not load scripts, on a server that lacks this version's
+    (the store maps it to ``PermissionDeniedError``): what an operator does about it."""
+    return rx.NoPermissionError(
+        f"{exc} (the server lacks contextstore's scripts of this version, {library_name()}, and this user may not "
+        "load them: an operator runs `contextstore admin load`)"
+    )
+
+
+def library_name() -> str:
+    """The function library's name: ``contextstore_<digest of its source>``."""
+    return library()[0].split(maxsplit=2)[1].removeprefix("name=")
+
+
 class ScriptRegistry:
     """How one client runs the scripts: one function library where the server has functions
     (Redis 7+, Valkey: ``FCALL`` / ``FCALL_RO``, loaded once with ``FUNCTION LOAD``), else one
@@ -277,15 +294,21 @@ class ScriptRegistry:
 
     def load(self, target: Any, name: str) -> None:
         """Load what running ``name`` needs on ``target`` (the client, or the node that serves
-        the call): the library (and learn that the server has functions), else the script."""
+        the call): the library (and learn that the server has functions), else the script. Having
+        learnt that scripts run by ``EVALSHA``, it loads nothing: the script may be there (an
+        operator's ``load_scripts``), and a call that finds it missing loads it."""
         if self.mode != "eval":
             try:
                 target.function_load(library()[0], replace=True)
                 self.mode = "functions"
             except rx.ResponseError as exc:
                 self._settle(exc)
+            return
         if self.mode == "eval":
-            target.script_load(sources()[name])
+            try:
+                target.script_load(sources()[name])
+            except rx.NoPermissionError as exc:
+                raise not_loaded(exc) from exc
 
     async def aload(self, target: Any, name: str) -> None:
         """``load`` for an asyncio client (or node)."""
@@ -295,26 +318,43 @@ class ScriptRegistry:
                 self.mode = "functions"
             except rx.ResponseError as exc:
                 self._settle(exc)
+            return
         if self.mode == "eval":
-            await target.script_load(sources()[name])
+            try:
+                await target.script_load(sources()[name])
+            except rx.NoPermissionError as exc:
+                raise not_loaded(exc) from exc
+
+    def calling(self, send: Callable[[list[Any]], T], target: Any, name: str, keys: list[str], argv: list[Any]) -> T:
+        """``send(words)`` of script ``name``, loading on ``target`` what the server lacks: at
+        most twice (the library, or learning the server has none; then the script)."""
+        for _ in range(2):
+            try:
+                return send(self.words(name, keys, argv))
+            except rx.ResponseError as exc:
+                if not self.missing(exc):
+                    raise
+            self.load(target, name)
+        return send(self.words(name, keys, argv))
+
+    async def acalling(
+        self, send: Callable[[list[Any]], Awaitable[T]], target: Any, name: str, keys: list[str], argv: list[Any]
+    ) -> T:
+        """``calling`` for an asyncio client (or node)."""
+        for _ in range(2):
+            try:
+                return await send(self.words(name, keys, argv))
+            except rx.ResponseError as exc:
+                if not self.missing(exc):
+                    raise
+            await self.aload(target, name)
+        return await send(self.words(name, keys, argv))
 
     def run(self, name: str, keys: list[str], argv: list[Any]) -> Any:
         """Run script ``name`` through the client's own command path (a cluster routes it by
-        its keys), loading it once when the server lacks it."""
-        try:
-            return self._client.execute_command(*self.words(name, keys, argv))
-        except rx.ResponseError as exc:
-            if not self.missing(exc):
-                raise
-        self.load(self._client, name)
-        return self._client.execute_command(*self.words(name, keys, argv))
+        its keys), loading it when the server lacks it."""
+        return self.calling(lambda words: self._client.execute_command(*words), self._client, name, keys, argv)
 
     async def arun(self, name: str, keys: list[str], argv: list[Any]) -> Any:
         """``run`` for an asyncio client."""
-        try:
-            return await self._client.execute_command(*self.words(name, keys, argv))
-        except rx.ResponseError as exc:
-            if not self.missing(exc):
-                raise
-        await self.aload(self._client, name)
-        return await self._client.execute_command(*self.words(name, keys, argv))
+        return await self.acalling(lambda words: self._client.execute_command(*words), self._client, name, keys, argv)

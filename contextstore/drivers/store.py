@@ -5,7 +5,9 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
+import time
 from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any, ClassVar, Generic, TypeVar, overload
@@ -14,13 +16,14 @@ from typing_extensions import Unpack
 
 from ..core.config import StoreLimits, StoreOptions, checked, durability_of
 from ..core.keys import is_cluster, meta_pattern, validate_window_id, window_id_from_meta_key, window_id_of
+from ..core.layout import SCRIPT_CALLS
 from ..core.retry import RetryPolicy
 from ..core.streams import StreamCall
 from ..core.tokens import resolve_counter
 from ..core.urls import check_options, cluster_url, describe_client, redact_url, url_options, url_problem
 from ..core.validate import known_names
 from ..core.wire import unwrap_mutation
-from ..errors import InvalidOptionsError, StoreClosedError
+from ..errors import InvalidOptionsError, PermissionDeniedError, StoreClosedError
 from ..metrics import Metrics
 from ..plans.base import PlainRead, Plan, ScriptCall, Settings
 from .embedded import EmbeddedServer
@@ -82,6 +85,7 @@ class StoreBase:
         self._cluster = is_cluster(client)
         self._settings.plain_reads = not self._cluster
         self._settings.evalsha_scripts = self._evalsha_scripts
+        self._permissions = PermissionCheck()
         self._reached = False  # a call has succeeded: from then on, failures are retried
         self._closed = False
         self._driver = StoreDriver(self)
@@ -163,6 +167,40 @@ class StoreBase:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._where}, prefix={self._settings.prefix!r})"
+
+
+class PermissionCheck:
+    """Whether the store's ACL user may run every command the scripts use, asked of the server
+    (acl.lua: ``redis.acl_check_cmd``, Redis 7+ and Valkey) before the store's first write and
+    again every ``EVERY_S`` seconds before a write: a user who lacks one gets
+    ``PermissionDeniedError`` naming it before anything is written, where the script would
+    otherwise be stopped by Redis part-way through its writes. A server that cannot tell (6.2)
+    is not asked again."""
+
+    EVERY_S = 60.0
+
+    def __init__(self) -> None:
+        self._next = 0.0  # time.monotonic() when it is due; inf: never (the server cannot tell)
+
+    def due(self, call: ScriptCall) -> ScriptCall | None:
+        """The check to run before ``call`` (a write, when the check is due), else None."""
+        if not call.request or time.monotonic() < self._next:
+            return None
+        return ScriptCall("acl", call.keys, list(SCRIPT_CALLS))
+
+    def settle(self, reply: Any, where: str) -> None:
+        """Take the check's reply: raise ``PermissionDeniedError`` for commands the user of the
+        server at ``where`` lacks."""
+        lacking = [x.decode() if isinstance(x, bytes) else str(x) for x in reply]
+        if lacking == ["?"]:
+            self._next = math.inf
+            return
+        if lacking:
+            raise PermissionDeniedError(
+                f"the Redis user at {where} may not run {', '.join(lacking)}, which contextstore's scripts "
+                "run; nothing was written (grant them: contextstore admin acl prints the rules)"
+            )
+        self._next = time.monotonic() + self.EVERY_S
 
 
 class StoreDriver:

@@ -40,7 +40,7 @@ from ..types import (
     WindowConfig,
     WindowOptions,
 )
-from . import compacting, listing, streaming
+from . import admin, compacting, listing, streaming
 from .direct import DirectCall, plain_read
 from .durability import run_replicated
 from .redis_failures import REDIS_EXCEPTIONS
@@ -92,9 +92,13 @@ class ContextStore(StoreBase):
             time.sleep(delay)
 
     def _once(self, request: ScriptCall | PlainRead) -> Any:
-        """One attempt: the plain commands, or the script (and WAIT when writes must replicate)."""
+        """One attempt: the plain commands, or the script (and WAIT when writes must replicate);
+        a write is preceded by the check of the user's permissions when it is due."""
         if isinstance(request, PlainRead):
             return plain_read(self._client, request.commands, request.then, self._scripts)
+        if (probe := self._permissions.due(request)) is not None:
+            reply = (self._direct or self._scripts).run(probe.name, list(probe.keys), probe.argv())
+            self._permissions.settle(reply, self._where)
         if (durable := self._durable(request)) is not None:
             return run_replicated(self._client, self._scripts, request, durable)
         return (self._direct or self._scripts).run(request.name, list(request.keys), request.argv())
@@ -116,6 +120,23 @@ class ContextStore(StoreBase):
     def windows(self) -> list[str]:
         """Sorted ids of every window under this store's prefix (every primary of a cluster)."""
         return listing.windows(self._driver)
+
+    def load_scripts(self) -> list[str]:
+        """Load contextstore's scripts on the server, every node of a cluster (an operator's step
+        where ACL users may not load code: docs/reliability.md, "Tenants"); returns what was
+        loaded. Stores load what they lack by themselves where their user may."""
+        return admin.load_scripts(self._driver)
+
+    def tenant_acl(self, tenant: str) -> list[str]:
+        """The ACL rules that confine a user to ``tenant``'s windows (ids ``<tenant>:...``) on
+        this server and deny it every way to change the code other tenants run: for
+        ``ACL SETUSER <user> on ><password> <rules>``."""
+        return admin.tenant_acl(self._driver, tenant)
+
+    def check_user(self, user: str) -> list[str]:
+        """The commands contextstore runs that the server's ACL user ``user`` may not run (an
+        operator's check: it reads ``ACL GETUSER``); empty when it may run them all."""
+        return admin.check_user(self._driver, user)
 
     def consume(
         self, window_ids: str | Sequence[str], group: str, consumer: str, *, block_ms: int | None = None,

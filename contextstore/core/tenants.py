@@ -1,0 +1,87 @@
+"""Tenants: the ACL rules that confine a Redis user to one tenant's windows and deny it every way
+to change the code other tenants' calls run, and the check that a user holds every command the
+scripts need. Pure functions: the ``contextstore admin`` verbs read the server and print.
+
+A tenant's windows are those whose id starts with ``<tenant>:``; its user reaches only their
+keys (``<prefix>:{<tenant>:*}*``) and runs contextstore's scripts, never code of its own: no
+``EVAL``, ``SCRIPT LOAD``, ``FUNCTION LOAD|DELETE|FLUSH|RESTORE`` (all of ``@scripting`` but the
+calls of loaded code by name or digest), so an operator loads the scripts (``admin load``).
+Arbitrary Lua reaches across users on unpatched servers (CVE-2025-46818), so it is no tenant's.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+
+from ..errors import InvalidOptionsError
+from .layout import SCRIPT_COMMANDS
+
+_TENANT = re.compile(r"[A-Za-z0-9._\-@+=]{1,100}")
+
+#: how a tenant's user calls the loaded code: by digest (EVALSHA, everywhere) and by name
+#: (FCALL, Redis 7+ and Valkey), read-only calls as such where the server has them
+CALLS_6 = ("evalsha",)
+CALLS_7 = ("evalsha", "evalsha_ro", "fcall", "fcall_ro")
+#: what a tenant may not do besides @dangerous: list other tenants' keys, or switch databases
+DENIED = ("scan", "randomkey", "select", "dbsize")
+
+
+def tenant_rules(prefix: str, tenant: str, functions: bool) -> list[str]:
+    """The ``ACL SETUSER <user>`` rules (after ``on`` and the password) for ``tenant``'s user on a
+    server with functions (Redis 7+, Valkey) or without (6.2)."""
+    if not _TENANT.fullmatch(tenant):
+        raise InvalidOptionsError(f"a tenant is 1-100 characters from A-Z a-z 0-9 . _ - @ + =, not {tenant!r}")
+    calls = CALLS_7 if functions else CALLS_6
+    return [
+        "resetkeys",
+        f"~{prefix}:{{{tenant}:*}}*",
+        "resetchannels",
+        "+@all",
+        "-@dangerous",
+        "-@scripting",
+        *(f"+{c}" for c in calls),
+        *(f"-{c}" for c in DENIED),
+    ]
+
+
+def needed_commands(functions: bool) -> tuple[str, ...]:
+    """Every command a user of contextstore runs: the calls of the scripts and what they run."""
+    return (*(CALLS_7 if functions else CALLS_6), *SCRIPT_COMMANDS)
+
+
+def _expand(token: str, categories: Mapping[str, Iterable[str]], everything: set[str]) -> set[str]:
+    name = token[1:].lower()
+    if name == "@all":
+        return set(everything)
+    if name.startswith("@"):
+        return {c.lower() for c in categories.get(name[1:], ())}
+    return {name}
+
+
+def granted(rules: str, categories: Mapping[str, Iterable[str]], everything: set[str]) -> set[str]:
+    """The commands (and ``command|sub`` subcommands) an ACL user's command rules, as ``ACL
+    GETUSER`` shows them (``+@all -@dangerous +evalsha ...``), allow: each rule applied in turn to
+    ``everything`` (every command and subcommand the server has) given its ``categories``."""
+    allowed: set[str] = set()
+    for token in rules.split():
+        if token in ("allcommands", "+@all"):
+            allowed = set(everything)
+        elif token in ("nocommands", "-@all"):
+            allowed = set()
+        elif token[:1] in "+-":
+            names = _expand(token, categories, everything)
+            names |= {n for n in everything if n.split("|")[0] in names and "|" in n and "|" not in token}
+            allowed = allowed | names if token[0] == "+" else allowed - names
+    return allowed
+
+
+def lacking(rules: str, categories: Mapping[str, Iterable[str]], everything: set[str], functions: bool) -> list[str]:
+    """The commands contextstore needs that an ACL user's rules deny (``granted``). A subcommand
+    the server does not list (6.2 knows none) goes with its command."""
+    allowed = granted(rules, categories, everything)
+
+    def ok(name: str) -> bool:
+        return name in allowed or (name not in everything and name.split("|")[0] in allowed)
+
+    return [c for c in needed_commands(functions) if not ok(c)]

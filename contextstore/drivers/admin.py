@@ -1,0 +1,164 @@
+"""What an operator does for a deployment whose ACL users may not load code themselves (tenants:
+docs/reliability.md): ``load_scripts`` loads contextstore's scripts on a server (every node of a
+cluster): the function library to every primary of a server that has functions (a replica gets
+it by replication), every script for ``EVALSHA`` to every node (``SCRIPT LOAD`` is neither
+replicated nor persisted). ``tenant_acl`` gives a tenant user's ACL rules for the server, and
+``check_user`` what a user lacks of the commands contextstore runs (``core/tenants.py``). The
+sync and asyncio forms differ only in awaiting."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis.exceptions as rx
+
+from ..core import tenants
+from ..core.keys import is_cluster
+from ..core.streams import StreamCall
+from ..errors import InvalidOptionsError
+from ..plans.driver import AsyncDriver, SyncDriver
+from .scripts import SCRIPT_NAMES, library, library_name, sources
+from .streaming import aretried, retried
+
+#: what ``load_scripts()`` retries, as its log lines name it
+LOAD_SCRIPTS = StreamCall("load_scripts", {})
+#: what reading a server's ACL and commands retries
+READ_ACL = StreamCall("acl", {})
+
+
+def _where(client: Any, nodes: str) -> dict[str, Any]:
+    return {"target_nodes": nodes} if is_cluster(client) else {}
+
+
+def _no_functions(exc: rx.ResponseError) -> bool:
+    """6.2 has no functions; a read-only replica gets the library from its primary."""
+    return "unknown command" in str(exc) or isinstance(exc, rx.ReadOnlyError) or "READONLY" in str(exc)
+
+
+def _loaded(functions: bool) -> list[str]:
+    return [f"function library {library_name()}"] * functions + [f"{len(SCRIPT_NAMES)} scripts for EVALSHA"]
+
+
+def _load(client: Any) -> list[str]:
+    try:
+        client.execute_command("FUNCTION", "LOAD", "REPLACE", library()[0], **_where(client, "primaries"))
+        functions = True
+    except rx.ResponseError as exc:
+        if not _no_functions(exc):
+            raise
+        functions = False
+    for source in sources().values():
+        client.execute_command("SCRIPT", "LOAD", source, **_where(client, "all"))
+    return _loaded(functions)
+
+
+def load_scripts(driver: SyncDriver) -> list[str]:
+    """Load every script on the store's server (every node of a cluster); what was loaded."""
+    driver.start()
+    return retried(driver, LOAD_SCRIPTS, lambda: _load(driver.client()))  # type: ignore[no-any-return]
+
+
+async def _aload(client: Any) -> list[str]:
+    try:
+        await client.execute_command("FUNCTION", "LOAD", "REPLACE", library()[0], **_where(client, "primaries"))
+        functions = True
+    except rx.ResponseError as exc:
+        if not _no_functions(exc):
+            raise
+        functions = False
+    for source in sources().values():
+        await client.execute_command("SCRIPT", "LOAD", source, **_where(client, "all"))
+    return _loaded(functions)
+
+
+async def aload_scripts(driver: AsyncDriver) -> list[str]:
+    """``load_scripts`` for the asyncio store."""
+    driver.start()
+    client = await driver.client()
+    return await aretried(driver, LOAD_SCRIPTS, lambda: _aload(client))  # type: ignore[no-any-return]
+
+
+def _text(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def _functions(client: Any) -> bool:
+    """Whether the server has functions (Redis 7+, Valkey): ``FUNCTION STATS`` answers."""
+    try:
+        client.execute_command("FUNCTION", "STATS")
+    except rx.ResponseError as exc:
+        if "unknown command" in str(exc):
+            return False
+        raise
+    return True
+
+
+async def _afunctions(client: Any) -> bool:
+    try:
+        await client.execute_command("FUNCTION", "STATS")
+    except rx.ResponseError as exc:
+        if "unknown command" in str(exc):
+            return False
+        raise
+    return True
+
+
+def _user_rules(getuser: Any) -> str:
+    """The command rules of an ``ACL GETUSER`` reply (redis-py answers a dict of its fields)."""
+    fields = {_text(k): v for k, v in getuser.items()}
+    return _text(fields.get("commands", b""))
+
+
+def _everything(commands: Any, categories: dict[str, list[str]]) -> set[str]:
+    """Every command (``COMMAND``, parsed by redis-py: name -> info) and subcommand."""
+    return {_text(c).lower() for c in commands} | {n for members in categories.values() for n in members}
+
+
+def _check(client: Any, user: str) -> list[str]:
+    getuser = client.execute_command("ACL", "GETUSER", user)
+    if getuser is None:
+        raise InvalidOptionsError(f"the server has no ACL user {user!r}")
+    names = [_text(c) for c in client.execute_command("ACL", "CAT")]
+    categories = {c: [_text(x).lower() for x in client.execute_command("ACL", "CAT", c)] for c in names}
+    functions = _functions(client)
+    everything = _everything(client.command(), categories)
+    return tenants.lacking(_user_rules(getuser), categories, everything, functions)
+
+
+def check_user(driver: SyncDriver, user: str) -> list[str]:
+    """The commands contextstore runs that ACL user ``user`` may not (needs ACL GETUSER)."""
+    driver.start()
+    return retried(driver, READ_ACL, lambda: _check(driver.client(), user))  # type: ignore[no-any-return]
+
+
+def tenant_acl(driver: SyncDriver, tenant: str) -> list[str]:
+    """The ACL rules of ``tenant``'s user on the store's server (``tenants.tenant_rules``)."""
+    driver.start()
+    functions = retried(driver, READ_ACL, lambda: _functions(driver.client()))
+    return tenants.tenant_rules(driver.settings.prefix, tenant, functions)
+
+
+async def _acheck(client: Any, user: str) -> list[str]:
+    getuser = await client.execute_command("ACL", "GETUSER", user)
+    if getuser is None:
+        raise InvalidOptionsError(f"the server has no ACL user {user!r}")
+    names = [_text(c) for c in await client.execute_command("ACL", "CAT")]
+    categories = {c: [_text(x).lower() for x in await client.execute_command("ACL", "CAT", c)] for c in names}
+    functions = await _afunctions(client)
+    everything = _everything(await client.command(), categories)
+    return tenants.lacking(_user_rules(getuser), categories, everything, functions)
+
+
+async def acheck_user(driver: AsyncDriver, user: str) -> list[str]:
+    """``check_user`` for the asyncio store."""
+    driver.start()
+    client = await driver.client()
+    return await aretried(driver, READ_ACL, lambda: _acheck(client, user))  # type: ignore[no-any-return]
+
+
+async def atenant_acl(driver: AsyncDriver, tenant: str) -> list[str]:
+    """``tenant_acl`` for the asyncio store."""
+    driver.start()
+    client = await driver.client()
+    functions = await aretried(driver, READ_ACL, lambda: _afunctions(client))
+    return tenants.tenant_rules(driver.settings.prefix, tenant, functions)
