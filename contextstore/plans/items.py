@@ -111,17 +111,19 @@ def add(
     turn: str = "",
 ) -> Plan[wire.AddReply]:
     """Add items all-or-nothing (add.lua): evict at ``max_items``, compact at the threshold,
-    or raise ``ContextWindowFullError`` with the window unchanged. A compaction larger than
-    ``COMPACT_CHUNK`` items runs first, in parts, when the add is sure to fit after it. With
-    ``expect_version``, only while the window's version is that one (``VersionConflictError``);
-    ``turn``: the turn's condition (``contextstore.turns``)."""
+    or raise ``ContextWindowFullError`` with the window unchanged. With ``expect_version``,
+    only while the window's version is that one (``VersionConflictError``); ``turn``: the
+    turn's condition (``contextstore.turns``). An unconditional add whose compaction is larger
+    than ``COMPACT_CHUNK`` items runs it first, in parts, when it is sure to fit after it; a
+    conditional one compacts inside its own script, so that its failure changes nothing (parts
+    would be applied before its condition is checked the last time)."""
     request = new_request("replace" if replacing else "add", request_id)
     version = validate.version("expect_version", expect_version)
     conditions = " ".join(c for c in ("" if version is None else f"v={version}", turn) if c)
     items = _checked(settings, batch)
     runs, trigger, freed = 0, 0, 0
     for round in range(COMPACT_FIRST_ROUNDS + 1):
-        defer = COMPACT_CHUNK if round < COMPACT_FIRST_ROUNDS else 0
+        defer = COMPACT_CHUNK if round < COMPACT_FIRST_ROUNDS and not conditions else 0
         args = wire.add_args(state.config, items, settings.placeholder_tokens, replacing, defer, conditions)
         got = yield from _add_call(state, args, request)
         if isinstance(got, wire.AddReply):
