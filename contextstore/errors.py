@@ -290,6 +290,12 @@ SCRIPT_ERRORS: dict[str, ErrorFactory] = {
     ),
     "TURNBUSY": lambda d, _: TurnBusyError(f"another turn ({d[0]}) holds the window for {d[1]} ms", d[0], int(d[1])),
     "QUEUED": lambda d, _: TurnQueuedError(f"a turn is running: the input waits as pending ({d[0]} in all)", int(d[0])),
+    "QUEUEFULL": lambda d, _: TurnBusyError(
+        f"another turn ({d[0]}) holds the window and {d[2]} inputs ({d[3]} bytes) already wait for a turn: the "
+        f"input was not stored (at most {d[4]} inputs, {d[5]} bytes wait)",
+        d[0],
+        int(d[1]),
+    ),
     "TURNLOST": lambda d, _: TurnLostError(f"the turn lost its lease ({d[0]}): nothing was stored", d[0]),
     "INUSE": lambda d, _: DuplicateItemError(f"cannot undo the summary: {d[0]} {d[1]!r} is in the window again"),
 }

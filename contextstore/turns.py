@@ -20,13 +20,14 @@ import secrets
 import socket
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from .core import validate, wire
 from .errors import (
     ContextStoreError,
     InvalidOptionsError,
+    StoreUnavailableError,
     TurnBusyError,
     TurnLostError,
     TurnQueuedError,
@@ -95,7 +96,8 @@ class TurnCore:
         self._input = [] if input is None else item_plans.entries(input if isinstance(input, list) else [input])
         #: the turn's fencing token (its writes carry it)
         self.token = secrets.token_hex(16)
-        #: the inputs other callers enqueued that this turn took (they are in the window now)
+        #: the inputs this turn answers besides its own (they are in the window now): those of
+        #: turns that ended without an answer, taken over, then those other callers enqueued
         self.pending: list[ContextItem] = []
         #: what this turn wrote, oldest first (its input first)
         self.items: list[ContextItem] = []
@@ -124,8 +126,12 @@ class TurnCore:
     def _renew_call(self) -> ScriptCall:
         return ScriptCall("turn", self._state.keys, ["renew", self.token, str(self.lease_ms)])
 
-    def _end_call(self, failed: bool) -> ScriptCall:
-        return ScriptCall("turn", self._state.keys, ["end", self.token, "error" if failed else "ok"])
+    def _end_call(self, failed: BaseException | None) -> ScriptCall:
+        """The end of the turn: after a body that failed because Redis went away (and waited out
+        the retry policy already), one attempt; the lease runs out by itself if that fails too."""
+        outcome = "error" if failed is not None else "ok"
+        retries = not isinstance(failed, StoreUnavailableError)
+        return ScriptCall("turn", self._state.keys, ["end", self.token, outcome], retries=retries)
 
     def _check(self) -> None:
         if self.lost:
@@ -182,7 +188,7 @@ class Turn(TurnCore):
         self._stop.set()
         self._renewer.join()
         try:
-            self._ended(raise_for_reply(self._driver.run(_plan(self._end_call(et is not None)))))
+            self._ended(raise_for_reply(self._driver.run(_plan(self._end_call(ev)))))
         except ContextStoreError:
             if et is None:
                 raise
@@ -248,7 +254,7 @@ class AsyncTurn(TurnCore):
     async def __aexit__(self, et: Any, ev: Any, tb: Any) -> None:
         self._renewer.cancel()
         try:
-            self._ended(raise_for_reply(await self._driver.run(_plan(self._end_call(et is not None)))))
+            self._ended(raise_for_reply(await self._driver.run(_plan(self._end_call(ev)))))
         except ContextStoreError:
             if et is None:
                 raise
@@ -282,8 +288,10 @@ class AsyncTurn(TurnCore):
 
 @dataclass(frozen=True)
 class TurnStatus:
-    """What ``status()`` reads: the running turn (``owner`` "" when none holds the lease) and the
-    inputs waiting for a turn (``pending``, their contents, oldest first)."""
+    """What ``status()`` reads: the running turn (``owner`` "" when none holds the lease), the
+    inputs waiting for a turn (``pending``, their contents, oldest first) and the ids of inputs
+    stored by turns that ended without an answer (``unanswered``: an error ended the turn, or its
+    lease ran out), which the next turn takes over into its ``pending``."""
 
     owner: str
     policy: str
@@ -291,6 +299,7 @@ class TurnStatus:
     lease_left_ms: int
     item_ids: list[str]
     pending: list[str]
+    unanswered: list[str] = field(default_factory=list)
 
 
 def status_plan(state: Any) -> Plan[TurnStatus]:
@@ -302,15 +311,26 @@ def status_plan(state: Any) -> Plan[TurnStatus]:
         raise corrupt_value(":turn", "", f"{type(exc).__name__}: {str(exc)[:200]}") from exc
 
 
+def pending_groups(fields: dict[str, str]) -> list[list[str]]:
+    """The inputs waiting for a turn in a ``:turn`` hash (field -> value), oldest first: each
+    add.lua's item group (lib/turns.lua: a field ``p:<n>`` each; ``pending``, all in one array, as
+    an earlier version kept them, first)."""
+    numbered = sorted((int(f[2:]), v) for f, v in fields.items() if f.startswith("p:") and f[2:].isdigit())
+    return [*json.loads(fields.get("pending", "[]")), *(json.loads(v) for _, v in numbered)]
+
+
 def _status(reply: Any) -> TurnStatus:
     fields = {wire.text(k): wire.text(v) for k, v in zip(reply[2][::2], reply[2][1::2], strict=True)}
     now = int(reply[3]) if len(reply) > 3 else 0
-    pending = [json.loads(group[1]).get("content", "") for group in json.loads(fields.get("pending", "[]"))]
+    pending = [json.loads(group[1]).get("content", "") for group in pending_groups(fields)]
     running = "token" in fields and int(fields.get("until", 0)) > now
+    unanswered = fields.get("unanswered", "").split()
     if not running:
-        return TurnStatus("", "", 0, 0, [], pending)
+        expired = fields.get("inputs", "").split() if "token" in fields else []
+        return TurnStatus("", "", 0, 0, [], pending, list(dict.fromkeys(unanswered + expired)))
     started, until = int(fields["started"]), int(fields["until"])
-    return TurnStatus(fields["owner"], fields["policy"], now - started, until - now, fields["ids"].split(), pending)
+    ids = fields["ids"].split()
+    return TurnStatus(fields["owner"], fields["policy"], now - started, until - now, ids, pending, unanswered)
 
 
 def _plan(call: ScriptCall) -> Plan[Any]:

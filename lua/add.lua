@@ -282,6 +282,16 @@ local function removals(plan)
   end
 end
 
+-- The ids of the inputs this call takes as a turn's (lib/turns.lua apply_turn): the pending inputs it
+-- took, and all of its items when it begins the turn.
+local function inputs_of(plan)
+  local out = {}
+  for i, a in ipairs(plan.added) do
+    if (plan.turn.begin or i <= plan.spliced) and not plan.removed[a.id] then out[#out + 1] = a.id end
+  end
+  return out
+end
+
 local function apply(cfg, plan, dropped)
   removals(plan)
   persist_config(cfg)
@@ -298,7 +308,7 @@ local function apply(cfg, plan, dropped)
       act[2].json = insert_item(act[2])
     end
   end
-  apply_turn(plan.turn, plan)
+  apply_turn(plan.turn, plan, inputs_of(plan))
   meta_set(F.SEQ, plan.seq)
   rearm_ttl(cfg)
   COUNTERS_KNOWN = true
@@ -307,6 +317,7 @@ end
 local function reply(items, plan)
   local head = {#plan.added, plan.evicted, plan.compactions, plan.trigger or 0, plan.freed}
   local out, rec = {'ok', unpack(head)}, {unpack(head)}
+  for _, e in ipairs(plan.turn.handed or {}) do out[#out + 1] = e end  -- taken over: ahead of the pending
   for i, it in ipairs(items) do
     local body_at = BASE + (i - 1) * ITEM_ARGS + 2
     if it.existing then
@@ -318,7 +329,7 @@ local function reply(items, plan)
       rec[#rec + 1] = {'+', fmt(it.seq), fmt(it.ts), body_at - 2, it.resolved}
     end
   end
-  if plan.spliced > 0 then return out end  -- the pending inputs are not in ARGV of a retry: keep the reply
+  if plan.spliced > 0 or #(plan.turn.handed or {}) > 0 then return out end  -- inputs not in ARGV of a retry: keep the reply
   return out, {add = rec, m = meta_get(F.REMOVED_BY_CALLER)}
 end
 
@@ -336,7 +347,7 @@ if not dropping then return bad end
 if turn.rollback then
   dropping = dropping_of({list = {}, ids = {}, calls = {}, tokens = 0, reason = 'rollback'}, turn.rollback)
 end
-local spliced = turn.take and splice_pending(BASE) or 0
+local spliced = turn.take and splice_pending(BASE, turn) or 0
 local items, joining = parse_items(cfg, dropping, turn)
 if not items then return joining end  -- the error reply
 if turn.queue then return enqueue_inputs(BASE, #items, turn) end

@@ -73,6 +73,9 @@ def command_name(call: str) -> str:
 
 #: the commands of SCRIPT_CALLS
 SCRIPT_COMMANDS = tuple(command_name(c) for c in SCRIPT_CALLS)
+#: most inputs that wait for a turn (win.turn(policy="enqueue")), and most bytes of them
+PENDING_MAX_INPUTS = 256
+PENDING_MAX_BYTES = 8 * 1024 * 1024
 #: the largest seq an item may have: the build-order score keeps it below PRIORITY_WEIGHT
 MAX_SEQ = PRIORITY_WEIGHT - 1
 
@@ -282,6 +285,7 @@ def lua_constants() -> str:
             f"local CLEARED_PLACEHOLDER, CLEARED_KEY = '{CLEARED_PLACEHOLDER}', '{CLEARED_KEY}'",
             f"local STORED_HEAD = '{STORED_HEAD}'",
             f"local ITEM_ARGS = {ITEM_ARGS}",
+            f"local PENDING_MAX_INPUTS, PENDING_MAX_BYTES = {PENDING_MAX_INPUTS}, {PENDING_MAX_BYTES}",
             "",
         ]
     )

@@ -270,16 +270,19 @@ def _check_side_keys(turn: dict[str, str], replies: dict[str, Any], archive: dic
     for name in ("until", "lease", "started"):
         if name in turn and not turn[name].isdigit():
             say(f":turn field {name!r} is {turn[name]!r}, not a time in ms")
-    if "pending" in turn:
+    for field, value in turn.items():
+        if field != "pending" and not field.startswith("p:"):
+            continue
         try:
-            pending = msgspec.json.decode(turn["pending"])
-            ok = isinstance(pending, list) and all(
-                isinstance(g, list) and all(isinstance(v, str) for v in g) for g in pending
+            found = msgspec.json.decode(value)
+            groups = found if field == "pending" else [found]
+            ok = isinstance(groups, list) and all(
+                isinstance(g, list) and all(isinstance(v, str) for v in g) for g in groups
             )
         except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
             ok = False
         if not ok:
-            say(":turn field 'pending' is not a list of inputs")
+            say(f":turn field {field!r} is not an input waiting for a turn")
     for rid, record in replies.items():
         head = _RECORD.match(record)
         try:

@@ -251,7 +251,7 @@ class StoreDriver:
         attempts or the policy's deadline are spent."""
         store = self._store
         policy = store._settings.retry
-        if policy is None or not is_retryable(exc):
+        if policy is None or not is_retryable(exc) or (isinstance(call, ScriptCall) and not call.retries):
             raise from_redis(exc, store._where) from exc
         if not store._reached and is_refusal(exc, store._cluster):  # nothing listens there: no use waiting
             raise from_redis(exc, store._where) from exc

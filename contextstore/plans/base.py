@@ -47,6 +47,9 @@ class ScriptCall:
     args: Sequence[str | bytes]
     request: str = ""
     same_args: bool = True
+    #: whether the store's retry policy applies (False: one attempt, as ending a turn whose body
+    #: already waited out an outage)
+    retries: bool = True
 
     def argv(self) -> list[str | bytes]:
         """ARGV as sent: the request ("<request>|<fingerprint of args>"), then the args."""
