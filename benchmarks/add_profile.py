@@ -54,9 +54,8 @@ CHECK = "(a checkpoint)"
 CHECKPOINTS: list[tuple[str, str, str]] = [
     ("lib/requests.lua", "  begin_call(keys, args)\n  if REQUEST == ''",
      f"  begin_call(keys, args)\n  PROF(nil)\n  PROF('{CHECK}')\n  if REQUEST == ''"),
-    ("lib/requests.lua", "  local seen, prior = guarded(function() return replay(rid, fp) end)\n",
-     "  local seen, prior = guarded(function() return replay(rid, fp) end)\n"
-     "  PROF('request: parse, replay check (HGET)')\n"),
+    ("lib/requests.lua", "  local seen, prior = guarded(replay, rid, fp)\n",
+     "  local seen, prior = guarded(replay, rid, fp)\n  PROF('request: parse, replay check (HGET)')\n"),
     ("add.lua", "local cfg = read_config()\n",
      "local cfg = read_config()\nPROF('config and counters (HMGET)')\n"),
     ("add.lua", "\nlocal plan = {", "\nPROF('arguments: conditions, replace, items')\nlocal plan = {"),

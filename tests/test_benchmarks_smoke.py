@@ -61,3 +61,16 @@ def test_add_profile_smoke_prints_every_phase_of_an_add():
         assert float(rows[phase]) >= 0, f"{phase!r}: {rows.get(phase)!r} in:\n{text}"
     assert float(rows["**the plain add, script time (INFO commandstats)**"]) > 0
     assert float(rows["writes: item, attrs, order, fifo"]) > 0
+
+
+def test_paired_runs_two_versions_side_by_side():
+    """benchmarks/paired.py with this checkout as its own baseline: both sides run, the table
+    prints a ratio per call."""
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "paired.py"), "--baseline", str(ROOT), "--rounds", "2",
+         "--calls", "5", "--messages", "100"],
+        capture_output=True, text=True, timeout=300, cwd=ROOT,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = [line for line in out.stdout.splitlines() if line.startswith(("| add", "| build"))]
+    assert len(rows) == 4 and all(line.count("x |") == 1 for line in rows), out.stdout

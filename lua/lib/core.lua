@@ -65,14 +65,16 @@ end
 -- Whether `s` is UTF-8 as Python's strict decoder takes it (no overlong forms, no surrogates):
 -- each valid sequence is replaced by one ASCII byte (so no two invalid remnants can meet), and
 -- none of the high bytes may be left.
-local UTF8_SEQUENCES = {
-  '[\194-\223][\128-\191]', '\224[\160-\191][\128-\191]', '[\225-\236][\128-\191][\128-\191]',
-  '\237[\128-\159][\128-\191]', '[\238-\239][\128-\191][\128-\191]', '\240[\144-\191][\128-\191][\128-\191]',
-  '[\241-\243][\128-\191][\128-\191][\128-\191]', '\244[\128-\143][\128-\191][\128-\191]',
-}
 local function is_utf8(s)
   if not string.find(s, '[\128-\255]') then return true end
-  for _, seq in ipairs(UTF8_SEQUENCES) do s = string.gsub(s, seq, 'A') end
+  for _, seq in ipairs({
+    '[\194-\223][\128-\191]', '\224[\160-\191][\128-\191]', '[\225-\236][\128-\191][\128-\191]',
+    '\237[\128-\159][\128-\191]', '[\238-\239][\128-\191][\128-\191]',
+    '\240[\144-\191][\128-\191][\128-\191]', '[\241-\243][\128-\191][\128-\191][\128-\191]',
+    '\244[\128-\143][\128-\191][\128-\191]',
+  }) do
+    s = string.gsub(s, seq, 'A')
+  end
   return not string.find(s, '[\128-\255]')
 end
 
@@ -108,8 +110,8 @@ local function pct(tokens, max_tokens)
   return string.format('%.2f', tokens * 100 / max_tokens)
 end
 
-local function is_int(v, lo, hi)
-  return v ~= nil and v == math.floor(v) and v >= lo and v <= hi
+local function is_int(v, lo, hi)  -- (v % 1: NaN for NaN and infinities, which fail)
+  return v ~= nil and v % 1 == 0 and v >= lo and v <= hi
 end
 
 -- A stored counter or limit (key's field, raw: a string or false when missing): its integer

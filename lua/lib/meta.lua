@@ -56,25 +56,32 @@ local function flush_meta()
   META_DELTA, META_DIRTY = {}, {}
 end
 
-local function percent(v)
-  return v ~= nil and v == v and v > 0 and v <= 100
-end
-
 -- The one check of a config's values (limits generated from contextstore/core/layout.py): the
--- first field that is not valid, or nil.
+-- first field that is not valid, or nil. (Every mutation checks its window's stored config: written
+-- out, with no call per field; `v % 1 == 0` is false for NaN and the infinities.)
 local function bad_config(c)
-  if not is_int(c.max_tokens, 0, MAX_TOKENS) then return F.MAX_TOKENS end
-  if not is_int(c.item_limit, 1, MAX_ITEM_LIMIT) then return F.ITEM_LIMIT end
-  if not is_int(c.max_items, 1, c.item_limit) then return F.MAX_ITEMS end
-  if not percent(c.threshold) then return F.THRESHOLD end
+  local v = c.max_tokens
+  if not (v and v % 1 == 0 and v >= 0 and v <= MAX_TOKENS) then return F.MAX_TOKENS end
+  local limit = c.item_limit
+  if not (limit and limit % 1 == 0 and limit >= 1 and limit <= MAX_ITEM_LIMIT) then return F.ITEM_LIMIT end
+  v = c.max_items
+  if not (v and v % 1 == 0 and v >= 1 and v <= limit) then return F.MAX_ITEMS end
+  v = c.threshold
+  if not (v and v > 0 and v <= 100) then return F.THRESHOLD end
   if STRATEGIES[c.strategy] == nil then return F.STRATEGY end
-  if not is_int(c.ttl, 0, MAX_TTL_SECONDS) then return F.TTL end
-  if not is_int(c.keep_recent, 0, MAX_ITEM_LIMIT) then return F.KEEP_RECENT end
-  if not is_int(c.clear_at_least, 0, MAX_TOKENS) then return F.CLEAR_AT_LEAST end
+  v = c.ttl
+  if not (v and v % 1 == 0 and v >= 0 and v <= MAX_TTL_SECONDS) then return F.TTL end
+  v = c.keep_recent
+  if not (v and v % 1 == 0 and v >= 0 and v <= MAX_ITEM_LIMIT) then return F.KEEP_RECENT end
+  v = c.clear_at_least
+  if not (v and v % 1 == 0 and v >= 0 and v <= MAX_TOKENS) then return F.CLEAR_AT_LEAST end
   if type(c.clear_exclude) ~= 'string' then return F.CLEAR_EXCLUDE end
-  if not percent(c.warn_percent) then return F.WARN_PERCENT end
-  if not is_int(c.events_maxlen, 1, MAX_EVENTS) then return F.EVENTS_MAXLEN end
-  if not is_int(c.archive_ttl, 1, MAX_TTL_SECONDS) then return F.ARCHIVE_TTL end
+  v = c.warn_percent
+  if not (v and v > 0 and v <= 100) then return F.WARN_PERCENT end
+  v = c.events_maxlen
+  if not (v and v % 1 == 0 and v >= 1 and v <= MAX_EVENTS) then return F.EVENTS_MAXLEN end
+  v = c.archive_ttl
+  if not (v and v % 1 == 0 and v >= 1 and v <= MAX_TTL_SECONDS) then return F.ARCHIVE_TTL end
   return nil
 end
 
@@ -121,6 +128,10 @@ local function config_pairs(c, with_item_limit)
   return out
 end
 
+-- The counters read_config reads with the config, in its HMGET's order, and their bounds.
+local COUNTER_FIELDS = {F.TOKENS, F.ITEMS, F.SEQ, F.EPOCH, F.WARNED, F.REMOVED_BY_CALLER}
+local COUNTER_MAX = {2 ^ 53, 2 ^ 53, MAX_SEQ, 2 ^ 53, 1, 2 ^ 53}
+
 -- The window's config and counters; for a missing window, the caller's config (new = true).
 -- Returns nil when the window is missing and ARGV[1..N_CONFIG] is not a valid config.
 local function read_config()
@@ -130,15 +141,18 @@ local function read_config()
     local c = config_of(m, 6)
     local bad = bad_config(c)
     if bad then corrupt(K_META, bad, 'not a valid config value') end
-    c.tokens = stored_int(K_META, F.TOKENS, m[1], 0, 2 ^ 53)
-    c.items = stored_int(K_META, F.ITEMS, m[2], 0, 2 ^ 53)
-    c.seq, c.new = stored_int(K_META, F.SEQ, m[3], 0, MAX_SEQ), false
+    -- the counters, as counts (m[1..6]: COUNTER_FIELDS; a missing one is 0): every mutation reads
+    -- them, so checked here with no call per field
+    for i = 1, 6 do
+      local n = tonumber(m[i] or 0)
+      if not (n and n % 1 == 0 and n >= 0 and n <= COUNTER_MAX[i]) then corrupt(K_META, COUNTER_FIELDS[i], 'not a count') end
+      m[i] = n
+    end
+    c.tokens, c.items, c.seq, c.new = m[1], m[2], m[3], false
     META_KNOWN[F.TOKENS], META_KNOWN[F.ITEMS], META_KNOWN[F.SEQ] = c.tokens, c.items, c.seq
-    -- epoch 0: a window written before epochs (set on its next write)
-    META_KNOWN[F.EPOCH] = stored_int(K_META, F.EPOCH, m[4], 0, 2 ^ 53)
-    META_KNOWN[F.WARNED] = stored_int(K_META, F.WARNED, m[5], 0, 1)
-    -- an add's reply record keeps it
-    META_KNOWN[F.REMOVED_BY_CALLER] = stored_int(K_META, F.REMOVED_BY_CALLER, m[6], 0, 2 ^ 53)
+    -- epoch 0: a window written before epochs (set on its next write); removed_by_caller: an
+    -- add's reply record keeps it
+    META_KNOWN[F.EPOCH], META_KNOWN[F.WARNED], META_KNOWN[F.REMOVED_BY_CALLER] = m[4], m[5], m[6]
     CFG = c
     return c
   end

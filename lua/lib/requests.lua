@@ -96,8 +96,8 @@ end
 -- `fn`'s reply and record, or nil and the CORRUPT reply when it stopped on a stored value in a
 -- shape no script writes (corrupt() in lib/core.lua) or on a key of another type than the
 -- scripts write; any other error stops the script as it is.
-local function guarded(fn)
-  local ok, reply, record = pcall(fn)
+local function guarded(fn, ...)
+  local ok, reply, record = pcall(fn, ...)
   if ok then return reply, record end
   local stopped = corruption_of(reply)
   if not stopped then error(reply, 0) end
@@ -130,7 +130,7 @@ local function run_request(main, keys, args)
   end
   local rid, fp = string.match(REQUEST, '^(.+)|(%x*)$')
   if not rid then return with_counters(fail('BADARG', 'request')) end
-  local seen, prior = guarded(function() return replay(rid, fp) end)
+  local seen, prior = guarded(replay, rid, fp)
   if seen == nil or seen then return with_counters(prior) end  -- replayed, or a corrupt record
   local reply, record = guarded(main)
   if reply == nil then return with_counters(record) end  -- corrupt: the checks wrote nothing
