@@ -269,15 +269,16 @@ local function replaced(cfg)
 end
 
 -- Every removal the plan makes (evictions, compactions), read and checked before the first write
--- (an item this call adds and a later one evicts is taken from the plan).
+-- (an item this call adds and a later one evicts is taken from the plan, and a tool result it
+-- clears and then removes counts the tokens it will have).
 local function removals(plan)
   local own = {}
   for _, a in ipairs(plan.added) do own[a.id] = a end
   for _, act in ipairs(plan.actions) do
     if act[1] == 'evict' then
-      act.removal = removal(act[2], own)
+      act.removal = removal(act[2], own, plan.cleared)
     elseif act[1] == 'compact' then
-      act.removal = compaction_removal(act[2], own)
+      act.removal = compaction_removal(act[2], own, plan.cleared)
     end
   end
 end

@@ -215,3 +215,18 @@ def test_four_workers_run_tool_calling_turns_on_one_window(redis_url, r, prefix)
     assert {e["item_id"] for e in ev if e["event"] == "item_added"} == set(added)
     client = raw_client(redis_url)
     client.close()
+
+
+def test_a_tool_result_cleared_and_then_evicted_by_one_add_keeps_the_counters_true(redis_url, prefix):
+    """Found by the state machine: the second tool turn clears a stored result (clear_tool_results)
+    and then evicts it at max_items, in one add_many; its removal must count the tokens it had
+    once cleared, not before."""
+    with cs.ContextStore.from_url(redis_url, prefix=prefix) as store:
+        w = store.window("clear-evict", max_items=6, max_tokens=150, default_strategy="clear_tool_results")
+        for n, words in ((1, 8), (3, 1)):
+            calls = [_call(f"c{n}"), _call(f"c{n + 1}")]
+            w.add_many(
+                [{"content": "", "role": "assistant", "metadata": {"tool_calls": calls}}]
+                + [{"content": "out " * words, "role": "tool", "metadata": {"tool_call_id": c["id"]}} for c in calls]
+            )
+        assert w.verify().ok, w.verify().problems

@@ -323,14 +323,14 @@ local function plan_compaction(strategy, tokens, target, state, cfg, placeholder
 end
 
 -- The removal (lib/items.lua) of the units planned `actions` remove: read and checked, no write.
-local function compaction_removal(actions, own)
+local function compaction_removal(actions, own, cleared)
   local ids = {}
   for _, act in ipairs(actions) do
     if act[1] ~= 'clear' then
       for _, id in ipairs(act[2].ids) do ids[#ids + 1] = id end
     end
   end
-  return removal(ids, own)
+  return removal(ids, own, cleared)
 end
 
 -- Apply planned actions (`prepared`: their compaction_removal, read before the calling script's

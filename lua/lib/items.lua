@@ -323,16 +323,18 @@ end
 -- What removing items `ids` needs, read and checked before any write (corrupt() stops the
 -- call while nothing is written): each one's attrs, and the tool call ids of the assistant
 -- messages among them that are in a group. `own`: the items this call adds (id -> their plan
--- entry, with `calls`), which a later item of the same call may evict: they are not stored yet.
--- remove_many takes it.
-local function removal(ids, own)
+-- entry, with `calls`), which a later item of the same call may evict: they are not stored yet;
+-- `cleared`: id -> the tokens of a tool result this call clears before it removes it. remove_many
+-- takes it.
+local function removal(ids, own, cleared)
   local attrs, calls = {}, {}
-  own = own or {}
+  own, cleared = own or {}, cleared or {}
   for i = 1, #ids, 500 do
     local chunk = {unpack(ids, i, math.min(i + 499, #ids))}
     local packed = redis.call('HMGET', K_ATTRS, unpack(chunk))
     for j, id in ipairs(chunk) do
       local a = own[id] or unpack_attrs(packed[j], id)
+      if cleared[id] then a.tokens = cleared[id] end  -- as clear_content will have stored it
       attrs[#attrs + 1] = a
       if own[id] then
         for _, call in ipairs(a.calls or {}) do calls[#calls + 1] = call.id end
