@@ -241,14 +241,16 @@ def open_store(
 
 
 def dump_window(client: redis.Redis, prefix: str, window_id: str) -> dict[bytes, tuple[Any, ...]]:
-    """Every key of a window with every byte of its value, in a canonical order, its type and
-    whether it expires. (Redis's own DUMP is not stable: a read may take an incremental rehash
-    step and reorder a hash table without changing a byte of its contents.)"""
-    names = sorted(client.scan_iter(match=f"{prefix}:{{{window_id}}}:*", count=1000))
-    pipe = client.pipeline(transaction=False)
-    for name in names:
+    """Every key of a window (``keys.window_keys``: the scripts touch no other) with every byte of
+    its value, in a canonical order, its type and whether it expires. (Redis's own DUMP is not
+    stable: a read may take an incremental rehash step and reorder a hash table without changing
+    a byte of its contents.)"""
+    pipe = client.pipeline(transaction=False)  # the window's keys by name: a SCAN would walk the whole
+    for name in window_keys(prefix, window_id):  # database, which holds every test's windows
         pipe.type(name)
-    kinds = pipe.execute()
+    found = [(name.encode(), kind) for name, kind in zip(window_keys(prefix, window_id), pipe.execute(), strict=True)]
+    names = [name for name, kind in found if kind != b"none"]
+    kinds = [kind for _, kind in found if kind != b"none"]
     reads = {
         b"hash": lambda p, n: p.hgetall(n),
         b"list": lambda p, n: p.lrange(n, 0, -1),

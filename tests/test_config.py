@@ -123,17 +123,17 @@ def test_deleted_window_recreated_by_add(store, r, prefix):
     assert w.delete() is False
     # only the request log stays (so a retried delete still answers True), and it expires
     log_keys = {key(prefix, "cfg-del", "requests").encode(), key(prefix, "cfg-del", "replies").encode()}
-    assert set(r.scan_iter(match=f"{prefix}:{{cfg-del}}:*")) == log_keys
+    assert set(r.scan_iter(match=f"{prefix}:{{cfg-del}}:*", count=10_000)) == log_keys
     assert all(0 < r.ttl(k) <= 900 for k in log_keys)
     assert w.get("ctx-1") is None and w.remove("ctx-1") is False and w.clear() == 0
-    assert set(r.scan_iter(match=f"{prefix}:{{cfg-del}}:*")) == log_keys  # those did not recreate it
+    assert set(r.scan_iter(match=f"{prefix}:{{cfg-del}}:*", count=10_000)) == log_keys  # those did not recreate it
     assert w.add("y").id == "ctx-1" and w.stats().max_tokens == 300
 
 
 def test_keys_share_one_hash_tag(store, r, prefix):
     w = store.window("cfg-keys")
     w.add("x", pinned=True)
-    keys = sorted(k.decode() for k in r.scan_iter(match=f"{prefix}:*"))
+    keys = sorted(k.decode() for k in r.scan_iter(match=f"{prefix}:*", count=10_000))
     assert keys == [
         f"{prefix}:{{cfg-keys}}:{n}"
         for n in ("attrs", "events", "fifo", "items", "meta", "order", "pinned", "replies", "requests")
@@ -146,7 +146,7 @@ def test_create_false_attaches_to_an_existing_window_and_never_creates_one(store
         store.window("cfg-absent", create=False)
     assert isinstance(missing.value, LookupError) and missing.value.window_id == "cfg-absent"
     assert str(missing.value) == "window 'cfg-absent' does not exist"
-    assert list(r.scan_iter(match=f"{prefix}:*")) == []  # nothing written
+    assert list(r.scan_iter(match=f"{prefix}:*", count=10_000)) == []  # nothing written
     store.window("cfg-there", max_tokens=500).add("hello")
     w = store.window("cfg-there", create=False)
     assert w.stats().max_tokens == 500 and [i.content for i in w.items()] == ["hello"]

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 import contextstore as cs
+from contextstore.core.keys import window_keys
 
 from support import SyncProxy, dump_window
 
@@ -147,14 +148,15 @@ class _Keys:
     """Every key of the window, copied byte for byte (DUMP) and put back (RESTORE)."""
 
     def __init__(self, r: Any, prefix: str) -> None:
-        self.r, self.pattern = r, f"{prefix}:{{{W}}}:*"
-        self.saved = {k: (r.dump(k), r.pttl(k)) for k in r.scan_iter(match=self.pattern)}
+        self.r, self.names = r, list(window_keys(prefix, W))
+        self.saved = {k: (r.dump(k), r.pttl(k)) for k in self.names if r.exists(k)}
 
     def put_back(self) -> None:
-        for k in list(self.r.scan_iter(match=self.pattern)):
-            self.r.delete(k)
+        pipe = self.r.pipeline(transaction=False)
+        pipe.delete(*self.names)
         for k, (data, ttl) in self.saved.items():
-            self.r.restore(k, max(ttl, 0), data, replace=True)
+            pipe.restore(k, max(ttl, 0), data, replace=True)
+        pipe.execute()
 
 
 def _outcome(fn: Callable[[], Any]) -> str:

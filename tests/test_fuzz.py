@@ -147,14 +147,16 @@ def test_every_operation_with_arbitrary_arguments(store, r, prefix, op, a, b, c)
     ),
 )
 def test_window_with_arbitrary_ids_and_config(store, r, prefix, wid, config):
-    keys_before = set(r.scan_iter(match=f"{prefix}:*"))
+    keys_before = set(r.scan_iter(match=f"{prefix}:*", count=10_000))
     try:
         w = store.window(wid, **config)
     except cs.ContextStoreError:
-        assert set(r.scan_iter(match=f"{prefix}:*")) == keys_before
+        assert set(r.scan_iter(match=f"{prefix}:*", count=10_000)) == keys_before
         return
     assert w.verify().ok
-    assert all(b"{" + wid.encode() + b"}" in k for k in set(r.scan_iter(match=f"{prefix}:*")) - keys_before)
+    assert all(
+        b"{" + wid.encode() + b"}" in k for k in set(r.scan_iter(match=f"{prefix}:*", count=10_000)) - keys_before
+    )
     w.delete()
 
 
