@@ -58,6 +58,8 @@ def calls(w: Any) -> dict[str, Any]:
         "build separator": lambda: w.build(cs.BuildOptions(section_separator=SURROGATE)),
         "build message_format": lambda: w.build(cs.BuildOptions(message_format="{content}" + SURROGATE)),
         "to_markdown language": lambda: w.to_markdown(language=SURROGATE),
+        "build order": lambda: w.build(cs.BuildOptions(order=SURROGATE)),  # type: ignore[arg-type]
+        "configure": lambda: w.configure(default_strategy=SURROGATE),
     }
 
 

@@ -82,6 +82,8 @@ def checked(kind: type[msgspec.Struct], given: dict[str, Any], what: str) -> Any
     and the rule it broke."""
     try:
         return msgspec.convert(given, kind)
+    except UnicodeEncodeError as exc:  # a str holding a lone surrogate
+        raise InvalidOptionsError(f"invalid {what}: a value is not UTF-8 text ({exc})") from None
     except msgspec.ValidationError as exc:
         text = str(exc)
         unknown = _UNKNOWN.search(text)
