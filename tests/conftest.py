@@ -74,8 +74,30 @@ def prefix() -> str:
 StoreFactory = Callable[..., Any]
 
 
-@pytest.fixture(params=["sync", "async"])
+#: the modules whose store tests run on the asyncio API too: the calls, reads, builds, streams and
+#: retries each shell drives (the rest run on the sync API: both shells drive the same plans, and
+#: test_api_parity.py keeps their signatures and docstrings the same)
+BOTH_APIS = {
+    "test_seed_000_get_context", "test_seed_001_window", "test_seed_002_contract", "test_seed_003_markdown",
+    "test_seed_004_overflow", "test_requests", "test_cold_builds", "test_plain_reads", "test_paged_reads",
+    "test_appended_reads", "test_events", "test_chat_builds", "test_replace", "test_summaries", "test_relevance",
+    "test_failures", "test_store_lifecycle", "test_metrics_stores",
+}  # fmt: skip
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """``api``: "sync", and "async" too in the modules of ``BOTH_APIS`` (or where a test asks for
+    both with ``@pytest.mark.parametrize("api", ...)`` itself)."""
+    if "api" in metafunc.fixturenames:
+        if any(m.name == "parametrize" and m.args[0] == "api" for m in metafunc.definition.iter_markers()):
+            return
+        both = metafunc.module.__name__.rsplit(".", 1)[-1] in BOTH_APIS
+        metafunc.parametrize("api", ["sync", "async"] if both else ["sync"], indirect=True)
+
+
+@pytest.fixture
 def api(request: pytest.FixtureRequest) -> str:
+    """The API a store test drives: "sync" or "async" (``pytest_generate_tests``)."""
     return str(request.param)
 
 
