@@ -34,7 +34,7 @@ from fleet import redis7
 from shard import _body, _fill
 
 import contextstore as cs
-from contextstore.drivers import direct, scripts
+from contextstore.drivers import scripts
 
 from _common import redis_binary, redis_server, server_version, table
 
@@ -113,7 +113,7 @@ def add_runner(r: redis.Redis, functions: bool) -> Callable[[list[str], list[Any
 def captured_add(url: str, messages: int) -> tuple[list[str], list[Any]]:
     """Fill a window with ``messages`` messages, then the keys and arguments of one more add."""
     seen: list[tuple[list[str], list[Any]]] = []
-    run = direct.DirectCall.run
+    run = scripts.ScriptRegistry.run
 
     def spy(self: Any, name: str, keys: list[str], argv: list[Any]) -> Any:
         if name == "add":
@@ -123,11 +123,11 @@ def captured_add(url: str, messages: int) -> tuple[list[str], list[Any]]:
     with cs.ContextStore.from_url(url, prefix="profile", item_limit=100_000) as store:
         w = store.window("adds", max_items=100_000)
         _fill(w, messages, random.Random(3))
-        direct.DirectCall.run = spy  # type: ignore[method-assign]
+        scripts.ScriptRegistry.run = spy  # type: ignore[method-assign]
         try:
             w.add(_body(random.Random(4)), role="user")
         finally:
-            direct.DirectCall.run = run  # type: ignore[method-assign]
+            scripts.ScriptRegistry.run = run  # type: ignore[method-assign]
     return seen[-1]
 
 

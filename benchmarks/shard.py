@@ -33,7 +33,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import redis
 
 import contextstore as cs
-from contextstore.core.layout import lua_constants
 from contextstore.drivers import scripts
 from contextstore.plans import chat as chat_plans
 
@@ -214,8 +213,9 @@ HELPER_SCRIPTS = ("add", "read", "event", "turn", "pin", "remove")
 
 def helper_costs(url: str, names: tuple[str, ...] = HELPER_SCRIPTS) -> list[list[str]]:
     """What re-creating a script's helpers costs per ``EVALSHA`` (Redis 6.2 runs the whole
-    script on every call): every helper file it needs against only the statements it reaches
-    (``scripts.shaken``), each run with ``return 1`` for a body, side by side, best of 3."""
+    script on every call): every helper file of the library against the files the script needs
+    (``scripts.carried``), each run with ``return 1`` for a body, side by side,
+    best of 3."""
     r = redis.Redis.from_url(url)
     base, libs = scripts._libs()
 
@@ -231,8 +231,8 @@ def helper_costs(url: str, names: tuple[str, ...] = HELPER_SCRIPTS) -> list[list
     rows = []
     for name in names:
         body = (base / f"{name}.lua").read_text(encoding="utf-8")
-        parts = [lua_constants(), *(libs[n] for n in scripts._closure(scripts.needs(body), libs))]
-        every, reached = "\n".join(parts), scripts.shaken(parts, body, scripts.runner(name))
+        every = "\n".join(libs[n] for n in scripts.LIB_NAMES)
+        reached = "\n".join(libs[n] for n in scripts.carried(name, body, libs))
         best = [min(cost(every) for _ in range(3)), min(cost(reached) for _ in range(3))]
         functions = [len(re.findall(r"^local function", src, re.M)) for src in (every, reached)]
         rows.append([name, f"{functions[0]} → {functions[1]}", f"{best[0]:.1f} → {best[1]:.1f}"])
@@ -386,7 +386,7 @@ def main() -> int:
         helpers = helper_costs(url)
     report(version, costs)
     print(f"\n### Redis {version}: a script's helpers, re-created on every EVALSHA (6.2 runs scripts so)\n")
-    print(table(["script", "local functions: every needed file → reached", "µs per call"], helpers))
+    print(table(["script", "local functions: the library → the files it needs", "µs per call"], helpers))
     print(table(["goal", "measured", "status"], goal_rows(version, costs)))
     return 0
 

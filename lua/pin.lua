@@ -1,5 +1,5 @@
 -- pin.lua: pin or unpin one item.
--- needs: events
+-- needs: meta
 -- KEYS: the window keys (lib/core.lua). ARGV[1..N_CONFIG]: caller config (unused).
 -- ARGV[N_CONFIG + 1]: item id; ARGV[N_CONFIG + 2]: '1' to pin, '0' to unpin.
 -- Reply: 1 if the item exists (event only when its state changed), 0 if absent.

@@ -66,9 +66,9 @@ def test_a_write_no_replica_confirms_raises_but_is_applied_once(replicated, kind
 @pytest.mark.parametrize("functions", [None, False], ids=["default", "functions=False"])
 @pytest.mark.parametrize("kind", ["sync", "async"])
 def test_a_read_only_replica_serves_the_reads(replicated, kind, functions):
-    """The reads are read-only calls (``FCALL_RO`` where the server has functions, ``EVALSHA_RO``
-    where scripts run by EVALSHA on a server that has it, plain reads, 6.2's read-only EVALSHA),
-    so a store pointed at a replica reads what the primary's store wrote."""
+    """The reads are read-only calls (``FCALL_RO`` where the server has functions, plain reads, an
+    ``EVALSHA`` of a script that writes nothing), so a store pointed at a replica reads what the
+    primary's store wrote."""
     primary, replica = replicated
     options = {} if functions is None else {"functions": functions}
     with open_store(kind, url=primary.url, prefix="ro", **options) as writer:
@@ -97,7 +97,7 @@ def test_a_read_only_replica_serves_the_reads(replicated, kind, functions):
             assert [i.id for i in h.items(limit=2)] == [i for i, _ in want[-2:]]
         calls = {k.removeprefix("cmdstat_") for k, v in r.info("commandstats").items() if v["calls"]}
         old_server = str(r.info("server")["redis_version"]).startswith("6.")
-    read_by = "evalsha" if old_server else "fcall_ro" if functions is None else "evalsha_ro"
+    read_by = "evalsha" if old_server or functions is False else "fcall_ro"
     assert calls & {"fcall", "fcall_ro", "evalsha", "evalsha_ro"} == {read_by}
 
 

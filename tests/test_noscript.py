@@ -135,11 +135,10 @@ def test_scripts_are_loaded_once_then_called_by_name(each_server, prefix):
 
 
 @pytest.mark.parametrize("api", ["sync", "async"])
-def test_functions_false_keeps_to_evalsha_and_reads_with_evalsha_ro(each_server, prefix, api):
-    """Without functions the scripts run by EVALSHA, and the read-only one by EVALSHA_RO where
-    the server has it (Redis 7, Valkey: a replica may serve it); 6.2 refuses EVALSHA_RO once
-    and the store reads with EVALSHA from then on."""
-    name, url = each_server
+def test_functions_false_keeps_to_evalsha(each_server, prefix, api):
+    """Without functions every script runs by EVALSHA, the read-only one too (a replica runs a
+    script that writes nothing), on every server."""
+    _, url = each_server
     r = redis.Redis.from_url(url)
     loop = asyncio.new_event_loop() if api == "async" else None
     store = (
@@ -155,8 +154,7 @@ def test_functions_false_keeps_to_evalsha_and_reads_with_evalsha_ro(each_server,
         r.config_resetstat()
         for _ in range(3):
             assert [i.content for i in w.items(limit=5)] == ["x"]
-        read_by, not_by = ("evalsha", "evalsha_ro") if name == "redis6.2" else ("evalsha_ro", "evalsha")
-        assert _calls(r, read_by) >= 3 and _calls(r, not_by) == 0 and _calls(r, "fcall_ro") == 0
+        assert _calls(r, "evalsha") >= 3 and _calls(r, "evalsha_ro") == 0 and _calls(r, "fcall_ro") == 0
     finally:
         store.close()
         if loop is not None:
@@ -180,27 +178,6 @@ def test_a_user_who_may_not_load_functions_gets_evalsha(each_server, prefix):
         assert store.window("noscript-acl").items()[0].content == "x"
     assert _calls(r, "evalsha") > 0 and not r.function_list()
     r.acl_deluser("scripter")
-    r.close()
-
-
-def test_a_user_who_may_not_run_evalsha_ro_reads_with_evalsha(each_server, prefix):
-    name, url = each_server
-    if name == "redis6.2":
-        pytest.skip("6.2 has no EVALSHA_RO")
-    r = redis.Redis.from_url(url)
-    r.acl_setuser("plain", enabled=True, passwords=["+pw"], keys=["*"], commands=["+@all", "-evalsha_ro"])
-    user_url = url.replace("redis://", "redis://plain:pw@")
-    with cs.ContextStore.from_url(user_url, prefix=prefix, functions=False) as store:
-        w = store.window("noscript-ro", max_tokens=1000)
-        w.add("x")
-        r.config_resetstat()
-        for _ in range(3):
-            assert [i.content for i in w.items(limit=5)] == ["x"]
-        # refused once (by the permission check before the first write), then EVALSHA; the first
-        # read finds read.lua missing once (NOSCRIPT) and loads it
-        ran = r.info("commandstats").get("cmdstat_evalsha", {})
-        assert _calls(r, "evalsha_ro") == 0 and ran["calls"] - ran["failed_calls"] == 3
-    r.acl_deluser("plain")
     r.close()
 
 

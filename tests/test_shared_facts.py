@@ -75,15 +75,15 @@ def test_the_window_option_defaults_have_one_owner():
 
 
 def test_the_scripts_bind_the_keys_at_the_positions_python_passes_them():
-    requests = (scripts.lua_dir() / "lib" / "requests.lua").read_text(encoding="utf-8")
-    begin = requests[requests.index("local function begin_call") :]
+    calls = (scripts.lua_dir() / "lib" / "calls.lua").read_text(encoding="utf-8")
+    begin = calls[calls.index("local function begin_call") :]
     begin = begin[: begin.index("\nend")]
     bound: dict[str, int] = {}
     for names, indexes in _BINDING.findall(begin):
         pairs = zip(re.findall(r"K_(\w+)", names), re.findall(r"\d+", indexes), strict=True)
         bound.update({name.lower(): int(i) for name, i in pairs})
     passed = {name: i for i, name in enumerate(KEY_NAMES, start=1)}
-    assert bound == passed, "lib/requests.lua begin_call binds KEYS at other positions than keys.KEY_NAMES"
+    assert bound == passed, "lib/calls.lua begin_call binds KEYS at other positions than keys.KEY_NAMES"
     core = (scripts.lua_dir() / "lib" / "core.lua").read_text(encoding="utf-8")
     documented = {name: int(i) for i, name in re.findall(r"--\s+KEYS\[(\d+)\]\s+(\w+)", core)}
     assert documented == passed, "the KEYS table of lib/core.lua says other positions"

@@ -2,9 +2,10 @@
 
 Strategies, limits, the field names of a window's ``:meta`` hash, the build-order score and
 the bounds of the event stream and the request log are defined once, in this module; the type
-ranks and the option defaults are ``types.py``'s. ``lua_constants()`` renders them all as the
-first lines of every script when the scripts are loaded (``drivers/scripts.py``), so the Lua
-side never spells one of them itself.
+ranks and the option defaults are ``types.py``'s. ``lua_constants()`` renders them all as
+``lua/lib/constants.lua``, which is checked in so that each Lua file reads on its own
+(``tests/test_lua_files.py`` fails when it is stale and says how to write it again), so the
+Lua side never spells one of them itself.
 """
 
 from __future__ import annotations
@@ -263,7 +264,9 @@ def lua_constants() -> str:
     server_side = {s.value: True for s in CompactionStrategy if s.server_side}
     return "\n".join(
         [
-            "-- generated from contextstore/core/layout.py when the scripts are loaded: do not edit",
+            "-- lib/constants.lua: the facts shared with Python, generated from contextstore/core/layout.py",
+            "-- by lua_constants(): do not edit (tests/test_lua_files.py says how to write it again).",
+            "-- needs: (nothing)",
             f"local RANK = {_lua_table({t.value: r for t, r in TYPE_RANKS.items()})}",
             f"local STRATEGIES = {_lua_table({s.value: True for s in CompactionStrategy})}",
             f"local SERVER_SIDE = {_lua_table(server_side)}",

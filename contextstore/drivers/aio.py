@@ -42,9 +42,9 @@ from ..types import (
     WindowOptions,
 )
 from . import admin, compacting, listing, streaming
-from .direct import aplain_read
 from .durability import arun_replicated
 from .loops import LoopClients, loop_error
+from .plain_reads import aplain_read
 from .redis_failures import REDIS_EXCEPTIONS
 from .scripts import ScriptRegistry
 from .store import StoreBase
@@ -104,11 +104,11 @@ class AsyncContextStore(StoreBase):
             return await aplain_read(current.client, request.commands, request.then, current.scripts)
         keys, argv, durable, scripts = list(request.keys), request.argv(), self._durable(request), current.scripts
         if (probe := self._permissions.due(request)) is not None:  # before a write, when due
-            checked = await (current.direct or scripts).arun(probe.name, keys, probe.argv())
+            checked = await scripts.arun(probe.name, keys, probe.argv())
             self._permissions.settle(checked, self._where)
         if durable is not None:
             return await arun_replicated(current.client, scripts, request, durable)
-        return await (current.direct or scripts).arun(request.name, keys, argv)
+        return await scripts.arun(request.name, keys, argv)
 
     async def window(
         self, window_id: str, *, create: bool = True, **config: Unpack[WindowOptions]

@@ -17,11 +17,10 @@ import redis.exceptions as rx
 
 from ..core.config import Durability
 from ..core.keys import is_cluster
-from .direct import conn_args, pack
 
 
-def _request(words: list[Any], d: Durability) -> bytes:
-    return pack(words) + pack(["WAIT", d.replicas, d.timeout_ms])
+def _wait(d: Durability) -> list[Any]:
+    return ["WAIT", d.replicas, d.timeout_ms]
 
 
 def _outcome(replies: list[Any]) -> tuple[Any, int]:
@@ -38,22 +37,11 @@ def _sync_target(client: Any, key: str) -> Any:
 
 
 def _sync_pair(target: Any, words: list[Any], d: Durability) -> tuple[Any, int]:
-    pool = target.connection_pool
-    conn = pool.get_connection(*conn_args(pool))
-    try:
-        conn.send_packed_command([_request(words, d)])
-        replies: list[Any] = []
-        for _ in range(2):
-            try:
-                replies.append(conn.read_response())
-            except rx.ResponseError as exc:  # a whole reply was read: keep reading
-                replies.append(exc)
-    except BaseException:
-        conn.disconnect()
-        raise
-    finally:
-        pool.release(conn)
-    return _outcome(replies)
+    """The script and WAIT in one pipeline: one connection, one write."""
+    pipe = target.pipeline(transaction=False)
+    pipe.execute_command(*words)
+    pipe.execute_command(*_wait(d))
+    return _outcome(pipe.execute(raise_on_error=False))
 
 
 def run_replicated(client: Any, scripts: Any, call: Any, d: Durability) -> Any:
@@ -72,27 +60,28 @@ def run_replicated(client: Any, scripts: Any, call: Any, d: Durability) -> Any:
 
 
 async def _async_pair(client: Any, words: list[Any], keys: list[str], d: Durability) -> tuple[Any, int]:
-    if is_cluster(client):
-        node = client.get_node_from_key(keys[0])
-        conn, release = node.acquire_connection(), node.release
-    else:
-        conn = await client.connection_pool.get_connection(*conn_args(client.connection_pool))
-        release = client.connection_pool.release
+    """The script and WAIT in one write on one connection: a pipeline, or on a cluster (whose
+    pipeline would route the keyless WAIT anywhere) a connection of the node that owns ``keys``."""
+    if not is_cluster(client):
+        pipe = client.pipeline(transaction=False)
+        pipe.execute_command(*words)
+        pipe.execute_command(*_wait(d))
+        return _outcome(await pipe.execute(raise_on_error=False))
+    node = client.get_node_from_key(keys[0])
+    conn = node.acquire_connection()
     try:
-        await conn.send_packed_command(_request(words, d))
+        await conn.send_packed_command(conn.pack_commands([words, _wait(d)]))
         replies: list[Any] = []
         for _ in range(2):
             try:
                 replies.append(await conn.read_response())
-            except rx.ResponseError as exc:
+            except rx.ResponseError as exc:  # a whole reply was read: keep reading
                 replies.append(exc)
     except BaseException:
         await conn.disconnect()
         raise
     finally:
-        released = release(conn)
-        if released is not None:
-            await released
+        node.release(conn)
     return _outcome(replies)
 
 

@@ -18,10 +18,7 @@ from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import redis.asyncio
-
 from ..errors import ContextStoreError
-from .direct import AsyncDirectCall
 
 #: seconds ``close()`` waits for a loop running in another thread to close its client
 CLOSE_TIMEOUT = 10.0
@@ -36,12 +33,6 @@ class LoopClient:
     scripts: Any
     owned: bool
     closer: AsyncGenerator[None, None] | None = field(default=None)
-    #: the lean script-call path, for a plain ``redis.asyncio.Redis`` the store owns (else None)
-    direct: AsyncDirectCall | None = field(init=False, default=None)
-
-    def __post_init__(self) -> None:
-        if self.owned and type(self.client) is redis.asyncio.Redis:
-            self.direct = AsyncDirectCall(self.client, self.scripts)
 
 
 def copy_client(client: Any) -> Any:

@@ -1,15 +1,17 @@
 """The Lua scripts: loading ``lua/*.lua``, assembling them, and running them on a client.
 
 A script file names the helper files (``lua/lib/*.lua``) it uses on its ``-- needs:`` line; a
-helper names the ones it stands on the same way. Two assemblies of the same files:
+helper names the ones it stands on the same way, and a name with no file raises
+(``tests/test_lua_files.py`` checks that every helper a file calls is in the files it needs).
+Two assemblies of the same files, one per kind of server:
 
 - ``library()``: one function library for Redis 7+ and Valkey (``FUNCTION LOAD``, ``FCALL``):
-  the constants generated from ``core/layout.py``, every helper and each script's own helpers
+  the constants (``lib/constants.lua``), every helper and each script's own helpers
   (above its ``-- main:`` line, ``split_main``) are defined once, when the library is loaded, and
   each call only runs its script's main part. (Defining them on every call costs a script 25-40
   µs of server time, more than many scripts' own work.)
-- ``sources()``: one EVAL script each for Redis 6.2 (``EVALSHA``): the constants, the helpers it
-  needs (in dependency order), then its body as ``main``.
+- ``sources()``: one EVAL script each for Redis 6.2 (``EVALSHA``): the helper files it needs
+  (in dependency order), then its body as ``main``.
 
 Either way the body runs under the exactly-once request protocol (``run_request``), which first
 binds the call's keys and arguments and starts its state afresh; a script that takes no request
@@ -30,7 +32,6 @@ from typing import Any, TypeVar
 import redis.exceptions as rx
 
 from ..core.keys import is_cluster
-from ..core.layout import lua_constants
 from ..errors import ContextStoreError
 
 T = TypeVar("T")
@@ -41,11 +42,11 @@ SCRIPT_NAMES = (
 )  # fmt: skip
 
 #: scripts that take no request (reads, and the ``built`` event): they record no reply, so they
-#: run under ``run_plain``, which reaches none of the request protocol's helpers (lib/requests.lua)
+#: run under ``run_plain`` (lib/calls.lua) and carry none of the request protocol (lib/requests.lua)
 REQUESTLESS = frozenset({"read", "event", "acl"})
 
-#: every helper file, each after the ones it needs; ``requests`` (run_request) is in every script
-LIB_NAMES = ("core", "events", "meta", "items", "turns", "compaction", "archive", "requests")
+#: every helper file, each after the ones it needs
+LIB_NAMES = ("constants", "core", "calls", "events", "meta", "items", "turns", "compaction", "archive", "requests")
 _NEEDS = re.compile(r"^-- needs: (.*)$", re.M)
 _MAIN = re.compile(r"^-- main:", re.M)
 
@@ -62,15 +63,20 @@ def lua_dir() -> Path:
 
 
 def needs(text: str) -> set[str]:
-    """The helper files a script or helper names on its ``-- needs:`` line."""
+    """The helper files a script or helper names on its ``-- needs:`` line (``(nothing)``: none);
+    a name that is no helper file raises."""
     found = _NEEDS.search(text)
     if found is None:
-        raise ContextStoreError("a Lua file has no '-- needs:' line")
-    return {n for n in found.group(1).split() if n in LIB_NAMES}
+        raise ContextStoreError(f"a Lua file has no '-- needs:' line: {text[:80]!r}")
+    named = set(found.group(1).split()) - {"(nothing)"}
+    if unknown := named - set(LIB_NAMES):
+        raise ContextStoreError(f"a Lua file needs {sorted(unknown)}, which lua/lib/ does not have: {text[:80]!r}")
+    return named
 
 
-def _closure(direct: set[str], libs: dict[str, str]) -> list[str]:
-    todo, seen = [*direct, "requests"], set()
+def closure(direct: set[str], libs: dict[str, str]) -> list[str]:
+    """The helper files ``direct`` names and those they need, in ``LIB_NAMES`` order."""
+    todo, seen = list(direct), set()
     while todo:
         name = todo.pop()
         if name not in seen:
@@ -91,69 +97,16 @@ def _libs() -> tuple[Path, dict[str, str]]:
     return base, {n: (base / "lib" / f"{n}.lua").read_text(encoding="utf-8") for n in LIB_NAMES}
 
 
-#: a top-level statement of a helper file: a local or function definition, or an assignment into
-#: a table (``REPLAYS.add = function ...``); the lines after it up to the next one belong to it
-_STATEMENT = re.compile(r"^(?:local |function |[A-Za-z_][\w.]*\s*=)")
-_NAME = re.compile(r"[A-Za-z_]\w*")
-_COMMENT = re.compile(r"--[^\n]*")
-
-
-@lru_cache(maxsize=64)
-def _statements(text: str) -> tuple[tuple[frozenset[str], str, str, tuple[str, ...]], ...]:
-    """The top-level statements of Lua ``text``, in order: (names defined, the name an
-    assignment extends (``REPLAYS`` of ``REPLAYS.add = ...``), text, the names it uses). Lines
-    before the first statement (the file's header comment) come as one block that defines
-    nothing. Cached: every script's assembly reads the same helper files."""
-    blocks: list[list[str]] = [[]]
-    for line in text.splitlines():
-        if _STATEMENT.match(line) and (len(blocks) == 1 or any(not x.startswith("--") for x in blocks[-1])):
-            blocks.append([])
-        blocks[-1].append(line)
-    out = []
-    for lines in blocks:
-        if not lines:
-            continue
-        head = lines[0]
-        if head.startswith("local function ") or head.startswith("function "):
-            defined, extends = {_NAME.findall(head)[2 if head.startswith("local") else 1]}, ""
-        elif head.startswith("local "):
-            defined, extends = set(_NAME.findall(head.split("=")[0])[1:]), ""
-        else:
-            target = _NAME.match(head)
-            defined, extends = set(), target.group(0) if target else ""
-        stmt = "\n".join(lines)
-        out.append((frozenset(defined), extends, stmt, tuple(set(_NAME.findall(_COMMENT.sub("", stmt))))))
-    return tuple(out)
-
-
 def runner(name: str) -> str:
-    """The Lua function that runs script ``name``'s main for one call (lib/requests.lua)."""
+    """The Lua function that runs script ``name``'s main for one call: ``run_plain``
+    (lib/calls.lua) for a script that takes no request, else ``run_request`` (lib/requests.lua)."""
     return "run_plain" if name in REQUESTLESS else "run_request"
 
 
-def shaken(parts: list[str], body: str, run: str = "run_request") -> str:
-    """``parts`` (constants and helper files) with only the statements ``body`` reaches, directly
-    or through others, in their order, and each part's header comment: a 6.2 script re-creates
-    every helper it carries on each ``EVALSHA`` (the server time grows with their number and
-    their upvalues), so it carries only those it calls, and ``run`` (``runner``), which calls
-    its main. An assignment into a table (``REPLAYS.add = ...``) stays when the table does."""
-    statements = [s for part in parts for s in _statements(part)]
-    owners: dict[str, list[int]] = {}  # name -> the statements that define or extend it
-    for i, (defined, extends, _, _) in enumerate(statements):
-        for name in defined | ({extends} if extends else set()):
-            owners.setdefault(name, []).append(i)
-    keep = [not defined and not extends for defined, extends, _, _ in statements]  # header comments
-    todo, reached = [*_NAME.findall(_COMMENT.sub("", body)), run], set()
-    while todo:
-        name = todo.pop()
-        if name in reached:
-            continue
-        reached.add(name)
-        for i in owners.get(name, ()):
-            if not keep[i]:
-                keep[i] = True
-                todo += statements[i][3]
-    return "\n".join(stmt for (_, _, stmt, _), k in zip(statements, keep, strict=True) if k)
+def carried(name: str, body: str, libs: dict[str, str]) -> list[str]:
+    """The helper files script ``name`` carries on 6.2: those its ``-- needs:`` line names, those
+    they need, and the file of its runner."""
+    return closure(needs(body) | {"calls" if name in REQUESTLESS else "requests"}, libs)
 
 
 def split_main(text: str) -> tuple[str, str]:
@@ -173,12 +126,13 @@ def split_main(text: str) -> tuple[str, str]:
 @lru_cache(maxsize=1)
 def sources() -> dict[str, str]:
     """Every script's full source for EVAL (Redis 6.2), keyed by script name: the call's KEYS
-    and ARGV as locals, the constants and helpers it reaches (``shaken``), its body as ``main``."""
+    and ARGV as locals, the helper files it needs (``closure``: a 6.2 script defines every
+    helper it carries on each call, so it carries only those files), its body as ``main``."""
     base, libs = _libs()
     out = {}
     for name in SCRIPT_NAMES:
         body = (base / f"{name}.lua").read_text(encoding="utf-8")
-        helpers = shaken([lua_constants(), *(libs[n] for n in _closure(needs(body), libs))], body, runner(name))
+        helpers = "\n".join(libs[n] for n in carried(name, body, libs))
         main = f"local function main()\n{body}\nend\nreturn {runner(name)}(main, KEYS, ARGV)\n"
         out[name] = f"local KEYS, ARGV = KEYS, ARGV\n{helpers}\n{main}"
     return out
@@ -194,9 +148,7 @@ def library() -> tuple[str, dict[str, str]]:
     for name in SCRIPT_NAMES:
         helpers, main = split_main((base / f"{name}.lua").read_text(encoding="utf-8"))
         mains.append(f"do\n{helpers}\nMAINS[{name!r}] = function()\n{main}\nend\nend")
-    body = "\n".join(
-        ["local KEYS, ARGV = {}, {}", lua_constants(), *(libs[n] for n in LIB_NAMES), "local MAINS = {}", *mains]
-    )
+    body = "\n".join(["local KEYS, ARGV = {}, {}", *(libs[n] for n in LIB_NAMES), "local MAINS = {}", *mains])
     digest = hashlib.sha1(body.encode()).hexdigest()[:12]
     names = {name: f"cs_{digest}_{name}" for name in SCRIPT_NAMES}
     registrations = [
@@ -244,10 +196,6 @@ class ScriptRegistry:
         self._client = client
         #: "functions", "eval", or "auto" until the server has answered
         self.mode = "eval" if functions is False or is_cluster(client) else "auto"
-        #: in EVAL mode, whether read-only scripts run as ``EVALSHA_RO`` (a replica may serve
-        #: them): until the server (6.2) or the ACL user refuses it; never through a cluster
-        #: client, which would ask a node for the keys of each such call (``COMMAND GETKEYS``)
-        self.eval_ro = not is_cluster(client)
         self._scripts: dict[str, Any] = {}
 
     def script(self, name: str) -> Any:
@@ -258,36 +206,28 @@ class ScriptRegistry:
         return script
 
     def words(self, name: str, keys: list[str], argv: list[Any]) -> list[Any]:
-        """The command that runs script ``name``: ``FCALL`` / ``FCALL_RO``, or ``EVALSHA`` /
-        ``EVALSHA_RO``."""
-        read_only = name in READ_ONLY
+        """The command that runs script ``name``: ``FCALL`` / ``FCALL_RO`` (a read-only script), or
+        ``EVALSHA`` (which a replica runs too, as long as the script writes nothing)."""
         if self.mode == "eval":
-            command = "EVALSHA_RO" if read_only and self.eval_ro else "EVALSHA"
-            return [command, self.script(name).sha, len(keys), *keys, *argv]
-        return ["FCALL_RO" if read_only else "FCALL", library()[1][name], len(keys), *keys, *argv]
+            return ["EVALSHA", self.script(name).sha, len(keys), *keys, *argv]
+        return ["FCALL_RO" if name in READ_ONLY else "FCALL", library()[1][name], len(keys), *keys, *argv]
 
-    def missing(self, exc: BaseException) -> bool:
-        """Whether ``exc`` says the server lacks the script or function, or refused
-        ``EVALSHA_RO`` (6.2 has none; an ACL user may not run it: read-only scripts run as
-        ``EVALSHA`` from then on): load what the call needs and run it again."""
+    @staticmethod
+    def missing(exc: BaseException) -> bool:
+        """Whether ``exc`` says the server lacks the script or function (or functions): load
+        what the call needs and run it again."""
         if isinstance(exc, rx.NoScriptError):
             return True
         text = str(exc)
-        if not isinstance(exc, rx.ResponseError):
-            return False
-        refused = "unknown command" in text or "NOPERM" in text or isinstance(exc, rx.NoPermissionError)
-        if self.eval_ro and refused and "evalsha_ro" in text.lower():
-            self.eval_ro = False
-            return True
-        return "Function not found" in text or "unknown command 'FCALL" in text or "unknown command `FCALL" in text
+        return isinstance(exc, rx.ResponseError) and (
+            "Function not found" in text or "unknown command 'FCALL" in text or "unknown command `FCALL" in text
+        )
 
     def _settle(self, exc: BaseException) -> None:
-        """After ``FUNCTION LOAD ... REPLACE`` failed with ``exc``: the server cannot have
-        functions (EVAL from now on), or it is an error to raise."""
+        """After ``FUNCTION LOAD ... REPLACE`` failed with ``exc``: the server has no functions
+        (6.2) or this user may not load them: ``EVALSHA`` from now on; else ``exc`` is raised."""
         text = str(exc)
-        if "unknown command" in text:  # before Redis 7: no functions, no EVALSHA_RO either
-            self.mode, self.eval_ro = "eval", False
-        elif isinstance(exc, rx.NoPermissionError) or "NOPERM" in text:
+        if "unknown command" in text or isinstance(exc, rx.NoPermissionError) or "NOPERM" in text:
             self.mode = "eval"
         else:
             raise exc

@@ -5,7 +5,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from functools import cached_property
 from types import TracebackType
 from typing import Any, Literal, TypeVar
 
@@ -41,8 +40,8 @@ from ..types import (
     WindowOptions,
 )
 from . import admin, compacting, listing, streaming
-from .direct import DirectCall, plain_read
 from .durability import run_replicated
+from .plain_reads import plain_read
 from .redis_failures import REDIS_EXCEPTIONS
 from .store import StatField, StoreBase
 
@@ -60,11 +59,6 @@ class ContextStore(StoreBase):
     _redis_class = redis.Redis
     _cluster_class = redis.cluster.RedisCluster
     _retry_class = redis.retry.Retry
-
-    @cached_property
-    def _direct(self) -> DirectCall | None:
-        """The lean script-call path, for a plain ``redis.Redis`` this store made itself."""
-        return DirectCall.of(self._client, self._owns_client, self._scripts)
 
     def _run(self, plan: Plan[T]) -> T:
         self._driver.start()
@@ -97,11 +91,11 @@ class ContextStore(StoreBase):
         if isinstance(request, PlainRead):
             return plain_read(self._client, request.commands, request.then, self._scripts)
         if (probe := self._permissions.due(request)) is not None:
-            reply = (self._direct or self._scripts).run(probe.name, list(probe.keys), probe.argv())
+            reply = self._scripts.run(probe.name, list(probe.keys), probe.argv())
             self._permissions.settle(reply, self._where)
         if (durable := self._durable(request)) is not None:
             return run_replicated(self._client, self._scripts, request, durable)
-        return (self._direct or self._scripts).run(request.name, list(request.keys), request.argv())
+        return self._scripts.run(request.name, list(request.keys), request.argv())
 
     def window(self, window_id: str, *, create: bool = True, **config: Unpack[WindowOptions]) -> ContextWindow:
         """Attach to ``window_id``, creating it with the given config if it does not exist;

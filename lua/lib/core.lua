@@ -1,9 +1,9 @@
 -- lib/core.lua: what every script stands on: its keys, its request, error replies, numbers.
--- needs: (nothing)
+-- needs: constants
 --
--- A script is assembled by contextstore/drivers/scripts.py: the constants generated from
--- contextstore/core/layout.py, then the lib files the script names in its `needs:` line (and theirs),
--- then the script's body as `local function main() ... end`, then `return run_request(main)`.
+-- A script is assembled by contextstore/drivers/scripts.py: the lib files the script names in its
+-- `needs:` line (and theirs, lib/constants.lua first), then the script's body as
+-- `local function main() ... end`, then `return run_request(main)`.
 --
 -- KEYS (the same fifteen for every script, all under the hash tag {<window_id>}):
 --   KEYS[1] meta     hash: config + counters (field names: F, generated)
@@ -11,10 +11,11 @@
 --   KEYS[3] order    zset: id scored in build order (type rank, priority desc, seq asc)
 --   KEYS[4] fifo     list: ids in arrival order
 --   KEYS[5] pinned   set:  ids of pinned items
---   KEYS[6] attrs    hash: id -> "seq|tokens|priority|type" (what limits need, without the JSON)
+--   KEYS[6] attrs    hash: id -> "seq|tokens|priority|type[|flags|group]" (what limits need,
+--                    without the JSON; lib/items.lua pack_attrs)
 --   KEYS[7] events   stream: one entry per mutation
 --   KEYS[8] requests list: "<server time ms>|<request id>", oldest first (what to expire)
---   KEYS[9] replies  hash: request id -> "<fingerprint>\n<reply record JSON>"
+--   KEYS[9] replies  hash: request id -> "<fingerprint>|<RECORD_FORMAT>\n<reply record JSON>"
 --   KEYS[10] groups  hash: group -> its member ids in arrival order, space-separated
 --   KEYS[11] calls   hash: tool call id -> "<group> <tool name>" (the call's assistant message)
 --   KEYS[12] archive hash: summary id -> JSON of the items it replaced; ARCHIVE_INDEX -> when
@@ -38,7 +39,7 @@
 -- scripts back.
 
 -- A call's keys, its request and its own state. They are set afresh for every call by
--- begin_call (lib/requests.lua): a function library (Redis 7+) keeps these helpers loaded
+-- begin_call (lib/calls.lua): a function library (Redis 7+) keeps these helpers loaded
 -- between calls, so nothing of one call may stay for the next.
 local K_META, K_ITEMS, K_ORDER, K_FIFO, K_PINNED, K_ATTRS, K_EVENTS, K_REQUESTS, K_REPLIES
 local K_GROUPS, K_CALLS, K_ARCHIVE, K_VECTORS, K_LEASE, K_TURN
@@ -48,6 +49,7 @@ local CFG = nil      -- the window's config once read_config ran (lib/meta.lua)
 local RUN = {}       -- what this call compacted (lib/compaction.lua): {compactions, freed}
 local COUNTERS_KNOWN = false  -- set by a script whose counters all went through lib/meta.lua (saves a read)
 local NOW_US = nil   -- the server's clock, read once per call
+local META_KNOWN, META_DELTA, META_DIRTY = {}, {}, {}  -- the counters of :meta read and changed (lib/meta.lua)
 local REPLAYS = {}   -- record kind -> function(record) rebuilding a reply (lib/requests.lua)
 local REPLAY_STANDS = {}  -- record kind -> function(record, rid): whether its result is still there
 

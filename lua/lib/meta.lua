@@ -5,8 +5,6 @@
 -- run_request calls after every script: one HMGET + one HSET however many items a call adds or
 -- removes, instead of an HINCRBY per counter per item.
 
-local META_KNOWN, META_DELTA, META_DIRTY = {}, {}, {}  -- set afresh per call (begin_call)
-
 local function mark_dirty(f)
   if META_DELTA[f] == nil then
     META_DELTA[f] = 0

@@ -1,5 +1,5 @@
--- lib/requests.lua: exactly-once requests, and run_request, which every script ends with.
--- needs: meta
+-- lib/requests.lua: exactly-once requests, and run_request, which runs every script that takes one.
+-- needs: meta calls
 --
 -- A script that wrote something records its reply under its request id; the same request id
 -- again (a retry whose first reply was lost) returns that reply and writes nothing. The log
@@ -93,29 +93,6 @@ local function with_counters(reply)
   return {reply, m[1], m[2], m[3], fmt(RUN.compactions), fmt(RUN.freed)}
 end
 
--- `fn`'s reply and record, or nil and the CORRUPT reply when it stopped on a stored value in a
--- shape no script writes (corrupt() in lib/core.lua) or on a key of another type than the
--- scripts write; any other error stops the script as it is.
-local function guarded(fn, ...)
-  local ok, reply, record = pcall(fn, ...)
-  if ok then return reply, record end
-  local stopped = corruption_of(reply)
-  if not stopped then error(reply, 0) end
-  return nil, stopped
-end
-
--- Bind a call's keys and arguments and start its state afresh (lib/core.lua, lib/meta.lua).
-local function begin_call(keys, args)
-  KEYS, ARGV = keys, args
-  K_META, K_ITEMS, K_ORDER, K_FIFO, K_PINNED, K_ATTRS, K_EVENTS, K_REQUESTS, K_REPLIES =
-    keys[1], keys[2], keys[3], keys[4], keys[5], keys[6], keys[7], keys[8], keys[9]
-  K_GROUPS, K_CALLS, K_ARCHIVE, K_VECTORS, K_LEASE, K_TURN = keys[10], keys[11], keys[12], keys[13], keys[14], keys[15]
-  REQUEST = table.remove(args, 1) or ''
-  WROTE, CFG, COUNTERS_KNOWN, NOW_US = false, nil, false, nil
-  RUN = {compactions = 0, freed = 0}
-  META_KNOWN, META_DELTA, META_DIRTY = {}, {}, {}
-end
-
 -- Run a script's main() for one call (its keys and args) under the request protocol. main
 -- returns its reply and, optionally, a smaller record to keep instead of the reply ({add = ...}
 -- for add, rebuilt by REPLAYS.add). A mutation (a script with a request) answers
@@ -141,14 +118,4 @@ local function run_request(main, keys, args)
   flush_meta()
   if WROTE then record_request(rid, fp, record or {r = reply}) end
   return with_counters(reply)
-end
-
--- Run the main() of a script that takes no request (read.lua, event.lua: they record no reply
--- and change no counter) for one call: its keys and args bound, its reply as it is. It reaches
--- none of the request protocol's helpers, which a 6.2 EVALSHA would re-create on every call.
-local function run_plain(main, keys, args)
-  begin_call(keys, args)
-  if REQUEST ~= '' then return fail('BADARG', 'request') end
-  local reply, stopped = guarded(main)
-  return reply == nil and stopped or reply
 end

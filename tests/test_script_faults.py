@@ -1,4 +1,5 @@
-"""The direct EVALSHA path (contextstore/drivers/direct.py) used for clients the store makes itself."""
+"""A script call that meets a flushed script cache or a killed connection: the script is loaded
+once and run, the retry policy reconnects, and the request id keeps the write exactly once."""
 
 from __future__ import annotations
 
@@ -9,31 +10,11 @@ import redis
 import redis.asyncio
 
 import contextstore as cs
-from contextstore.drivers.direct import pack
 
 from support import on_cluster
 
-# the lean path serves plain clients only; a cluster client routes each call itself
+# one server's script cache and connections (a cluster has tests of its own)
 pytestmark = pytest.mark.skipif(on_cluster(os.environ.get("REDIS_URL", "")), reason="plain Redis only")
-
-
-def test_pack_is_resp_array_of_bulk_strings():
-    assert pack(["EVALSHA", "ab", 1, b"k\r\n", "é"]) == (
-        b"*5\r\n$7\r\nEVALSHA\r\n$2\r\nab\r\n$1\r\n1\r\n$3\r\nk\r\n\r\n$2\r\n\xc3\xa9\r\n"
-    )
-
-
-def test_owned_clients_use_it_and_callers_clients_do_not(redis_url, r, prefix):
-    owned = cs.ContextStore.from_url(redis_url, prefix=prefix)
-    theirs = cs.ContextStore(redis.Redis.from_url(redis_url), prefix=prefix)
-    try:
-        assert owned._direct is not None and theirs._direct is None
-        w1, w2 = owned.window("direct"), theirs.window("direct")
-        a = w1.add("from the owned client", type="user_message", role="user")
-        assert w2.get(a.id) == a  # both paths read and write the same keys
-    finally:
-        owned.close()
-        theirs._client.close()
 
 
 def test_reloads_flushed_scripts_and_survives_killed_connections(redis_url, r, prefix):
@@ -51,7 +32,7 @@ def test_reloads_flushed_scripts_and_survives_killed_connections(redis_url, r, p
         store.close()
 
 
-def test_the_async_store_uses_it_on_every_loop_and_survives_the_same_faults(redis_url, r, prefix):
+def test_the_async_store_on_every_loop_survives_the_same_faults(redis_url, r, prefix):
     import asyncio
 
     store = cs.AsyncContextStore.from_url(redis_url, prefix=prefix)
@@ -59,9 +40,6 @@ def test_the_async_store_uses_it_on_every_loop_and_survives_the_same_faults(redi
     theirs = cs.AsyncContextStore(their_client, prefix=prefix)
 
     async def turn(text: str, first: bool) -> list[str]:
-        assert (await store._loops.current()).direct is not None
-        # the caller's client goes redis-py's way; on later loops the store's own copy is lean
-        assert ((await theirs._loops.current()).direct is None) is first
         w = await store.window("adirect", max_items=100)
         await w.add(text)
         seen = [i.content for i in await (await theirs.window("adirect")).items()]

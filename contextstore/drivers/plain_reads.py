@@ -1,0 +1,88 @@
+"""Plain reads: a plan's commands in one MULTI/EXEC, with a read script queued last when the
+plan needs one, sync and asyncio; and what to do when the server refuses them (at maxmemory, or
+lacking the script)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import redis
+
+from .redis_failures import is_oom
+
+
+def _queued(pipe: Any, commands: Sequence[Sequence[Any]], then: Any, scripts: Any) -> Any:
+    """``pipe`` with ``commands`` and, last, the script call ``then`` (if any) queued."""
+    for words in commands:
+        pipe.execute_command(*words)
+    if then is not None:
+        pipe.execute_command(*scripts.words(then.name, list(then.keys), then.argv()))
+    return pipe
+
+
+def _refused(exc: redis.exceptions.ResponseError, then: Any, scripts: Any) -> bool:
+    """After the transaction raised ``exc``: False when the server is at maxmemory (it refuses
+    every queued command, reads too: the plan reads with scripts instead); True when it refused
+    ``then`` as it was queued (an ``FCALL`` it does not know: run each alone); else ``exc``."""
+    if is_oom(exc):
+        return False
+    if then is None or not scripts.missing(exc):
+        raise exc
+    return True
+
+
+def _lacks(replies: list[Any], then: Any, scripts: Any) -> bool:
+    """Whether the last reply says the server lacks the script ``then`` (run it alone, loading it)."""
+    return then is not None and isinstance(replies[-1], Exception) and bool(scripts.missing(replies[-1]))
+
+
+def _raised(replies: list[Any]) -> list[Any]:
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
+    return replies
+
+
+def plain_read(
+    client: Any, commands: Sequence[Sequence[Any]], then: Any = None, scripts: Any = None
+) -> list[Any] | None:
+    """``commands`` in one MULTI/EXEC on ``client``; their replies, or None when the server is at
+    maxmemory: Redis then refuses every command queued in a MULTI, reads too, while a read script
+    still runs, so the plan reads with scripts instead (``PlainRead``). ``then``: a script call
+    (a ``ScriptCall`` without request) queued last in the same transaction, its reply last; when
+    the server lacks it (``scripts``: the ``ScriptRegistry``), it is loaded and run alone after."""
+    try:
+        replies: list[Any] = _queued(client.pipeline(transaction=True), commands, then, scripts).execute(
+            raise_on_error=False
+        )
+    except redis.exceptions.ResponseError as exc:
+        if not _refused(exc, then, scripts):
+            return None
+        alone = plain_read(client, commands)
+        if alone is None:
+            return None
+        replies = [*alone, exc]
+    if _lacks(replies, then, scripts):
+        replies[-1] = scripts.run(then.name, list(then.keys), then.argv())
+    return _raised(replies)
+
+
+async def aplain_read(
+    client: Any, commands: Sequence[Sequence[Any]], then: Any = None, scripts: Any = None
+) -> list[Any] | None:
+    """``plain_read`` for an asyncio client."""
+    try:
+        replies: list[Any] = await _queued(client.pipeline(transaction=True), commands, then, scripts).execute(
+            raise_on_error=False
+        )
+    except redis.exceptions.ResponseError as exc:
+        if not _refused(exc, then, scripts):
+            return None
+        alone = await aplain_read(client, commands)
+        if alone is None:
+            return None
+        replies = [*alone, exc]
+    if _lacks(replies, then, scripts):
+        replies[-1] = await scripts.arun(then.name, list(then.keys), then.argv())
+    return _raised(replies)
