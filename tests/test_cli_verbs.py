@@ -47,7 +47,9 @@ def filled(redis_url, prefix):
 def test_reading_verbs_print_json_equal_to_the_librarys_answers(capsys, redis_url, prefix, filled):
     _, win = filled
     items = lambda *a: msgspec.json.decode(run(capsys, redis_url, prefix, *a)[1], type=list[cs.ContextItem])  # noqa: E731
-    assert items("show", "w", "--json") == win.ordered_items()
+    assert items("show", "w", "--json") == win.items()  # arrival order unless asked
+    assert items("show", "w", "--order", "build", "--json") == win.ordered_items()
+    assert win.items() != win.ordered_items()
     assert items("show", "w", "--order", "arrival", "--json") == win.items()
     assert items("show", "w", "--order", "arrival", "--type", "tool_result", "--json") == win.items(
         types=["tool_result"]
@@ -100,7 +102,8 @@ def test_tables_show_the_items_stats_and_windows(capsys, redis_url, prefix, fill
     lines = out.splitlines()
     rows = [ln for ln in lines if "ctx-" in ln]
     assert code == 0 and len(rows) == 15
-    assert rows[0].split()[0] == "ctx-1" and "yes" in rows[0].split()  # build order: the pinned prompt first
+    assert rows[0].split()[0] == "ctx-1" and "yes" in rows[0].split()  # the pinned prompt came first
+    assert [r.split()[0] for r in rows] == [f"ctx-{n}" for n in range(1, 16)]  # arrival order
     assert "You review code." in rows[0] and "question 5 abo" in out
     code, out, _ = run(capsys, redis_url, prefix, "stats", "w")
     assert code == 0 and "/4000 tokens" in out and "user_message" in out and "tool_result" in out

@@ -78,17 +78,18 @@ def _types_option(fn: click.decorators.FC) -> click.decorators.FC:
 @window_argument
 @click.option(
     "--order",
-    type=click.Choice(["build", "arrival"]),
-    default="build",
+    type=click.Choice(["arrival", "build"]),
+    default="arrival",
     show_default=True,
-    help="build order (type rank, priority, seq) or arrival order",
+    help="arrival: the order items came in, which a chat build keeps for the conversation; build: "
+    "type rank, then priority, then arrival (the order of a text build's sections)",
 )
 @_types_option
 @click.option("--limit", type=click.IntRange(min=0), help="only the N most recent items (arrival order)")
 @json_option
 @pass_env
 def show(env: Env, window: str, order: str, types: tuple[str, ...], limit: int | None, as_json: bool) -> None:
-    """Show a window's items as a table.
+    """Show a window's items as a table, in arrival order unless asked for build order.
 
     Columns: id, type, priority, tokens, pinned, group, age and the first line of content."""
     win = env.window(window)
