@@ -9,7 +9,7 @@ shard really pays, network included), the script's own time where the call is on
 Side by side: an ``add`` of a ~560-byte message into a 1000-message window against a bare script
 doing the same kinds of writes (ZADD, HSET, RPUSH, HSET, HINCRBY, XADD, HSET), and a bare EVALSHA
 of ZADD + HSET for the round trip; the build of a window that did not change since the client's
-last build; a cached worker's build after other workers' adds, what was added read by read.lua
+last build; a cached worker's build after other workers' adds, what was added read by build_read.lua
 and plainly; and the memory per message of a window once its exactly-once log has expired,
 against the structures the design keeps at their barest (one ZADD + one HSET + one RPUSH per
 message, the same bodies).
@@ -208,7 +208,7 @@ def turn_costs(url: str, messages: int) -> dict[str, dict[str, float]]:
     return out
 
 
-HELPER_SCRIPTS = ("add", "read", "event", "turn", "pin", "remove")
+HELPER_SCRIPTS = ("add", "build_read", "event", "turn", "pin", "remove")
 
 
 def helper_costs(url: str, names: tuple[str, ...] = HELPER_SCRIPTS) -> list[list[str]]:
@@ -268,7 +268,7 @@ def cold_build_costs(url: str, messages: int) -> dict[str, dict[str, float]]:
 
 def appended_build_costs(url: str, windows: int = 30, messages: int = 200, added: int = 9) -> dict[str, Any]:
     """The build read a fleet worker makes most: its cache holds the window, and other workers
-    added ``added`` messages since. What was added read by read.lua (one ``FCALL_RO`` or
+    added ``added`` messages since. What was added read by build_read.lua (one ``FCALL_RO`` or
     ``EVALSHA``) and with plain commands (two transactions), alternating; the store reads plainly
     where the server runs scripts by ``EVALSHA``. Each run times the builds alone (the adds go first)."""
     r, rng = redis.Redis.from_url(url), random.Random(9)
@@ -283,9 +283,9 @@ def appended_build_costs(url: str, windows: int = 30, messages: int = 200, added
         w.add(_body(rng), role="user")
         mine.build_messages_structured(opts)  # seen moving: its builds read first
         pairs.append((w, mine))
-    runs: dict[str, list[dict[str, float]]] = {"read.lua": [], "plain": []}
+    runs: dict[str, list[dict[str, float]]] = {"build_read.lua": [], "plain": []}
     for rnd in range(6):
-        for how in ("read.lua", "plain") if rnd % 2 else ("plain", "read.lua"):
+        for how in ("build_read.lua", "plain") if rnd % 2 else ("plain", "build_read.lua"):
             reader._settings.evalsha_scripts = partial(bool, how == "plain")  # benchmark only: both ways
             for w, _ in pairs:
                 w.add_many([{"content": _body(rng), "role": "user"} for _ in range(added)])

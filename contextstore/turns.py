@@ -303,8 +303,8 @@ class TurnStatus:
 
 
 def status_plan(state: Any) -> Plan[TurnStatus]:
-    """One read (read.lua mode ``turn``) of a window's turn lease and pending inputs."""
-    reply = raise_for_reply((yield ScriptCall("read", state.keys, wire.read_args("turn"))))
+    """One read (peek.lua, ``turn``) of a window's turn lease and pending inputs."""
+    reply = raise_for_reply((yield ScriptCall("peek", state.keys, ["turn"])))
     try:
         return _status(reply)
     except (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError) as exc:

@@ -1,11 +1,11 @@
 -- clear.lua: remove every unpinned item, or every item with include_pinned.
 -- needs: items
--- KEYS: the window keys (lib/core.lua). ARGV[1..N_CONFIG]: caller config (unused).
--- ARGV[N_CONFIG + 1]: '1' to include pinned items. Reply: number of items removed.
+-- KEYS: the window keys (lib/core.lua). A missing window is not made.
+-- ARGV[1]: '1' to include pinned items. Reply: number of items removed.
 -- It counts as a removal by hand: an add whose items it removed runs again when replayed.
-local cfg = read_config()
-if cfg == nil or cfg.new then return 0 end
-local include_pinned = ARGV[N_CONFIG + 1] == '1'
+local cfg = stored_config()
+if not cfg then return 0 end
+local include_pinned = ARGV[1] == '1'
 local pinned = {}
 if not include_pinned then
   for _, id in ipairs(redis.call('SMEMBERS', K_PINNED)) do pinned[id] = true end

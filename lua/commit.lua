@@ -1,8 +1,9 @@
 -- commit.lua: commit a compaction computed outside Redis (summarize / selective).
 -- needs: compaction archive
--- KEYS: the window keys (lib/core.lua). ARGV[1..N_CONFIG]: caller config (unused).
--- ARGV[N_CONFIG + 1]: strategy; + 2: n; then n pairs (id, sha1 of the stored JSON, a newline
---   and the attrs the caller read); then, for summarize, one item group of ITEM_ARGS as in add.lua (the summary, without id).
+-- KEYS: the window keys (lib/core.lua). A missing window is not made.
+-- ARGV[1]: strategy; ARGV[2]: n; from ARGV[3..], n pairs (id, sha1 of the stored JSON, a newline
+--   and the attrs the caller read); then, for summarize, one item group of ITEM_ARGS as in add.lua
+--   (the summary, without id).
 -- Checks first: every item is unchanged, unpinned, not among the keep_recent newest
 --   conversation units, and takes its whole group with it; else {'!', 'CONFLICT', id} and
 --   nothing is written.
@@ -10,11 +11,10 @@
 --   order; its id is ctx-<seq>.<n> (n counts the window's summaries). The replaced items go to
 --   the archive for archive_ttl seconds (lib/archive.lua).
 -- Reply: {tokens freed (net of the summary), summary id or ''}.
-local A = N_CONFIG
-local cfg = read_config()
-local strategy, n = ARGV[A + 1], tonumber(ARGV[A + 2])
+local cfg = stored_config()
+local strategy, n = ARGV[1], tonumber(ARGV[2])
 if not STRATEGIES[strategy] or not is_int(n, 1, 1e6) then return fail('BADARG', 'commit') end
-local base = A + 2 + 2 * n
+local base = 2 + 2 * n
 local summary = nil
 if #ARGV == base + ITEM_ARGS then
   summary = parse_item(base)
@@ -22,13 +22,13 @@ if #ARGV == base + ITEM_ARGS then
 elseif #ARGV ~= base then
   return fail('BADARG', 'arity')
 end
-if cfg == nil or cfg.new then return fail('CONFLICT', ARGV[A + 3]) end
+if not cfg then return fail('CONFLICT', ARGV[3]) end
 
 -- the items as read: unchanged, unpinned; returns ids, their attrs, the set of them
 local function checked_items()
   local ids, attrs, chosen = {}, {}, {}
   for i = 1, n do
-    local id, sha = ARGV[A + 1 + 2 * i], ARGV[A + 2 + 2 * i]
+    local id, sha = ARGV[1 + 2 * i], ARGV[2 + 2 * i]
     local e = raw_item(id)
     if not e or redis.sha1hex(e[2] .. '\n' .. e[3]) ~= sha or e[4] == 1 then
       return nil, id

@@ -1,23 +1,22 @@
 -- compact.lua: server-side compaction (remove_oldest, remove_low_priority, clear_tool_results)
--- down to a target, at most ARGV[N_CONFIG + 3] items per call, so one call stays short however
+-- down to a target, at most ARGV[3] items per call, so one call stays short however
 -- large the window is; or a dry run that only says what it would do.
 -- needs: compaction
--- KEYS: the window keys (lib/core.lua). ARGV[1..N_CONFIG]: caller config (unused).
--- ARGV[N_CONFIG + 1]: strategy; + 2: target percent of max_tokens; + 3: most items to act on;
--- + 4: '1' when this call continues a compaction an earlier call began (not counted again in
---   the compaction counter); + 5: tokens of the cleared-tool-result placeholder; + 6: '1' for a
---   dry run (nothing written).
+-- KEYS: the window keys (lib/core.lua). A missing window is not made.
+-- ARGV[1]: strategy; ARGV[2]: target percent of max_tokens; ARGV[3]: most items to act on;
+-- ARGV[4]: '1' when this call continues a compaction an earlier call began (not counted again in
+--   the compaction counter); ARGV[5]: tokens of the cleared-tool-result placeholder; ARGV[6]: '1'
+--   for a dry run (nothing written).
 -- Reply: {tokens freed, more}: more = 1 when the limit stopped it before the target (call
 --   again); {0, 0} when there is no max_tokens, nothing to do, or no window. A dry run answers
 --   {tokens freed, {action, id, type, tokens, freed, group}...} (action: remove / clear).
-local A = N_CONFIG
-local cfg = read_config()
-local strategy, target_pct, limit = ARGV[A + 1], tonumber(ARGV[A + 2]), tonumber(ARGV[A + 3])
-local placeholder, dry = tonumber(ARGV[A + 5]), ARGV[A + 6] == '1'
+local cfg = stored_config()
+local strategy, target_pct, limit = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local placeholder, dry = tonumber(ARGV[5]), ARGV[6] == '1'
 if not SERVER_SIDE[strategy] then return fail('BADARG', 'strategy') end
 if not target_pct or target_pct < 0 or target_pct > 100 then return fail('BADARG', 'target') end
 if not is_int(limit, 1, 1e6) or not is_int(placeholder, 1, MAX_TOKENS) then return fail('BADARG', 'limit') end
-if cfg == nil or cfg.new or cfg.max_tokens == 0 then return {0, 0} end
+if not cfg or cfg.max_tokens == 0 then return {0, 0} end
 local target = math.floor(cfg.max_tokens * target_pct / 100)
 local state = {stored = true, removed = {}, cleared = {}}
 local actions, freed = plan_compaction(strategy, cfg.tokens, target, state, cfg, placeholder, limit, false)
@@ -39,6 +38,6 @@ if #actions == 0 then return {0, 0} end
 local n = 0
 for _, act in ipairs(actions) do n = n + (act[1] == 'clear' and 1 or #act[2].ids) end
 local removed, cleared, got = apply_compaction(actions, placeholder)
-record_compaction(strategy, removed, got, cfg.tokens, cfg.max_tokens, ARGV[A + 4] == '1', cleared)
+record_compaction(strategy, removed, got, cfg.tokens, cfg.max_tokens, ARGV[4] == '1', cleared)
 rearm_ttl(cfg)
 return {got, (n >= limit and cfg.tokens - got > target) and 1 or 0}

@@ -1,6 +1,7 @@
 -- event.lua: append an event that is not a mutation (``built``) to a live window's stream.
 -- needs: events
--- KEYS: the window keys (lib/core.lua). ARGV[1]: n, how many meta fields the window must hold as
+-- KEYS: meta, events (of the window keys, lib/core.lua).
+-- ARGV[1]: n, how many meta fields the window must hold as
 --   given (0: none); ARGV[2..2n+1]: those field/value pairs ('' stands for a missing field): a
 --   build from the client's cache or from the facts names what it built from (plans/build.py,
 --   plans/chat.py); then the event

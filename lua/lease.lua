@@ -1,6 +1,6 @@
 -- lease.lua: the compactor lease of a window, so that one compactor at a time works on it.
 -- needs: core
--- KEYS: the window keys (lib/core.lua); only :lease is touched.
+-- KEYS: lease (of the window keys, lib/core.lua).
 -- ARGV[1]: 'acquire' (take the lease for ARGV[3] ms if it is free or already ARGV[2]'s, which
 --   extends it) or 'release' (drop it if it is ARGV[2]'s). ARGV[2]: the compactor's token.
 -- Reply: 1 when ARGV[2] holds the lease (acquire) or dropped it (release), else 0.

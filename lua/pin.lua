@@ -1,11 +1,11 @@
 -- pin.lua: pin or unpin one item.
 -- needs: meta
--- KEYS: the window keys (lib/core.lua). ARGV[1..N_CONFIG]: caller config (unused).
--- ARGV[N_CONFIG + 1]: item id; ARGV[N_CONFIG + 2]: '1' to pin, '0' to unpin.
+-- KEYS: the window keys (lib/core.lua). A missing window is not made.
+-- ARGV[1]: item id; ARGV[2]: '1' to pin, '0' to unpin.
 -- Reply: 1 if the item exists (event only when its state changed), 0 if absent.
-local cfg = read_config()
-if cfg == nil or cfg.new then return 0 end
-local id, pin = ARGV[N_CONFIG + 1], ARGV[N_CONFIG + 2] == '1'
+local cfg = stored_config()
+if not cfg then return 0 end
+local id, pin = ARGV[1], ARGV[2] == '1'
 if redis.call('HEXISTS', K_ITEMS, id) == 0 then return 0 end
 local was = redis.call('SISMEMBER', K_PINNED, id) == 1
 if was == pin then return 1 end

@@ -1,12 +1,12 @@
 -- pop.lua: remove and return the newest items in arrival order (reason "manual"), pinned or not.
 -- needs: items
--- KEYS: the window keys (lib/core.lua). ARGV[1..N_CONFIG]: caller config (unused: a missing
---   window is not made). ARGV[N_CONFIG + 1]: how many (1 or more).
+-- KEYS: the window keys (lib/core.lua). A missing window is not made.
+-- ARGV[1]: how many (1 or more).
 -- Reply: their entries (lib/items.lua raw_entry), newest first ({} when the window is empty or missing).
-local cfg = read_config()
-local n = tonumber(ARGV[N_CONFIG + 1])
+local cfg = stored_config()
+local n = tonumber(ARGV[1])
 if not is_int(n, 1, MAX_ITEM_LIMIT) then return fail('BADARG', 'count') end
-if cfg == nil or cfg.new then return {} end
+if not cfg then return {} end
 local ids = redis.call('LRANGE', K_FIFO, -n, -1)
 if #ids == 0 then return {} end
 local newest_first = {}

@@ -1,13 +1,13 @@
 -- priority.lua: change one item's priority (its build-order score follows).
 -- needs: items
--- KEYS: the window keys (lib/core.lua). ARGV[1..N_CONFIG]: caller config (unused).
--- ARGV[N_CONFIG + 1]: item id; ARGV[N_CONFIG + 2]: new priority 0-100.
+-- KEYS: the window keys (lib/core.lua). A missing window is not made.
+-- ARGV[1]: item id; ARGV[2]: new priority 0-100.
 -- Reply: 1 if the item exists (event only when the value changed), 0 if absent.
-local cfg = read_config()
-local p = tonumber(ARGV[N_CONFIG + 2])
+local cfg = stored_config()
+local p = tonumber(ARGV[2])
 if not is_int(p, 0, MAX_PRIORITY) then return fail('BADARG', 'priority') end
-if cfg == nil or cfg.new then return 0 end
-local id = ARGV[N_CONFIG + 1]
+if not cfg then return 0 end
+local id = ARGV[1]
 local packed = redis.call('HGET', K_ATTRS, id)
 if not packed then return 0 end
 local a = unpack_attrs(packed, id)

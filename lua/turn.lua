@@ -11,7 +11,7 @@ if not token or not string.match(token, '^%x+$') then return fail('BADARG', 'tur
 if redis.call('EXISTS', K_META) == 0 then  -- deleted or expired: no turn, nothing to write
   return op == 'end' and {0, 0} or fail('TURNLOST', 'window gone')
 end
-read_config()
+stored_config()
 if op == 'renew' then
   local lease = tonumber(arg)
   if not is_int(lease, 1, 86400000) then return fail('BADARG', 'lease ms') end

@@ -1,16 +1,16 @@
 -- undo.lua: put back the items a summary replaced and remove the summary, atomically.
 -- needs: archive
--- KEYS: the window keys (lib/core.lua). ARGV[1..N_CONFIG]: caller config (unused).
--- ARGV[N_CONFIG + 1]: the summary id.
+-- KEYS: the window keys (lib/core.lua). A missing window is not made.
+-- ARGV[1]: the summary id.
 -- The items come back exactly as they were stored (ids, seq, content, groups, tool calls), in
 --   their places in arrival order; limits are checked, not applied: if they no longer fit,
 --   {'!', 'FULL', unit, current, max, requested}. {'!', 'NOSUMMARY', id, where} when the archive
 --   has no (unexpired) entry for it, or the summary is no longer in the window; {'!', 'INUSE',
 --   what, name} when one of their ids, tool call ids or groups is in use again.
 -- Reply: the number of items put back.
-local cfg = read_config()
-local summary_id = ARGV[N_CONFIG + 1]
-if cfg == nil or cfg.new then return fail('NOSUMMARY', summary_id, 'window') end
+local cfg = stored_config()
+local summary_id = ARGV[1]
+if not cfg then return fail('NOSUMMARY', summary_id, 'window') end
 local rows = archive_get(summary_id)
 if not rows then return fail('NOSUMMARY', summary_id, 'archive') end
 local packed = redis.call('HGET', K_ATTRS, summary_id)

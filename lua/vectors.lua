@@ -1,6 +1,6 @@
 -- vectors.lua: the window's cache of item embeddings (EmbeddingScorer).
 -- needs: core
--- KEYS: the window keys (lib/core.lua); only :vectors (and :items, :meta to check) are read.
+-- KEYS: meta, items, vectors (of the window keys, lib/core.lua).
 -- ARGV[1]: 'get', then item ids: Reply: their cached values (false where none).
 -- ARGV[1]: 'put', then (id, value) pairs: caches each value whose item still exists (a vector
 --   never outlives its item: removals delete it); the cache takes the window's remaining TTL.

@@ -2,7 +2,7 @@
 store whose server runs scripts by EVALSHA uses; forced here on every server): after other
 stores' adds it reads the added items alone, in two transactions and no script; whatever it
 cannot settle (a change between its two calls, a removal hidden behind adds, a caller id added
-again, more adds than it lists) is asked of read.lua, and every build equals a fresh store's."""
+again, more adds than it lists) is asked of build_read.lua, and every build equals a fresh store's."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ OPTS = cs.BuildOptions(reserve_for_response=0)
 @pytest.fixture(autouse=True)
 def _one_server(redis_url: str) -> None:
     if on_cluster(redis_url):
-        pytest.skip("a cluster's client reads with read.lua")
+        pytest.skip("a cluster's client reads with build_read.lua")
 
 
 @contextlib.contextmanager
@@ -97,13 +97,13 @@ def _drive(store: cs.ContextStore, plan: Any, after_first_plain: Callable[[], No
     ],
     ids=["add", "remove", "pin", "priority"],
 )
-def test_a_change_between_the_two_calls_sends_the_read_to_read_lua(redis_url, prefix, change):
+def test_a_change_between_the_two_calls_sends_the_read_to_build_read_lua(redis_url, prefix, change):
     with _two(redis_url, prefix) as (s, o):
         w = _cached_window(s, "raced")
         other = o.window("raced")
         other.add_many(["before the read 1", "before the read 2"])
         found, asked = _drive(s, cached.read_for_build(s._settings, w._state), lambda: change(other))
-        assert [a for a in asked if not isinstance(a, PlainRead)] == ["read"]  # after two plain calls
+        assert [a for a in asked if not isinstance(a, PlainRead)] == ["build_read"]  # after two plain calls
         assert sum(isinstance(a, PlainRead) for a in asked) == 2
         with cs.ContextStore.from_url(redis_url, prefix=prefix) as fresh:
             assert [i.id for i in found.decoded] == [i.id for i in fresh.window("raced").ordered_items()]
@@ -129,12 +129,12 @@ def test_what_is_not_adds_alone_is_read_by_read_lua(redis_url, r, prefix, change
         change(o.window("tricky"))
         before = _calls(r, "zscore") + _calls(r, "zrange")
         built = w.build_messages_structured(OPTS)
-        assert _calls(r, "zscore") + _calls(r, "zrange") > before  # read.lua's (the plain read asks neither)
+        assert _calls(r, "zscore") + _calls(r, "zrange") > before  # build_read.lua's (the plain read asks neither)
         _same(built, _fresh_build(redis_url, prefix, "tricky"))
 
 
 def test_the_server_decides_how_what_was_added_is_read(redis_url, r, prefix):
-    """Plainly where the server runs scripts by EVALSHA (6.2), by read.lua's ``FCALL_RO`` where
+    """Plainly where the server runs scripts by EVALSHA (6.2), by build_read.lua's ``FCALL_RO`` where
     it has functions (Redis 7, Valkey): one round trip that costs the shard about as much."""
     with (
         cs.ContextStore.from_url(redis_url, prefix=prefix) as s,

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -31,6 +33,7 @@ def test_peers_smoke_prints_every_table_and_the_goals():
     assert "0 / 0" in goals  # writers: nothing lost or duplicated, even in a smoke run
 
 
+@pytest.mark.slow  # four worker processes for each system
 def test_fleet_smoke_prints_the_tables_and_every_goal():
     """A fleet of two workers over a few sessions, then the single calls: every table prints,
     every goal has a verdict, and the workers' turns lost or duplicated no message."""

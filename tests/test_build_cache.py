@@ -214,7 +214,7 @@ class CachedBuilds(RuleBasedStateMachine):
 def test_cached_builds_equal_builds_that_read_everything(redis_url, prefix):
     run_state_machine_as_test(
         lambda: CachedBuilds(redis_url, prefix),
-        settings=settings(max_examples=60, stateful_step_count=20, deadline=None, phases=FIND,
+        settings=settings(max_examples=25, stateful_step_count=20, deadline=None, phases=FIND,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]),
     )  # fmt: skip
 
@@ -358,7 +358,7 @@ def test_a_build_of_a_window_the_store_holds_as_it_is_is_one_call(redis_url, r, 
             with cs.ContextStore.from_url(redis_url, prefix=prefix) as s:
                 seen = asyncio.run(builds(s.window("one")))
     first, again, after_add, quiet, after_config = seen
-    # what changed is read by read.lua (FCALL_RO), or plainly where scripts are EVALSHA (6.2) on one server
+    # what changed is read by build_read.lua (FCALL_RO), or plainly where scripts are EVALSHA (6.2) on one server
     plainly = not on_cluster(redis_url) and int(r.info("server")["redis_version"].split(".")[0]) < 7
     read = 0 if plainly else 1
     assert again[1] == 1  # the event alone (the first build read, plainly or by script)

@@ -162,7 +162,7 @@ def settings() -> Settings:
 
 
 def meta(tokens: int, max_tokens: int = 100, warn: float = 75.0) -> list[Any]:
-    """read.lua's reply (mode meta) for a window holding ``tokens``."""
+    """peek.lua's reply (meta) for a window holding ``tokens``."""
     fields = {Meta.MAX_TOKENS: max_tokens, Meta.MAX_ITEMS: 50, Meta.ITEM_LIMIT: 1000, Meta.THRESHOLD: "85.0",
               Meta.STRATEGY: "remove_oldest", Meta.TTL: 0, Meta.TOKENS: tokens, Meta.WARN_PERCENT: warn}  # fmt: skip
     return [[x for pair in fields.items() for x in (pair[0], str(pair[1]))], 0, []]
@@ -175,12 +175,12 @@ def job() -> compactor.CompactorJob:
 def test_tend_leaves_a_missing_window_and_one_below_warn_percent_alone():
     for reply in ([[], 0, []], meta(tokens=74)):
         calls, outcome = drive(compactor.tend(settings(), job(), "a"), [reply])
-        assert outcome == compactor.NOT_NEEDED and [c.name for c in calls] == ["read"]
+        assert outcome == compactor.NOT_NEEDED and [c.name for c in calls] == ["peek"]
 
 
 def test_tend_backs_off_a_window_another_compactor_holds():
     calls, outcome = drive(compactor.tend(settings(), job(), "a"), [meta(tokens=80), 0])
-    assert outcome == compactor.BUSY and [c.name for c in calls] == ["read", "lease"]
+    assert outcome == compactor.BUSY and [c.name for c in calls] == ["peek", "lease"]
     assert calls[1].args[0] == "acquire" and calls[1].args[1].startswith("c1/")  # the job's lease token
 
 
@@ -189,7 +189,7 @@ def test_tend_compacts_with_the_default_strategy_to_15_points_below_warn_and_rel
     replies = [meta(tokens=80), 1, meta(tokens=80), [20, 1], [5, 0], 1]
     calls, outcome = drive(compactor.tend(settings(), j, "a"), replies)
     assert outcome == compactor.DONE
-    assert [c.name for c in calls] == ["read", "lease", "read", "compact", "compact", "lease"]
+    assert [c.name for c in calls] == ["peek", "lease", "peek", "compact", "compact", "lease"]
     assert calls[1].args == ["acquire", j.token, "5000"] and calls[-1].args[:2] == ["release", j.token]
     compact_args = calls[3].args
     assert "remove_oldest" in compact_args and "60.0" in compact_args  # warn_percent 75 - 15
@@ -198,7 +198,7 @@ def test_tend_compacts_with_the_default_strategy_to_15_points_below_warn_and_rel
 def test_tend_asks_to_try_again_when_nothing_could_be_freed():
     replies = [meta(tokens=90), 1, meta(tokens=90), [0, 0], meta(tokens=90), 1]
     calls, outcome = drive(compactor.tend(settings(), job(), "a"), replies)
-    assert outcome == compactor.RETRY and [c.name for c in calls][-2:] == ["read", "lease"]
+    assert outcome == compactor.RETRY and [c.name for c in calls][-2:] == ["peek", "lease"]
 
 
 def test_a_window_that_failed_backs_off_doubling_and_a_handled_one_is_acknowledged():

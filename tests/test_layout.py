@@ -82,7 +82,7 @@ def test_every_script_names_real_helpers_and_is_assembled_with_them(name):
     assert line and set(line.group(1).split()) <= {*scripts.LIB_NAMES}, f"{name}.lua: {line}"
     source = scripts.sources()[name]
     assert source.startswith("local KEYS, ARGV = KEYS, ARGV\n-- lib/constants.lua")
-    assert source.rstrip().endswith(f"return {scripts.runner(name)}(main, KEYS, ARGV)")
+    assert source.rstrip().endswith(f"return {scripts.runner(name)}(main, {scripts._bound(name, 'KEYS')}, ARGV)")
     for lib in scripts.needs(text):
         assert f"-- lib/{lib}.lua:" in source
     library, names = scripts.library()
@@ -92,28 +92,28 @@ def test_every_script_names_real_helpers_and_is_assembled_with_them(name):
 def test_a_62_script_carries_only_the_helper_files_it_needs():
     """Each EVALSHA re-creates every helper its script carries, so a script carries only the
     files its ``-- needs:`` line names (and theirs)."""
-    read, add = scripts.sources()["read"], scripts.sources()["add"]
+    read, add = scripts.sources()["build_read"], scripts.sources()["add"]
     assert "-- lib/compaction.lua:" not in read and "local function plan_compaction" not in read
     assert "-- lib/compaction.lua:" in add and "local function plan_compaction" in add
 
 
 def test_scripts_that_take_no_request_carry_none_of_its_helpers():
-    """read.lua and event.lua record no reply: on 6.2 they carry none of the request protocol's
+    """The reads and event.lua record no reply: on 6.2 they carry none of the request protocol's
     helpers (each EVALSHA would re-create them), and a request sent to them is refused."""
-    for name in ("read", "event"):
+    for name in (*sorted(scripts.READS), "event"):
         source = scripts.sources()[name]
         assert "local function run_plain" in source and "local function run_request" not in source, name
         assert "local function replay(" not in source and "local function record_request" not in source, name
-        assert f"return run_plain(MAINS[{name!r}], keys, args)" in scripts.library()[0]
+        assert f"return run_plain(MAINS[{name!r}], {scripts._bound(name, 'keys')}, args)" in scripts.library()[0]
     assert "local function replay(" in scripts.sources()["add"]
 
 
-@pytest.mark.parametrize("name", ["read", "event"])
+@pytest.mark.parametrize("name", ["peek", "event"])
 def test_a_request_sent_to_a_script_that_takes_none_is_refused(redis_url, prefix, name):
     with cs.ContextStore.from_url(redis_url, prefix=prefix) as store:
         w = store.window("plain")
         w.add("one")
-        args = ["meta"] if name == "read" else ["0", "built", "items_included", "1"]
+        args = ["meta"] if name == "peek" else ["0", "built", "items_included", "1"]
         keys = list(w._state.keys)
         with pytest.raises(cs.ContextStoreError, match="request"):
             raise_for_reply(store._scripts.run(name, keys, ["read:abc|", *args]))
@@ -128,7 +128,7 @@ def test_a_library_defines_a_scripts_own_helpers_once_not_on_every_call():
     assert helpers == "local function h() return 1 end\n" and main.startswith("-- main:")
     assert scripts.split_main("return 1\n") == ("", "return 1\n")
     library = scripts.library()[0]
-    for name, helper in (("add", "make_room"), ("read", "contents")):  # the two calls every turn makes
+    for name, helper in (("add", "make_room"), ("build_read", "appended")):  # the two calls every turn makes
         per_call = library.split(f"MAINS['{name}'] = function()\n", 1)[1].split("\nend\nend\n", 1)[0]
         assert per_call.startswith("-- main:") and "local function" not in per_call
         assert f"local function {helper}(" in library.split(f"MAINS['{name}'] = function()", 1)[0]

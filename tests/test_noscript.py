@@ -148,7 +148,7 @@ def test_functions_false_keeps_to_evalsha(each_server, prefix, api):
     )
     try:
         r.config_resetstat()
-        w = store.window("noscript-eval", max_tokens=1000)  # a bounded window: reads run read.lua
+        w = store.window("noscript-eval", max_tokens=1000)  # a bounded window: reads run list.lua
         w.add("x")
         assert _calls(r, "evalsha") > 0 and _calls(r, "fcall") == 0
         r.config_resetstat()
@@ -211,13 +211,13 @@ def test_a_cluster_of_each_server_runs_and_reloads_its_scripts(kind, prefix):
 
 
 def _scripts_only(store: cs.ContextStore) -> cs.ContextStore:
-    """``store``, made to read with read.lua alone (no plain reads: what a cluster's store does)."""
+    """``store``, made to read with the read scripts alone (no plain reads: what a cluster's store does)."""
     store._settings.plain_reads = False
     return store
 
 
 def test_each_server_reads_small_hashes_whole_and_lists_only_added_items(each_server, prefix):
-    """read.lua on each server: it names a small hash's encoding as the server does (6.2
+    """The read scripts on each server: they name a small hash's encoding as the server does (6.2
     ``ziplist``, 7 and Valkey ``listpack``) and reads such a hash whole with one HGETALL; a build
     after another store's adds lists only the added items (one LRANGE, one ZSCORE)."""
     name, url = each_server

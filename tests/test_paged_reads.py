@@ -75,7 +75,7 @@ def test_bounded_reads_answer_as_one_unbounded_read(redis_url, prefix, monkeypat
 
 def _drive(store: cs.ContextStore, plan: Any, between: Callable[[int], None]) -> tuple[Any, list[list[Any]]]:
     """Run a plan call by call, calling ``between(n)`` after the n-th script call; returns the
-    plan's result and every script call's arguments (a window its config does not bound is first
+    plan's result and every script call's name and arguments (a window its config does not bound is first
     asked its size with a plain command, ``reads.plain_ok``, which is run but not counted)."""
     sent: list[list[Any]] = []
     try:
@@ -83,7 +83,7 @@ def _drive(store: cs.ContextStore, plan: Any, between: Callable[[int], None]) ->
         while True:
             reply = store._execute(request)
             if isinstance(request, ScriptCall):
-                sent.append(list(request.args))
+                sent.append([request.name, *request.args])
                 between(len(sent))
             request = plan.send(reply)
     except StopIteration as stop:
@@ -112,7 +112,7 @@ def test_a_window_changed_between_calls_is_read_again(redis_url, prefix, small_p
             other = writer.window("w")
             got, sent = _drive(store, reads.read(w._state, "order"), lambda n: change(other) if n == 2 else None)
             assert _texts(got.items()) == _texts(other.ordered_items())  # the window after the change
-        assert [a[3] for a in sent if a[0] == "order"].count("0") == 2  # the listing began again
+        assert [a[4] for a in sent if a[:2] == ["list", "order"]].count("0") == 2  # the listing began again
 
 
 def test_a_removal_between_listing_and_fetch_is_read_again(redis_url, prefix, small_pages):
@@ -141,7 +141,7 @@ def test_a_window_that_keeps_changing_is_read_in_one_call_at_last(redis_url, pre
             got, sent = _drive(
                 store, cached.read_for_build(store._settings, w._state), lambda n: other.add(f"more {n}")
             )
-        listings = [a for a in sent if a[0] == "build" and a[3] == "0"]
+        listings = [a for a in sent if a[0] == "build_read" and a[3] == "0"]
         assert len(listings) == reads.ATTEMPTS + 1 and listings[-1][4:] == ["0", "0"]  # unbounded
         texts = _texts(got.decoded)  # the window as that last call read it
         assert f"more {len(sent) - 1}" in texts and f"more {len(sent)}" not in texts

@@ -125,7 +125,7 @@ def test_a_window_its_config_does_not_bound_is_asked_its_size_then_read_plainly(
             assert [i.content for i in w.items()] == [f"message {n}" for n in range(5)]
             stats = r.info("commandstats")
             assert stats["cmdstat_exec"]["calls"] == (2 if plain else 1), stats  # the size, then the read if plain
-            assert (_script_calls(stats) == 0) is plain, stats  # beyond a page: read in pages by read.lua
+            assert (_script_calls(stats) == 0) is plain, stats  # beyond a page: read in pages by list.lua
             r.config_resetstat()
             built = w.build_messages_structured(cs.BuildOptions(max_tokens=10_000, reserve_for_response=0))
             assert len(built.included_item_ids) == 5
@@ -136,7 +136,7 @@ def test_a_window_its_config_does_not_bound_is_asked_its_size_then_read_plainly(
 
 def test_a_script_read_of_most_of_a_small_hash_reads_it_whole(redis_url, prefix, monkeypatch):
     """A small hash of short values is a listpack, where HMGET finds each field by a scan (n^2 for
-    most of its fields): read.lua reads :items and :attrs of such a window with one HGETALL each."""
+    most of its fields): the read scripts read :items and :attrs of such a window with one HGETALL each."""
     if on_cluster(redis_url):
         pytest.skip("counts one server's commands")
     r = redis.Redis.from_url(redis_url)

@@ -56,7 +56,7 @@ def whole_json(item: cs.ContextItem) -> list[Any]:
 
 
 def meta(**fields: object) -> list[str]:
-    """A meta hash as read.lua sends it (flat), with ``fields`` over a 100-token window."""
+    """A meta hash as a read script sends it (flat), with ``fields`` over a 100-token window."""
     values = {
         Meta.MAX_TOKENS: "100",
         Meta.MAX_ITEMS: "50",
@@ -127,13 +127,13 @@ def test_add_turns_each_status_code_into_its_exception(reply, error, fields):
 
 
 def read_reply(raw: list[Any], **fields: object) -> list[Any]:
-    """read.lua's reply to a listing (fifo, order, pinned) that fits one call."""
+    """list.lua's reply to a listing (fifo, order, pinned) that fits one call."""
     listed = [r[0] for r in raw]
     return [meta(**fields), 0, raw, listed, [], -1]
 
 
 def build_reply(raw: list[Any], ids: list[str] | None = None, **fields: object) -> list[Any]:
-    """read.lua's ``build`` reply: the JSON sent, and every id in build order (default: those)."""
+    """build_read.lua's reply: the JSON sent, and every id in build order (default: those)."""
     listed = [r[0] for r in raw] if ids is None else [i.encode() for i in ids]
     return [meta(**fields), 0, raw, listed, [], -1]
 
@@ -147,7 +147,7 @@ def test_build_renders_within_the_budget_and_reports_every_item():
     plan = build_plans.build(settings(), state(max_tokens=100), cs.BuildOptions(max_tokens=40, reserve_for_response=10))
     sent, built = drive(plan, [build_reply(raw, tokens=20), 1])
     read_call, event_call = sent
-    assert read_call.name == "read" and read_call.args[:3] == ["build", "", "-1"]
+    assert read_call.name == "build_read" and read_call.args[:2] == ["", "-1"]
     assert event_call.name == "event" and event_call.args[:2] == ["0", "built"] and event_call.request == ""
     assert built.content == (
         "You are terse.\n\n---\n\n[user]: one two three four five six seven eight nine ten"
@@ -166,7 +166,7 @@ def test_build_excludes_what_does_not_fit_and_omits_what_the_options_leave_out()
 
 def test_build_refuses_a_reserve_that_leaves_no_room_after_reading_the_limit():
     plan = build_plans.build(settings(), state(max_tokens=100), None)  # default reserve 1000
-    assert next(plan).name == "read"
+    assert next(plan).name == "build_read"
     with pytest.raises(cs.InvalidOptionsError, match="reserve_for_response=1000 leaves no room"):
         plan.send(build_reply([]))
 
@@ -176,11 +176,12 @@ def test_a_second_build_asks_only_for_what_the_store_has_not_cached():
     first = [stored(n, f"message {n}", type="user_message", role="user") for n in (1, 2)]
     opts = cs.BuildOptions(reserve_for_response=0)
     sent, built = drive(build_plans.build(s, st, opts), [build_reply(first, epoch="7", seq="2"), 1])
-    assert sent[0].args[:3] == ["build", "", "-1"] and built.included_item_ids == ["ctx-1", "ctx-2"]
+    assert sent[0].name == "build_read" and sent[0].args[:2] == ["", "-1"]
+    assert built.included_item_ids == ["ctx-1", "ctx-2"]
     third = stored(3, "message 3", type="user_message", role="user")
     again = build_reply([third], ["ctx-2", "ctx-3"], epoch="7", seq="3")  # ctx-1 went meanwhile
     sent, built = drive(build_plans.build(s, st, opts), [-1, again, 1])  # -1: the cached build is stale
-    assert sent[1].args[:3] == ["build", "7", "2"]  # the epoch and the last seq this store holds
+    assert sent[1].args[:2] == ["7", "2"]  # the epoch and the last seq this store holds
     assert built.included_item_ids == ["ctx-2", "ctx-3"]
     assert "message 2" in built.content and "message 1" not in built.content
     # a new epoch: the cached items are stale, what was listed but not sent is read again in full
@@ -188,7 +189,7 @@ def test_a_second_build_asks_only_for_what_the_store_has_not_cached():
         build_plans.build(s, st, opts),
         [build_reply([], ["ctx-2"], epoch="8", seq="3"), build_reply([first[1]], epoch="8", seq="3"), 1],
     )  # no event first: the build before found the window moving
-    assert [c.args[:3] for c in sent[:2]] == [["build", "7", "3"], ["build", "", "-1"]]
+    assert [c.args[:2] for c in sent[:2]] == [["7", "3"], ["", "-1"]]
     assert built.included_item_ids == ["ctx-2"]
 
 
@@ -214,15 +215,15 @@ def test_a_build_of_a_window_the_store_has_read_is_one_conditional_event(chat):
     # the window moved on: the event wrote nothing (-1); the build reads and runs again
     third = stored(3, "message 3", type="user_message", role="user")
     sent, built = run([-1, build_reply([third], ["ctx-1", "ctx-2", "ctx-3"], epoch="7", seq="3", items="3"), 1])
-    assert [c.name for c in sent] == ["event", "read", "event"] and sent[2].args[0] == "0"
+    assert [c.name for c in sent] == ["event", "build_read", "event"] and sent[2].args[0] == "0"
     assert built.included_item_ids == ["ctx-1", "ctx-2", "ctx-3"]
     # a window seen moving is read first (no event sent in vain) until a read finds it unchanged
     fourth = stored(4, "message 4", type="user_message", role="user")
     sent, _ = run([build_reply([fourth], ["ctx-1", "ctx-2", "ctx-3", "ctx-4"], epoch="7", seq="4", items="4"), 1])
-    assert [c.name for c in sent] == ["read", "event"]
-    unchanged = [meta(epoch="7", seq="4", items="4"), 0, [], [], [], -2]  # read.lua: the cache holds the window
+    assert [c.name for c in sent] == ["build_read", "event"]
+    unchanged = [meta(epoch="7", seq="4", items="4"), 0, [], [], [], -2]  # build_read.lua: the cache holds the window
     sent, _ = run([unchanged, 1])
-    assert [c.name for c in sent] == ["read", "event"]
+    assert [c.name for c in sent] == ["build_read", "event"]
     sent, built = run([1])
     assert [c.name for c in sent] == ["event"] and built.included_item_ids[-1] == "ctx-4"
 
@@ -234,7 +235,7 @@ def test_a_cached_build_that_fails_reads_before_it_raises():
     drive(build_plans.build(s, st, opts), [build_reply(pinned, epoch="7", seq="1", items="1"), 1])
     small = cs.BuildOptions(reserve_for_response=0, max_tokens=20)  # too small for the cached pin
     sent, built = drive(build_plans.build(s, st, small), [build_reply([], [], epoch="8", seq="1", items="0"), 1])
-    assert [c.name for c in sent] == ["read", "event"] and built.included_item_ids == []  # unpinned meanwhile
+    assert [c.name for c in sent] == ["build_read", "event"] and built.included_item_ids == []  # unpinned meanwhile
     sent, built = drive(build_plans.build(s, st, small), [1])  # the cache now holds the read: one call
     assert [c.name for c in sent] == ["event"] and built.included_item_ids == []
 
@@ -248,29 +249,29 @@ def test_server_side_compaction_runs_in_parts_until_the_script_says_done():
     first, second = sent
     assert [c.name for c in sent] == ["compact", "compact"] and freed == 42
     chunk, placeholder = str(compaction_plans.COMPACT_CHUNK), str(words(CLEARED_PLACEHOLDER))
-    assert first.args[wire.CONFIG_ARGS :] == ["remove_oldest", "50.0", chunk, "0", placeholder, "0"]
+    assert first.args == ["remove_oldest", "50.0", chunk, "0", placeholder, "0"]  # no config: it makes no window
     assert second.args[-3] == "1" and second.request == first.request + "/1"  # one compaction, two parts
 
 
 def test_default_strategy_is_read_from_the_window_first():
     plan = compaction_plans.compact(settings(), state(max_tokens=100), None)
     meta_call = next(plan)
-    assert meta_call.name == "read" and meta_call.args[0] == "meta"
+    assert meta_call.name == "peek" and meta_call.args[0] == "meta"
     compact_call = plan.send([meta(strategy="remove_oldest"), 0, []])
-    assert compact_call.args[wire.CONFIG_ARGS] == "remove_oldest"
+    assert compact_call.args[0] == "remove_oldest"
 
 
 def test_summarize_calls_the_helper_outside_redis_and_commits_what_it_read():
     raw = [stored(1, "alpha " * 30, priority=10), stored(2, "beta " * 30, priority=90)]
     plan = compaction_plans.compact(settings(summarizer=lambda items: "short"), state(max_tokens=100), "summarize", 50)
     read_call = next(plan)
-    assert read_call.args[0] == "fifo"
+    assert read_call.name == "list" and read_call.args[0] == "fifo"
     helper = plan.send(read_reply(raw, tokens=60))
     assert isinstance(helper, External) and [i.id for i in helper.args[0]] == ["ctx-1"]  # lowest priority
     commit = plan.send(helper.fn(*helper.args))
     assert commit.name == "commit" and commit.same_args is False
     sha = hashlib.sha1(raw[0][1] + b"\n" + raw[0][2]).hexdigest()  # what commit.lua checks
-    assert commit.args[wire.CONFIG_ARGS : wire.CONFIG_ARGS + 4] == ["summarize", "1", "ctx-1", sha]
+    assert commit.args[:4] == ["summarize", "1", "ctx-1", sha]
     assert commit.args[-layout.ITEM_ARGS :][2:] == ["working_memory", "1", "10", "0", "", "", "X"]  # the summary item
     with pytest.raises(StopIteration) as done:
         plan.send([29, "ctx-1.0"])
@@ -286,7 +287,7 @@ def test_a_conflicting_commit_reads_and_decides_again():
     helper = plan.send(read_reply(raw, tokens=60))
     commit = plan.send(helper.fn(*helper.args))
     again = plan.send(["!", "CONFLICT", "ctx-1"])  # another worker changed ctx-1 meanwhile
-    assert again.name == "read" and again.args[0] == "fifo" and commit.name == "commit"
+    assert again.name == "list" and again.args[0] == "fifo" and commit.name == "commit"
     with pytest.raises(StopIteration) as done:  # the other worker already brought it under the target
         plan.send(read_reply(raw[1:], tokens=30))
     assert done.value.value == 0

@@ -34,7 +34,7 @@ def test_script_commands_name_every_command_the_scripts_run():
     for path in (ROOT / "lua").rglob("*.lua"):
         text = path.read_text()
         called |= {c.lower() for c in re.findall(r"redis\.p?call\('([A-Za-z]+)'", text)}
-        called |= {c.lower() for c in re.findall(r"\{'([A-Z]+)'", text)}  # read.lua's table of whole reads
+        called |= {c.lower() for c in re.findall(r"\{'([A-Z]+)'", text)}  # dump.lua's table of whole reads
     called = {"object|encoding" if c == "object" else c for c in called}
     assert called == set(SCRIPT_COMMANDS)
 

@@ -4,10 +4,10 @@ While a window's epoch (``layout.Meta.EPOCH``) stays the same, a stored item nev
 script that changes an item in place (pin, priority, a cleared tool result) or brings items
 back with seqs already handed out (a summary, its undo, a restore, a new lifetime) starts a new
 epoch, and so does a config change. So a client that holds every item of epoch E up to seq S
-asks read.lua (mode ``build``) for the ids in build order and the JSON of the items above S
+asks build_read.lua for the ids in build order and the JSON of the items above S
 only; at a new epoch it gets them all again. Within an epoch every add takes a new seq and every
 removal lowers the item count, so when the epoch, the seq and the count are still the ones the
-client holds, so is the window: read.lua then lists nothing, and the client reuses its listing
+client holds, so is the window: build_read.lua then lists nothing, and the client reuses its listing
 (``ordered``) and what it worked out from it (``derived``: the units a build chooses from). A
 build may even start from the cache with no read at all: its one call, the ``built`` event, is
 written only if the epoch, the seq, the count, the lifetime and the removals still hold

@@ -307,7 +307,7 @@ def _check_side_keys(turn: dict[str, str], replies: dict[str, Any], archive: dic
 
 
 def inspect_window(window_id: str, reply: Sequence[Any]) -> VerifyReport:
-    """Check read.lua's ``all`` reply: {meta, npinned, items, fifo, order, pinned, attrs, scores,
+    """Check dump.lua's reply: {meta, npinned, items, fifo, order, pinned, attrs, scores,
     groups, calls, vectors, turn, replies, archive, keys of another type}."""
     problems: list[str] = []
     say = problems.append

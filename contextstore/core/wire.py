@@ -2,8 +2,9 @@
 
 Each script's header (``lua/<name>.lua``) documents its KEYS, ARGV and reply; the functions here
 are the only Python code that packs those arguments or reads those replies, so the two sides
-are read side by side in two files. Every mutating script takes the handle's config first
-(``config_args``), used only to create a window that does not exist yet.
+are read side by side in two files. The scripts that may create a window (``TAKES_CONFIG``)
+take the handle's config first (``config_args``), used only when the window does not exist yet;
+the others take only their own arguments.
 """
 
 from __future__ import annotations
@@ -21,8 +22,10 @@ from .validate import NewItem
 
 Args = list[str | bytes]
 
-#: how many arguments ``config_args`` gives (every mutating script's first ARGV)
+#: how many arguments ``config_args`` gives (the first ARGV of the scripts of ``TAKES_CONFIG``)
 CONFIG_ARGS = len(Meta.CONFIG)
+#: the scripts that may create a window, so take the handle's config first
+TAKES_CONFIG = frozenset({"add", "configure", "ensure", "restore"})
 #: the ``WindowConfig`` attribute (the window option) each config field of :meta holds, in
 #: ``Meta.CONFIG`` order
 CONFIG_ATTRS = {
@@ -88,13 +91,13 @@ def config_from(values: Sequence[Any]) -> WindowConfig:
     )
 
 
-# -- read.lua ----------------------------------------------------------------------------------
+# -- the read scripts (list, build_read, fetch, peek, archived: lib/reads.lua) --------------------
 
 
 class ReadReply(msgspec.Struct):
-    """read.lua's reply: the meta hash (empty: no window), the pinned count, the items' entries
+    """A read script's reply: the meta hash (empty: no window), the pinned count, the items' entries
     (``stored.decode_item`` puts them together; None for an id the window no longer holds);
-    for a ``build`` read, the items already decoded (partly from the store's cache) and the
+    for a build read (build_read.lua), the items already decoded (partly from the store's cache) and the
     cache entry they came from."""
 
     meta: dict[str, str]
@@ -125,28 +128,25 @@ class ReadReply(msgspec.Struct):
         return int(self.meta.get(field, 0))
 
 
-def read_args(mode: str, types: str = "", limit: int = -1) -> Args:
-    """The head of read.lua's ARGV: mode, type filter, most recent N (``plans/reads.py`` adds the page)."""
-    return [mode, types, str(limit)]
+def list_args(order: str, types: str = "", limit: int = -1) -> Args:
+    """The head of list.lua's ARGV: the order (fifo, order, pinned), type filter, most recent N
+    (``plans/reads.py`` adds the page)."""
+    return [order, types, str(limit)]
 
 
-def get_args(item_id: str) -> Args:
-    """read.lua's ARGV for one item."""
-    return ["get", item_id]
+def fetch_args(budget: int, ids: Sequence[str]) -> Args:
+    """fetch.lua's ARGV: most bytes of JSON (0: any), the ids."""
+    return [str(budget), *ids]
 
 
-def archive_index_args() -> Args:
-    """read.lua's ARGV for the unexpired archive entries ("<summary id>=<server ms it expires>")."""
-    return ["archive"]
-
-
-def archived_args(summary_id: str) -> Args:
-    """read.lua's ARGV for the items a summary replaced."""
-    return ["archived", summary_id]
+def archived_args(summary_id: str = "") -> Args:
+    """archived.lua's ARGV: the items a summary replaced, or ("") every unexpired archive entry
+    ("<summary id>=<server ms it expires>")."""
+    return [summary_id]
 
 
 def decode_read(reply: Sequence[Any]) -> ReadReply:
-    """read.lua's reply (any mode but ``all``)."""
+    """The reply of a read script (lib/reads.lua; any but dump.lua)."""
     return ReadReply(meta_text(reply[0]), int(reply[1]), list(reply[2]))
 
 
@@ -237,11 +237,9 @@ def unwrap_mutation(reply: Sequence[Any]) -> tuple[Any, Counters]:
     return reply[0], Counters(*(int(x) for x in reply[1:6]))
 
 
-def commit_args(
-    cfg: WindowConfig, strategy: CompactionStrategy, chosen: Sequence[tuple[str, str]], summary: NewItem | None
-) -> Args:
+def commit_args(strategy: CompactionStrategy, chosen: Sequence[tuple[str, str]], summary: NewItem | None) -> Args:
     """commit.lua's ARGV: the strategy, (id, sha1 of the JSON read) per item, the summary."""
-    args = [*config_args(cfg), strategy.value, str(len(chosen))]
+    args = [strategy.value, str(len(chosen))]
     for item_id, sha in chosen:
         args += [item_id, sha]
     return args + (item_args(summary) if summary is not None else [])
@@ -252,9 +250,9 @@ def decode_commit(reply: Sequence[Any]) -> tuple[int, str]:
     return int(reply[0]), text(reply[1])
 
 
-def undo_args(cfg: WindowConfig, summary_id: str) -> Args:
+def undo_args(summary_id: str) -> Args:
     """undo.lua's ARGV."""
-    return [*config_args(cfg), summary_id]
+    return [summary_id]
 
 
 def lease_args(op: str, token: str, ms: int = 0) -> Args:
@@ -265,19 +263,18 @@ def lease_args(op: str, token: str, ms: int = 0) -> Args:
 # -- the other mutations ---------------------------------------------------------------------------
 
 
-def one_item_args(cfg: WindowConfig, item_id: str, *extra: str) -> Args:
+def one_item_args(item_id: str, *extra: str) -> Args:
     """ARGV of remove.lua, pin.lua (extra: '1'/'0'), priority.lua (extra: the priority) and
     pop.lua (the count in place of an id)."""
-    return [*config_args(cfg), item_id, *extra]
+    return [item_id, *extra]
 
 
-def clear_args(cfg: WindowConfig, include_pinned: bool) -> Args:
+def clear_args(include_pinned: bool) -> Args:
     """clear.lua's ARGV."""
-    return [*config_args(cfg), "1" if include_pinned else "0"]
+    return ["1" if include_pinned else "0"]
 
 
 def compact_args(
-    cfg: WindowConfig,
     strategy: CompactionStrategy,
     target_percent: float,
     most: int,
@@ -288,7 +285,7 @@ def compact_args(
     """compact.lua's ARGV: strategy, target percent, most items this call, continues a call,
     the cleared placeholder's tokens, dry run."""
     flags = ["1" if continued else "0", str(placeholder_tokens), "1" if dry_run else "0"]
-    return [*config_args(cfg), strategy.value, repr(float(target_percent)), str(most), *flags]
+    return [strategy.value, repr(float(target_percent)), str(most), *flags]
 
 
 def decode_compact(reply: Sequence[Any]) -> tuple[int, bool]:

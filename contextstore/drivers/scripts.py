@@ -24,29 +24,44 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Awaitable, Callable
-from functools import lru_cache
+from functools import cache, lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
 
 import redis.exceptions as rx
 
-from ..core.keys import is_cluster
+from ..core.keys import KEY_NAMES, is_cluster
 from ..errors import ContextStoreError
 
 T = TypeVar("T")
 
 SCRIPT_NAMES = (
     "add", "remove", "pin", "priority", "clear", "compact", "commit", "restore",
-    "configure", "ensure", "delete", "event", "read", "undo", "lease", "vectors", "pop", "turn", "acl",
+    "configure", "ensure", "delete", "event", "undo", "lease", "vectors", "pop", "turn", "acl",
+    "list", "build_read", "fetch", "peek", "archived", "dump",
 )  # fmt: skip
 
+#: the scripts that read a window, each for one job (lib/reads.lua: what they share)
+READS = frozenset({"list", "build_read", "fetch", "peek", "archived", "dump"})
 #: scripts that take no request (reads, and the ``built`` event): they record no reply, so they
 #: run under ``run_plain`` (lib/calls.lua) and carry none of the request protocol (lib/requests.lua)
-REQUESTLESS = frozenset({"read", "event", "acl"})
+REQUESTLESS = READS | {"event", "acl"}
 
 #: every helper file, each after the ones it needs
-LIB_NAMES = ("constants", "core", "calls", "events", "meta", "items", "turns", "compaction", "archive", "requests")
+LIB_NAMES = (
+    "constants",
+    "core",
+    "calls",
+    "events",
+    "meta",
+    "items",
+    "reads",
+    "turns",
+    "compaction",
+    "archive",
+    "requests",
+)
 _NEEDS = re.compile(r"^-- needs: (.*)$", re.M)
 _MAIN = re.compile(r"^-- main:", re.M)
 
@@ -85,8 +100,12 @@ def closure(direct: set[str], libs: dict[str, str]) -> list[str]:
     return [n for n in LIB_NAMES if n in seen]
 
 
+#: helper files that no other helper file needs, only scripts: the function library defines them
+#: in a block with the scripts that need them rather than at its top, where Lua allows a function
+#: (the library's load step is one) 200 locals in all, the scripts' own helpers included
+SCOPED = ("reads", "compaction", "archive")
 #: read-only scripts: ``FCALL_RO`` (a replica may serve them); the library registers them so
-READ_ONLY = frozenset({"read", "acl"})
+READ_ONLY = READS | {"acl"}
 #: scripts that free memory, registered to run when the server is at maxmemory (a function is
 #: refused there unless it says so; EVAL scripts run, and only their growing writes are refused)
 FREES_MEMORY = frozenset({"remove", "pop", "clear", "delete", "compact"})
@@ -101,6 +120,32 @@ def runner(name: str) -> str:
     """The Lua function that runs script ``name``'s main for one call: ``run_plain``
     (lib/calls.lua) for a script that takes no request, else ``run_request`` (lib/requests.lua)."""
     return "run_plain" if name in REQUESTLESS else "run_request"
+
+
+_KEYS = re.compile(r"^-- KEYS: (?:the window keys|([a-z]+(?:, [a-z]+)*) \(of the window keys)", re.M)
+
+
+@cache
+def key_slots(name: str) -> tuple[int, ...] | None:
+    """The places (0-based, in ``keys.KEY_NAMES``) of the window keys script ``name`` takes, as
+    its header's ``-- KEYS:`` line names them; None for all of them. A header without such a
+    line, or naming a key the window lacks, raises."""
+    body = (lua_dir() / f"{name}.lua").read_text(encoding="utf-8")
+    found = _KEYS.search(body)
+    if found is None:
+        raise ContextStoreError(f"lua/{name}.lua has no '-- KEYS:' line naming the window keys it takes")
+    if found.group(1) is None:
+        return None
+    named = found.group(1).split(", ")
+    if unknown := set(named) - set(KEY_NAMES):
+        raise ContextStoreError(f"lua/{name}.lua takes keys the window lacks: {sorted(unknown)}")
+    return tuple(KEY_NAMES.index(n) for n in named)
+
+
+def _bound(name: str, keys: str) -> str:
+    """Lua for the call's keys in their places of the window keys (``in_place``, lib/calls.lua)."""
+    slots = key_slots(name)
+    return keys if slots is None else f"in_place({keys}, {{{', '.join(str(s + 1) for s in slots)}}})"
 
 
 def carried(name: str, body: str, libs: dict[str, str]) -> list[str]:
@@ -133,27 +178,35 @@ def sources() -> dict[str, str]:
     for name in SCRIPT_NAMES:
         body = (base / f"{name}.lua").read_text(encoding="utf-8")
         helpers = "\n".join(libs[n] for n in carried(name, body, libs))
-        main = f"local function main()\n{body}\nend\nreturn {runner(name)}(main, KEYS, ARGV)\n"
+        main = f"local function main()\n{body}\nend\nreturn {runner(name)}(main, {_bound(name, 'KEYS')}, ARGV)\n"
         out[name] = f"local KEYS, ARGV = KEYS, ARGV\n{helpers}\n{main}"
     return out
 
 
 @lru_cache(maxsize=1)
 def library() -> tuple[str, dict[str, str]]:
-    """The function library (Redis 7+, Valkey): every helper defined once when it is loaded,
-    and one function per script, named after the library's digest so that two versions can be
+    """The function library (Redis 7+, Valkey): every helper defined when it is loaded (a helper
+    file of ``SCOPED`` once for each set of scripts that needs it, in a block with them), and
+    one function per script, named after the library's digest so that two versions can be
     loaded side by side. Returns the source and the function name of each script."""
     base, libs = _libs()
-    mains = []
+    groups: dict[tuple[str, ...], list[str]] = {}  # the scoped helper files a script needs -> its blocks
     for name in SCRIPT_NAMES:
-        helpers, main = split_main((base / f"{name}.lua").read_text(encoding="utf-8"))
-        mains.append(f"do\n{helpers}\nMAINS[{name!r}] = function()\n{main}\nend\nend")
-    body = "\n".join(["local KEYS, ARGV = {}, {}", *(libs[n] for n in LIB_NAMES), "local MAINS = {}", *mains])
+        text = (base / f"{name}.lua").read_text(encoding="utf-8")
+        helpers, main = split_main(text)
+        scoped = tuple(n for n in carried(name, text, libs) if n in SCOPED)
+        groups.setdefault(scoped, []).append(f"do\n{helpers}\nMAINS[{name!r}] = function()\n{main}\nend\nend")
+    blocks = [
+        "\n".join(["do", *(libs[n] for n in scoped), *mains, "end"]) if scoped else "\n".join(mains)
+        for scoped, mains in groups.items()
+    ]
+    top = [libs[n] for n in LIB_NAMES if n not in SCOPED]
+    body = "\n".join(["local KEYS, ARGV = {}, {}", *top, "local MAINS = {}", *blocks])
     digest = hashlib.sha1(body.encode()).hexdigest()[:12]
     names = {name: f"cs_{digest}_{name}" for name in SCRIPT_NAMES}
     registrations = [
         f"redis.register_function{{function_name = '{names[name]}', "
-        f"callback = function(keys, args) return {runner(name)}(MAINS[{name!r}], keys, args) end"
+        f"callback = function(keys, args) return {runner(name)}(MAINS[{name!r}], {_bound(name, 'keys')}, args) end"
         + (
             ", flags = {'no-writes'}"
             if name in READ_ONLY
@@ -206,8 +259,12 @@ class ScriptRegistry:
         return script
 
     def words(self, name: str, keys: list[str], argv: list[Any]) -> list[Any]:
-        """The command that runs script ``name``: ``FCALL`` / ``FCALL_RO`` (a read-only script), or
-        ``EVALSHA`` (which a replica runs too, as long as the script writes nothing)."""
+        """The command that runs script ``name`` with those of the window's ``keys`` it takes
+        (``key_slots``): ``FCALL`` / ``FCALL_RO`` (a read-only script), or ``EVALSHA`` (which a
+        replica runs too, as long as the script writes nothing)."""
+        slots = key_slots(name)
+        if slots is not None:
+            keys = [keys[s] for s in slots]
         if self.mode == "eval":
             return ["EVALSHA", self.script(name).sha, len(keys), *keys, *argv]
         return ["FCALL_RO" if name in READ_ONLY else "FCALL", library()[1][name], len(keys), *keys, *argv]

@@ -39,8 +39,9 @@ class ScriptCall:
 
     ``request`` ("<operation>:<request id>") makes a mutation exactly-once (lib/requests.lua);
     reads leave it empty. ``same_args`` checks that a replayed request id comes with the
-    arguments it was first used with, apart from the config arguments every mutation starts
-    with (the handle's cached config, which may have changed)."""
+    arguments it was first used with, apart from the config arguments a script that may create
+    the window starts with (``wire.TAKES_CONFIG``: the handle's cached config, which may have
+    changed)."""
 
     name: str
     keys: WindowKeys
@@ -55,7 +56,8 @@ class ScriptCall:
         """ARGV as sent: the request ("<request>|<fingerprint of args>"), then the args."""
         if not self.request:
             return ["", *self.args]
-        fp = _fingerprint(self.args[wire.CONFIG_ARGS :]) if self.same_args else ""
+        config = wire.CONFIG_ARGS if self.name in wire.TAKES_CONFIG else 0
+        fp = _fingerprint(self.args[config:]) if self.same_args else ""
         return [f"{self.request}|{fp}", *self.args]
 
 

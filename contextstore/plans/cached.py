@@ -6,9 +6,9 @@ Where the server runs scripts by ``EVALSHA`` (Redis 6.2: each call re-creates th
 helpers) and plain reads are allowed (not a cluster's client), the added items are read with
 plain commands: one transaction reads the meta, the pinned count and the ``:fifo`` ids from the
 newest cached one on, the next the added bodies with their attrs and pins, checking that nothing
-changed in between; whatever that cannot settle is asked of read.lua. It costs the shard
-0.6-0.8x read.lua's call there, for one more round trip. Where the server has functions, read.lua
-(``FCALL_RO``) costs the shard about what the two transactions do, in one round trip, so it stays
+changed in between; whatever that cannot settle is asked of build_read.lua. It costs the shard
+0.6-0.8x build_read.lua's call there, for one more round trip. Where the server has functions,
+build_read.lua (``FCALL_RO``) costs the shard about what the two transactions do, in one round trip, so it stays
 (``docs/benchmarks.md``).
 """
 
@@ -23,7 +23,7 @@ from ..types import ContextItem
 from .base import PlainRead, Plan, Settings, WindowState
 from .reads import APPENDED, STAMP, UNCHANGED, Listing, plain_ok, plain_whole, read_listing, stamp
 
-#: most added ids a plain appended read lists (read.lua's APPENDED_MAX); more: read.lua
+#: most added ids a plain appended read lists (build_read.lua's APPENDED_MAX); more: build_read.lua
 APPENDED_MAX = 512
 
 
@@ -42,8 +42,9 @@ def read_for_build(settings: Settings, state: WindowState) -> Plan[wire.ReadRepl
         if known is not None and state.plain_reads and settings.evalsha_scripts():
             listing = yield from plain_appended(state, known)
         if listing is None:
-            head = ["build", known.epoch, str(known.seq)] if known is not None else ["build", "", "-1"]
-            listing = yield from read_listing(state, head, tail=[str(known.count)] if known is not None else [])
+            head = [known.epoch, str(known.seq)] if known is not None else ["", "-1"]
+            tail = [str(known.count)] if known is not None else []
+            listing = yield from read_listing(state, "build_read", head, tail=tail)
         found = listing.found
         if listing.status == UNCHANGED and known is not None:
             cache.moving(window, False)  # a quiet window again: builds may start from the cache
@@ -59,10 +60,10 @@ def read_for_build(settings: Settings, state: WindowState) -> Plan[wire.ReadRepl
 
 
 def plain_appended(state: WindowState, known: CachedWindow) -> Plan[Listing | None]:
-    """What read.lua's build read answers about ``known`` when the window is as cached
+    """What build_read.lua answers about ``known`` when the window is as cached
     (``UNCHANGED``) or only had items added since (``APPENDED``, with their entries), in plain
     commands; None when it is neither, when it moved on between the two calls, or at maxmemory
-    (read.lua settles it then). The added ids are the ``:fifo`` ids after the newest cached one:
+    (build_read.lua settles it then). The added ids are the ``:fifo`` ids after the newest cached one:
     ``:fifo`` is in increasing seq order, and within an epoch an id whose seq is at most the
     cache's was there when the cache read the window, so when the id before the added ones is
     such, and the window holds the cached count plus them, nothing went."""

@@ -91,7 +91,6 @@ def _compact_inside(
     freed, part, more = 0, 0, True
     while more:
         args = wire.compact_args(
-            state.config,
             strategy,
             target,
             COMPACT_CHUNK,
@@ -243,7 +242,7 @@ def _compact_outside(
                 )
                 return 0
         read_as = [(c[0].id or "", entry_digest(c[1])) for c in chosen]
-        args = wire.commit_args(state.config, strategy, read_as, summary)
+        args = wire.commit_args(strategy, read_as, summary)
         try:
             reply = raise_for_reply((yield ScriptCall("commit", state.keys, args, request, same_args=False)))
         except CommitConflict:
@@ -276,7 +275,7 @@ def plan_compaction(
     tokens, freed = found.counter(Meta.TOKENS), 0
     items: list[PlannedItem] = []
     if found.exists and cfg.max_tokens is not None and chosen.server_side:
-        args = wire.compact_args(state.config, chosen, target, DRY_RUN_MOST, False, settings.placeholder_tokens, True)
+        args = wire.compact_args(chosen, target, DRY_RUN_MOST, False, settings.placeholder_tokens, True)
         freed, items = wire.decode_dry_run(raise_for_reply((yield ScriptCall("compact", state.keys, args))))
     elif found.exists and cfg.max_tokens is not None:
         choice = yield from _choose(settings, state, chosen, target, query)

@@ -157,9 +157,9 @@ def _add_call(state: WindowState, args: wire.Args, request: str) -> Plan[wire.Ad
 
 def get(state: WindowState, item_id: object) -> Plan[ContextItem | None]:
     """One item by id, or None."""
-    args = wire.get_args(validate.item_id(item_id))
-    found = wire.decode_read(raise_for_reply((yield ScriptCall("read", state.keys, args))))
-    return found.items()[0] if found.raw else None
+    args = wire.fetch_args(0, [validate.item_id(item_id)])
+    found = wire.decode_read(raise_for_reply((yield ScriptCall("fetch", state.keys, args))))
+    return found.items()[0] if found.raw and found.raw[0] else None  # false: no such item
 
 
 def items(state: WindowState, types: object = None, limit: object = None) -> Plan[list[ContextItem]]:
@@ -183,7 +183,7 @@ def ordered_items(state: WindowState, types: object = None, pinned_only: bool = 
 def remove(state: WindowState, item_id: object, request_id: object = None) -> Plan[bool]:
     """Remove one item; False if it is absent."""
     request = new_request("remove", request_id)
-    args = wire.one_item_args(state.config, validate.item_id(item_id))
+    args = wire.one_item_args(validate.item_id(item_id))
     removed = bool(raise_for_reply((yield ScriptCall("remove", state.keys, args, request))))
     if removed:
         logs.item_removed(state.window_id, str(item_id), "manual")
@@ -194,7 +194,7 @@ def pop(state: WindowState, count: object = 1, request_id: object = None) -> Pla
     """Remove and return the ``count`` newest items (arrival order), newest first."""
     n = validate.int_in("count", count, 1, MAX_ITEM_LIMIT)
     request = new_request("pop", request_id)
-    raw = raise_for_reply((yield ScriptCall("pop", state.keys, wire.one_item_args(state.config, str(n)), request)))
+    raw = raise_for_reply((yield ScriptCall("pop", state.keys, wire.one_item_args(str(n)), request)))
     popped = [decode_item(j) for j in raw]
     for item in popped:
         logs.item_removed(state.window_id, item.id or "", "manual")
@@ -204,7 +204,7 @@ def pop(state: WindowState, count: object = 1, request_id: object = None) -> Pla
 def set_pinned(state: WindowState, item_id: object, pinned: bool, request_id: object = None) -> Plan[bool]:
     """Pin or unpin one item; False if it is absent."""
     request = new_request("pin" if pinned else "unpin", request_id)
-    args = wire.one_item_args(state.config, validate.item_id(item_id), "1" if pinned else "0")
+    args = wire.one_item_args(validate.item_id(item_id), "1" if pinned else "0")
     return bool(raise_for_reply((yield ScriptCall("pin", state.keys, args, request))))
 
 
@@ -212,7 +212,7 @@ def update_priority(state: WindowState, item_id: object, priority: object, reque
     """Change one item's priority (and its place in build order); False if it is absent."""
     request = new_request("priority", request_id)
     value = validate.priority(priority)
-    args = wire.one_item_args(state.config, validate.item_id(item_id), str(value))
+    args = wire.one_item_args(validate.item_id(item_id), str(value))
     return bool(raise_for_reply((yield ScriptCall("priority", state.keys, args, request))))
 
 
@@ -221,5 +221,5 @@ def clear(state: WindowState, include_pinned: object = False, request_id: object
     request = new_request("clear", request_id)
     if not isinstance(include_pinned, bool):
         raise InvalidOptionsError("include_pinned must be a bool")
-    args = wire.clear_args(state.config, include_pinned)
+    args = wire.clear_args(include_pinned)
     return int(raise_for_reply((yield ScriptCall("clear", state.keys, args, request))))

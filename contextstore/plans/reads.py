@@ -203,23 +203,22 @@ def stamp(meta: dict[str, str]) -> tuple[str | None, ...]:
     return tuple(meta.get(f) for f in STAMP)
 
 
-#: read.lua's ``next`` when a build read finds the window as the client's cache holds it
+#: build_read.lua's ``next`` when it finds the window as the client's cache holds it
 UNCHANGED = -2
-#: read.lua's ``next`` when a build read lists only the items added since the cache's seq
+#: build_read.lua's ``next`` when it lists only the items added since the cache's seq
 APPENDED = -3
 
 
 def _list(
-    state: WindowState, head: Sequence[str | bytes], page: int, budget: int, tail: Sequence[str] = ()
+    state: WindowState, script: str, head: Sequence[str | bytes], page: int, budget: int, tail: Sequence[str] = ()
 ) -> Plan[Listing | None]:
-    """Every page of one listing (read.lua modes fifo/order/pinned/build); None when the window
-    changed between pages. A build read may answer with one page about the cache
-    (``Listing.status``)."""
+    """Every page of one listing (``list`` or ``build_read``); None when the window changed
+    between pages. A build read may answer with one page about the cache (``Listing.status``)."""
     first: Listing | None = None
     start = 0
     while True:
         args = [*head, str(start), str(page), str(budget), *tail]
-        reply = raise_for_reply((yield ScriptCall("read", state.keys, args)))
+        reply = raise_for_reply((yield ScriptCall(script, state.keys, args)))
         found = wire.decode_read(reply)
         if first is None:
             if not found.exists:
@@ -241,8 +240,8 @@ def _fetch(state: WindowState, listing: Listing, budget: int) -> Plan[bool]:
     changed since the listing."""
     epoch, raw, todo = listing.found.meta.get(Meta.EPOCH), listing.found.raw, listing.deferred
     while todo:
-        args = ["fetch", str(budget), *todo[:PAGE_IDS]]
-        found = wire.decode_read(raise_for_reply((yield ScriptCall("read", state.keys, args))))
+        args = wire.fetch_args(budget, todo[:PAGE_IDS])
+        found = wire.decode_read(raise_for_reply((yield ScriptCall("fetch", state.keys, args))))
         if found.meta.get(Meta.EPOCH) != epoch or any(r is None for r in found.raw):
             return False
         raw.extend(found.raw)
@@ -252,13 +251,14 @@ def _fetch(state: WindowState, listing: Listing, budget: int) -> Plan[bool]:
 
 
 def read_listing(
-    state: WindowState, head: Sequence[str | bytes], limit: int = -1, tail: Sequence[str] = ()
+    state: WindowState, script: str, head: Sequence[str | bytes], limit: int = -1, tail: Sequence[str] = ()
 ) -> Plan[Listing]:
-    """A whole listing with its JSON, in bounded calls (one unbounded call after ``ATTEMPTS``
-    races); ``limit`` cuts a listing of several pages to its last N ids."""
+    """A whole listing of ``script`` (``list``, ``build_read``) with its JSON, in bounded calls
+    (one unbounded call after ``ATTEMPTS`` races); ``limit`` cuts a listing of several pages to
+    its last N ids."""
     for attempt in range(ATTEMPTS + 1):
         bounded = attempt < ATTEMPTS
-        listing = yield from _list(state, head, PAGE_IDS if bounded else 0, PAGE_BYTES if bounded else 0, tail)
+        listing = yield from _list(state, script, head, PAGE_IDS if bounded else 0, PAGE_BYTES if bounded else 0, tail)
         if listing is None:
             continue
         if limit >= 0 and len(listing.ids) > limit:  # several pages, all of it deferred: cut here
@@ -269,13 +269,13 @@ def read_listing(
 
 
 def read(state: WindowState, mode: str, types: str = "", limit: int = -1) -> Plan[wire.ReadReply]:
-    """One consistent read of the window (read.lua), decoded: ``meta`` alone, or the items of
-    a listing mode (fifo, order, pinned) filtered by ``types``, the last ``limit`` of them."""
+    """One consistent read of the window, decoded: ``meta`` alone (peek.lua), or the items of a
+    listing (list.lua: fifo, order, pinned) filtered by ``types``, the last ``limit`` of them."""
     if mode == "meta":
-        return wire.decode_read(raise_for_reply((yield ScriptCall("read", state.keys, ["meta"]))))
+        return wire.decode_read(raise_for_reply((yield ScriptCall("peek", state.keys, ["meta"]))))
     if mode in ("fifo", "order") and not types and limit < 0 and (yield from plain_ok(state)):
         plain = yield from plain_whole(state, mode)
         if plain is not None:
             return plain.found
-    listing = yield from read_listing(state, wire.read_args(mode, types, limit), limit)
+    listing = yield from read_listing(state, "list", wire.list_args(mode, types, limit), limit)
     return listing.found

@@ -49,14 +49,14 @@ def _archive(state: WindowState, items: list[ContextItem]) -> Plan[list[Archived
     """The unexpired archive entries of the summaries among ``items`` (one call for the index,
     one per entry). An entry whose summary is not among them, or whose items are (a summary or
     its undo raced the read), is left out: the snapshot holds what the window held at its read."""
-    index = wire.decode_read(raise_for_reply((yield ScriptCall("read", state.keys, wire.archive_index_args()))))
+    index = wire.decode_read(raise_for_reply((yield ScriptCall("archived", state.keys, wire.archived_args()))))
     ids = {i.id for i in items}
     out = []
     for pair in index.raw:
         summary_id, _, ms = wire.text(pair).rpartition("=")
         if summary_id not in ids:
             continue
-        reply = yield ScriptCall("read", state.keys, wire.archived_args(summary_id))
+        reply = yield ScriptCall("archived", state.keys, wire.archived_args(summary_id))
         replaced = wire.decode_read(raise_for_reply(reply)).items()
         if replaced and not any(i.id in ids for i in replaced):
             expires = datetime.fromtimestamp(int(ms) / 1000, timezone.utc)

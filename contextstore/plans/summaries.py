@@ -12,7 +12,7 @@ def archived(state: WindowState, summary_id: object) -> Plan[list[ContextItem]]:
     """The items summary ``summary_id`` replaced, as they were stored, in arrival order; [] when
     the archive holds none for it (unknown id, or ``archive_ttl_seconds`` passed)."""
     args = wire.archived_args(validate.item_id(summary_id))
-    found = wire.decode_read(raise_for_reply((yield ScriptCall("read", state.keys, args))))
+    found = wire.decode_read(raise_for_reply((yield ScriptCall("archived", state.keys, args))))
     return sorted(found.items(), key=lambda i: i.seq)
 
 
@@ -23,5 +23,5 @@ def undo_summary(state: WindowState, summary_id: object, request_id: object = No
     if they no longer fit; ``DuplicateItemError`` if one of their ids (or tool call ids, or
     groups) is in use again. Nothing changes when it fails."""
     request = new_request("undo", request_id)
-    args = wire.undo_args(state.config, validate.item_id(summary_id))
+    args = wire.undo_args(validate.item_id(summary_id))
     return int(raise_for_reply((yield ScriptCall("undo", state.keys, args, request))))

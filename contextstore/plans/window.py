@@ -104,5 +104,5 @@ def stats(state: WindowState) -> Plan[ContextWindowStats]:
 
 def verify(state: WindowState) -> Plan[VerifyReport]:
     """Read every key of the window in one script call and report each broken invariant."""
-    reply = raise_for_reply((yield ScriptCall("read", state.keys, wire.read_args("all"))))
+    reply = raise_for_reply((yield ScriptCall("dump", state.keys, [])))
     return inspect_window(state.window_id, reply)

@@ -14,6 +14,15 @@ local function guarded(fn, ...)
   return nil, stopped
 end
 
+-- The keys of a script that takes some of the window keys, each in its place of them (lib/core.lua):
+-- slots[i] is the place of keys[i] (drivers/scripts.py writes them from the script's KEYS line).
+-- The others stay nil, so a script that touches a key it did not name fails loudly.
+local function in_place(keys, slots)
+  local out = {}
+  for i, s in ipairs(slots) do out[s] = keys[i] end
+  return out
+end
+
 -- Bind a call's keys and arguments and start its state afresh (lib/core.lua, lib/meta.lua).
 local function begin_call(keys, args)
   KEYS, ARGV = keys, args
@@ -26,7 +35,7 @@ local function begin_call(keys, args)
   META_KNOWN, META_DELTA, META_DIRTY = {}, {}, {}
 end
 
--- Run the main() of a script that takes no request (read.lua, event.lua: they record no reply
+-- Run the main() of a script that takes no request (the reads, event.lua: they record no reply
 -- and change no counter) for one call: its keys and args bound, its reply as it is. A 6.2 script
 -- that runs so carries none of the request protocol (lib/requests.lua), which its EVALSHA would
 -- re-create on every call.

@@ -27,10 +27,10 @@
 -- ARGV[1] of every script: the request, "<request id>|<fingerprint>", or "" (no request id).
 --   It is removed from ARGV before the script runs, so a script's own arguments start at ARGV[1].
 -- KEYS and ARGV are locals of the assembled script (contextstore/drivers/scripts.py): the call's own.
--- ARGV[1..N_CONFIG] of every mutating script (after that removal): the caller's config, used only
---   when the window does not exist yet: max_tokens (0 = none), max_items, item_limit, threshold,
---   strategy, ttl (0 = none), keep_recent, clear_at_least, clear_exclude (tool names),
---   warn_percent, events_maxlen
+-- ARGV[1..N_CONFIG] of a script that may create the window (add, configure, ensure, restore:
+--   wire.TAKES_CONFIG; after that removal): the caller's config, used only when the window does not
+--   exist yet (read_config, lib/meta.lua), in CONFIG_FIELDS order. The other scripts never make a
+--   window (stored_config) and take only their own arguments.
 -- The reply of a mutating script (one with a request) is {reply, tokens, items, max_tokens,
 -- compactions, tokens freed}: the window's counters after it, and what this call compacted
 -- (lib/requests.lua); contextstore records them as metrics and hands the reply to its plan.

@@ -130,9 +130,9 @@ end
 local COUNTER_FIELDS = {F.TOKENS, F.ITEMS, F.SEQ, F.EPOCH, F.WARNED, F.REMOVED_BY_CALLER}
 local COUNTER_MAX = {2 ^ 53, 2 ^ 53, MAX_SEQ, 2 ^ 53, 1, 2 ^ 53}
 
--- The window's config and counters; for a missing window, the caller's config (new = true).
--- Returns nil when the window is missing and ARGV[1..N_CONFIG] is not a valid config.
-local function read_config()
+-- The window's config and counters; nil when the window does not exist (what the scripts that
+-- never make a window read: they take no caller config).
+local function stored_config()
   local m = redis.call('HMGET', K_META, F.TOKENS, F.ITEMS, F.SEQ, F.EPOCH, F.WARNED, F.REMOVED_BY_CALLER,
     unpack(CONFIG_FIELDS))
   if m[8] then
@@ -154,7 +154,15 @@ local function read_config()
     CFG = c
     return c
   end
-  local c = config_of(ARGV, 0)
+  return nil
+end
+
+-- The window's config and counters; for a missing window, the caller's config (ARGV[1..N_CONFIG],
+-- new = true), nil when that is not a valid config.
+local function read_config()
+  local c = stored_config()
+  if c then return c end
+  c = config_of(ARGV, 0)
   c.tokens, c.items, c.seq, c.new = 0, 0, 0, true
   if not valid_config(c) then return nil end
   CFG = c

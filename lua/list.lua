@@ -1,0 +1,62 @@
+-- list.lua: one page of a listing of a window's items, with the JSON of those that fit.
+-- needs: reads
+-- KEYS: meta, items, order, fifo, pinned, attrs (of the window keys, lib/core.lua).
+-- ARGV[1]: the order: 'fifo' (arrival), 'order' (build order) or 'pinned' (pinned, build order);
+-- ARGV[2]: the comma-separated types to keep ('' = all); ARGV[3]: keep the last N (-1 = all);
+-- ARGV[4]: the index in :fifo or :order where this page starts; ARGV[5]: most ids per page
+-- (0 = all); ARGV[6]: most bytes of JSON per reply (0 = any).
+-- Reply: {meta, pinned count, {item...}, {listed id...}, {deferred id...}, next} (lib/reads.lua):
+-- a listing whole in this call is cut to the last N here and its JSON sent up to the byte limit,
+-- the rest deferred (to fetch.lua); a listing of several pages sends ids only, every one deferred,
+-- and the client cuts it. next: the index of the next page, -1 when the listing is complete. A
+-- listing of several pages is consistent when every page's meta has the same epoch, seq and item
+-- count (contextstore/plans/reads.py).
+local meta, npinned = window_head()
+if not meta then return {{}, 0, {}} end
+local mode, types_arg, limit = ARGV[1], ARGV[2], tonumber(ARGV[3]) or -1
+local start, page, budget = tonumber(ARGV[4]) or 0, tonumber(ARGV[5]) or 0, tonumber(ARGV[6]) or 0
+local first = start
+local last = page > 0 and first + page - 1 or -1
+local listed, total
+if mode == 'fifo' then
+  total = redis.call('LLEN', K_FIFO)
+  if types_arg == '' and limit >= 0 and first == 0 then first = math.max(0, total - limit) end
+  last = page > 0 and first + page - 1 or -1
+  listed = redis.call('LRANGE', K_FIFO, first, last)
+elseif mode == 'order' or mode == 'pinned' then
+  total = redis.call('ZCARD', K_ORDER)
+  listed = redis.call('ZRANGE', K_ORDER, first, last)
+else
+  return fail('BADARG', 'mode')
+end
+if mode == 'pinned' then
+  local keep = {}
+  for _, id in ipairs(listed) do
+    if redis.call('SISMEMBER', K_PINNED, id) == 1 then keep[#keep + 1] = id end
+  end
+  listed = keep
+end
+if types_arg ~= '' and #listed > 0 then
+  local types = {}
+  for t in string.gmatch(types_arg, '[^,]+') do types[t] = true end
+  local keep = {}
+  for i = 1, #listed, 500 do
+    local chunk = redis.call('HMGET', K_ATTRS, unpack(listed, i, math.min(i + 499, #listed)))
+    for j = 1, #chunk do
+      if chunk[j] and types[unpack_attrs(chunk[j], listed[i + j - 1]).type] then keep[#keep + 1] = listed[i + j - 1] end
+    end
+  end
+  listed = keep
+end
+if start ~= 0 or (page > 0 and first + page < total) then
+  -- a listing of several pages is cut by the client, and its JSON fetched then
+  return {meta, npinned, {}, listed, listed, next_page(first, page, total)}
+end
+if limit >= 0 and #listed > limit then  -- the whole listing in this call: cut to the last N here
+  local cut = {}
+  for i = #listed - limit + 1, #listed do cut[#cut + 1] = listed[i] end
+  listed = cut
+end
+local out, deferred, bad = contents(listed, budget)
+if bad then return fail('CORRUPT', K_ATTRS, bad, 'missing') end
+return {meta, npinned, out, listed, deferred, next_page(first, page, total)}
