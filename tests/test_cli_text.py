@@ -6,6 +6,7 @@ script, in a process of its own."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -156,14 +157,16 @@ def test_snapshot_json_keeps_the_exact_text(redis_url, prefix, hostile):
     assert EVIL_ID in {i["id"] for i in snap["items"]}
 
 
-def _on_a_terminal(url: str, prefix: str, *argv: str) -> str:
-    """What the command writes to a terminal (a pty: Rich draws colours, click strips nothing)."""
+def _on_a_terminal(url: str, prefix: str, *argv: str, lines: int | None = None) -> str:
+    """What the command writes to a terminal (a pty: Rich draws colours, click strips nothing),
+    ``lines`` high if given."""
     import os
     import pty
 
     main, child = pty.openpty()
     exe = shutil.which("contextstore")
-    proc = subprocess.Popen([exe, "--url", url, "--prefix", prefix, *argv], stdout=child, stderr=child)
+    env = {**os.environ, **({"LINES": str(lines), "COLUMNS": "120"} if lines else {})}
+    proc = subprocess.Popen([exe, "--url", url, "--prefix", prefix, *argv], stdout=child, stderr=child, env=env)
     os.close(child)
     out = b""
     while True:
@@ -200,3 +203,16 @@ def test_the_watch_view_escapes_stored_control_characters(hostile):
     screen = screen_file.getvalue()
     assert "hello" in screen and "evil" in screen
     _assert_shown_escaped(screen)
+
+
+def test_show_on_a_terminal_reads_a_screens_worth_and_says_how_to_see_more(redis_url, prefix):
+    """On a 20-line terminal, show lists the 11 most recent of 40 items and says so; --all, a
+    pipe and --json list every one."""
+    with cs.ContextStore.from_url(redis_url, prefix=prefix) as store:
+        store.window("many", max_items=100).add_many([f"message {n:02d}" for n in range(40)])
+    shown = _on_a_terminal(redis_url, prefix, "show", "many", lines=20)
+    assert re.findall(r"message (\d\d)", shown) == [f"{n:02d}" for n in range(29, 40)]
+    assert "the last 11 of 40 items: --all lists every one" in shown
+    every = _on_a_terminal(redis_url, prefix, "show", "many", "--all", lines=20)
+    assert len(re.findall(r"message \d\d", every)) == 40 and "--all lists" not in every
+    assert len(re.findall(r"message \d\d", command(redis_url, prefix, "show", "many").stdout)) == 40  # piped

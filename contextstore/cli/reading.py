@@ -32,6 +32,9 @@ TYPE_NAMES = [t.value for t in ItemType]
 #: the width of ``show``'s table when stdout is no terminal (a pipe, a file): rows are not cut
 #: to 80 columns, the content column shows the first line up to ``PIPED_CONTENT`` characters
 PIPED_WIDTH, PIPED_CONTENT = 400, 200
+#: ``show`` on a terminal reads a screen's worth: its height less the table's frame and the lines
+#: under it, and never fewer rows than this
+SCREEN_OTHER_LINES, SCREEN_MIN_ROWS = 9, 5
 Order = Literal["sections", "priority", "arrival"]
 ChatFormat = Literal["openai", "anthropic"]
 
@@ -86,15 +89,28 @@ def _types_option(fn: click.decorators.FC) -> click.decorators.FC:
 )
 @_types_option
 @click.option("--limit", type=click.IntRange(min=0), help="only the N most recent items (arrival order)")
+@click.option(
+    "--all", "every", is_flag=True, help="every item on a terminal too (by default it shows a screen's worth)"
+)
 @json_option
 @pass_env
-def show(env: Env, window: str, order: str, types: tuple[str, ...], limit: int | None, as_json: bool) -> None:
+def show(
+    env: Env, window: str, order: str, types: tuple[str, ...], limit: int | None, every: bool, as_json: bool
+) -> None:
     """Show a window's items as a table, in arrival order unless asked for build order.
 
-    Columns: id, type, priority, tokens, pinned, group, age and the first line of content."""
+    Columns: id, type, priority, tokens, pinned, group, age and the first line of content. On a
+    terminal, in arrival order, it reads and shows the most recent screen's worth (--all: every
+    item); piped, or with --json, every item."""
     win = env.window(window)
+    console, content = Console(), CONTENT_WIDTH
+    if not console.is_terminal:  # piped: as wide as the rows need, never 80 columns
+        console, content = Console(width=PIPED_WIDTH), PIPED_CONTENT
+    screen = None
+    if console.is_terminal and not (as_json or every) and limit is None and order == "arrival":
+        screen = max(SCREEN_MIN_ROWS, console.height - SCREEN_OTHER_LINES)
     if order == "arrival" or limit is not None:
-        found = win.items(types=list(types) or None, limit=limit)
+        found = win.items(types=list(types) or None, limit=limit if limit is not None else screen)
         if order == "build":
             found.sort(key=build_key)
     else:
@@ -102,10 +118,13 @@ def show(env: Env, window: str, order: str, types: tuple[str, ...], limit: int |
     if as_json:
         emit_json(found)
         return
-    console, content = Console(), CONTENT_WIDTH
-    if not console.is_terminal:  # piped: as wide as the rows need, never 80 columns
-        console, content = Console(width=PIPED_WIDTH), PIPED_CONTENT
     console.print(items_table(found, title=f"{window} ({order} order)", width=console.width, content_width=content))
+    if screen is not None and len(found) == screen and (held := win.stats().total_items) > screen and not types:
+        console.print(
+            f"the last {screen} of {held} items: --all lists every one, --limit N the last N",
+            markup=False,
+            highlight=False,
+        )
     for line in turn_lines(win.turn_status()):
         console.print(line, markup=False)
 
