@@ -77,3 +77,17 @@ def test_paired_runs_two_versions_side_by_side():
     assert out.returncode == 0, out.stderr[-3000:]
     rows = [line for line in out.stdout.splitlines() if line.startswith(("| add", "| build"))]
     assert len(rows) == 4 and all(line.count("x |") == 1 for line in rows), out.stdout
+
+
+def test_big_windows_smoke_prints_every_operation_at_each_size():
+    """benchmarks/big_windows.py --smoke: each operation has a row at each size, and the numbers
+    are real (a cold build sends bytes and runs commands; show reports its memory)."""
+    text = smoke("big_windows.py", 300)
+    rows = [[c.strip() for c in line.split("|")[1:-1]] for line in text.splitlines() if line.count("|") == 8]
+    got = {(r[0], r[1]): r[2:] for r in rows if r[0] != "operation" and not r[0].startswith("-")}
+    for op in ("add one message", "stats", "build, cold", "build, warm (unchanged)", "snapshot", "verify",
+               "contextstore show", "delete"):  # fmt: skip
+        for size in ("200", "2,000"):
+            assert float(got[(op, size)][0]) > 0, (op, size, text)
+    assert int(got[("build, cold", "2,000")][3]) > 0 and float(got[("build, cold", "2,000")][2].replace(",", "")) > 0
+    assert float(got[("contextstore show", "2,000")][4]) > 0

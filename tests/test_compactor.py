@@ -164,7 +164,8 @@ def test_the_command_stops_on_sigterm(redis_url, prefix, tmp_path):
         text=True,
     )
     try:
-        time.sleep(1.5)
+        first = proc.stderr.readline() if proc.stderr else ""  # printed once its handlers are set
+        assert "tending" in first, first
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=10)
         assert proc.returncode == 0 and "stopped" in err, err

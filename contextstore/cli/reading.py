@@ -20,6 +20,7 @@ from .views import (
     CONTENT_WIDTH,
     event_line,
     item_view,
+    items_lines,
     items_table,
     json_text,
     stats_view,
@@ -118,7 +119,12 @@ def show(
     if as_json:
         emit_json(found)
         return
-    console.print(items_table(found, title=f"{window} ({order} order)", width=console.width, content_width=content))
+    title = f"{window} ({order} order)"
+    if not console.is_terminal:  # piped: plain lines, as wide as the rows need
+        for line in items_lines(found, title, content):
+            click.echo(line)
+    else:
+        console.print(items_table(found, title=title, width=console.width, content_width=content))
     if screen is not None and len(found) == screen and (held := win.stats().total_items) > screen and not types:
         console.print(
             f"the last {screen} of {held} items: --all lists every one, --limit N the last N",

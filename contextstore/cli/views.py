@@ -5,7 +5,7 @@ breakdown, the list of windows and event lines. ``show``, ``stats``, ``ls``, ``e
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
@@ -91,6 +91,47 @@ def plain(value: str, style: str = "") -> Text:
     return Text(visible(value), style=style)
 
 
+def item_row(item: ContextItem, now: datetime, content_width: int) -> tuple[str, ...]:
+    """The cells of ``item``'s row (``ITEM_COLUMNS``), as stored: not yet escaped."""
+    return (
+        item.id or "",
+        item.type.value,
+        item.role or "",
+        str(item.priority),
+        str(item.token_count),
+        "yes" if item.pinned else "",
+        (item.group or "")[:16],
+        age(item.added_at, now),
+        first_line(summary_of(item), content_width),
+    )
+
+
+#: the columns ``items_table`` and ``items_lines`` align right
+RIGHT_COLUMNS = ("pri", "tokens", "age")
+
+
+def items_lines(
+    items: Sequence[ContextItem], title: str | None = None, content_width: int = CONTENT_WIDTH
+) -> Iterator[str]:
+    """``items_table`` as plain lines for a pipe, as wide as the rows need: a title, the column
+    names, a rule, a line per item, each cell's control characters escaped (``visible``). Made
+    line by line: laying out a 100,000-item window as one Rich table took minutes and a GB."""
+    now = datetime.now(timezone.utc)
+    rows = [tuple(visible(c).replace("\t", " ") for c in item_row(item, now, content_width)) for item in items]
+    widths = [max([len(name), *(len(r[i]) for r in rows)]) for i, name in enumerate(ITEM_COLUMNS)]
+    right = [name in RIGHT_COLUMNS for name in ITEM_COLUMNS]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(c.rjust(w) if r else c.ljust(w) for c, w, r in zip(cells, widths, right, strict=True)).rstrip()
+
+    if title:
+        yield visible(title)
+    yield line(ITEM_COLUMNS)
+    yield "  ".join("-" * w for w in widths)
+    for row in rows:
+        yield line(row)
+
+
 def items_table(
     items: Sequence[ContextItem], title: str | None = None, width: int = 100, content_width: int = CONTENT_WIDTH
 ) -> Table:
@@ -99,20 +140,7 @@ def items_table(
     characters and cut so a row fits ``width`` columns. Stored text is shown as it is, never as
     markup."""
     now = datetime.now(timezone.utc)
-    rows = [
-        (
-            item.id or "",
-            item.type.value,
-            item.role or "",
-            str(item.priority),
-            str(item.token_count),
-            "yes" if item.pinned else "",
-            (item.group or "")[:16],
-            age(item.added_at, now),
-            first_line(summary_of(item), content_width),
-        )
-        for item in items
-    ]
+    rows = [item_row(item, now, content_width) for item in items]
     widths = [max([len(name), *(len(r[i]) for r in rows)]) for i, name in enumerate(ITEM_COLUMNS)]
     room = max(10, width - sum(widths[:-1]) - 2 * len(ITEM_COLUMNS))  # a space and a divider each
     table = Table(
@@ -124,7 +152,7 @@ def items_table(
         collapse_padding=True,
     )
     for name, widest in zip(ITEM_COLUMNS, widths, strict=True):
-        right = name in ("pri", "tokens", "age")
+        right = name in RIGHT_COLUMNS
         style = "bold yellow" if name == "pin" else None
         table.add_column(
             name, justify="right" if right else "left", no_wrap=True, min_width=min(widest, room), style=style

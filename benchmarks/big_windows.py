@@ -1,0 +1,151 @@
+"""What each operation costs as a window grows: the shard and the client, per call.
+
+    python benchmarks/big_windows.py [--sizes 2000 20000 100000] [--server PATH]
+    python benchmarks/big_windows.py --smoke      # seconds: 200 and 2,000 items
+
+One private redis-server (the bundled 6.2 by default); for each size a window is filled with
+that many chat messages (users and assistants, 10-300 words each), then each operation runs once
+from a store that holds nothing of the window (a fleet's stateless worker, ``item_cache_bytes=0``),
+except the warm build, which a store that just built the window runs again. Per operation: the
+client's wall time, the server's CPU (``used_cpu_user + used_cpu_sys`` of ``INFO cpu``), the bytes
+the server sent (``total_net_output_bytes``), the commands it ran (``INFO commandstats``, a
+script's own commands counted with it), and for ``contextstore show`` (a process of its own,
+piped) its peak memory. The builds are chat messages within an 8,000-token budget, the same
+~90 messages at every size: what a build returns does not grow with the window. The store's
+``item_limit`` bounds a window at 100,000 items (``core/layout.MAX_ITEM_LIMIT``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import redis
+
+import contextstore as cs
+
+from _common import conversation, redis_server, server_version, table
+
+ROOT = Path(__file__).resolve().parents[1]
+BUDGET = cs.BuildOptions(max_tokens=8000, reserve_for_response=0)
+
+
+def _counters(r: redis.Redis) -> tuple[float, int, int]:
+    """The server's CPU seconds, bytes sent and commands run so far."""
+    info = r.info("everything")
+    calls = sum(int(v["calls"]) for k, v in info.items() if k.startswith("cmdstat_") and isinstance(v, dict))
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"]), int(info["total_net_output_bytes"]), calls
+
+
+def measured(r: redis.Redis, fn: Callable[[], Any]) -> dict[str, float]:
+    """One call of ``fn``: client ms, server CPU ms, bytes the server sent, commands it ran (the
+    counters' own INFO call taken off)."""
+    cpu0, out0, calls0 = _counters(r)
+    t = time.perf_counter()
+    fn()
+    ms = (time.perf_counter() - t) * 1000
+    cpu1, out1, calls1 = _counters(r)
+    idle_cpu, idle_out, idle_calls = _idle(r)
+    return {
+        "client_ms": ms,
+        "server_ms": max(0.0, (cpu1 - cpu0 - idle_cpu) * 1000),
+        "bytes": max(0, out1 - out0 - idle_out),
+        "commands": max(0, calls1 - calls0 - idle_calls),
+    }
+
+
+def _idle(r: redis.Redis) -> tuple[float, int, int]:
+    """What two counter reads with nothing between cost (taken off each measurement)."""
+    a, b = _counters(r), _counters(r)
+    return b[0] - a[0], b[1] - a[1], b[2] - a[2]
+
+
+def fill(url: str, prefix: str, n: int) -> None:
+    with cs.ContextStore.from_url(url, prefix=prefix, item_limit=max(n, 1000), item_cache_bytes=0) as store:
+        w = store.window("big", max_items=max(n, 1000))
+        talk = conversation(min(n, 2000))
+        for i in range(0, n, 500):
+            batch = [talk[j % len(talk)] for j in range(i, min(n, i + 500))]
+            w.add_many([{"content": c, "role": role, "type": f"{role}_message"} for role, c in batch])
+
+
+def show(url: str, prefix: str) -> dict[str, float]:
+    """``contextstore show`` in a process of its own, piped: wall ms and peak memory (MB: the
+    largest of the processes run so far, and the sizes run smallest first)."""
+    t = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", "contextstore.cli", "--url", url, "--prefix", prefix, "show", "big"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(ROOT)}, check=False,
+    )  # fmt: skip
+    ms = (time.perf_counter() - t) * 1000
+    if done.returncode != 0:
+        raise SystemExit(f"contextstore show failed: {done.stderr.decode()[-500:]}")
+    return {"client_ms": ms, "rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}
+
+
+def one_size(url: str, n: int) -> dict[str, dict[str, float]]:
+    prefix = f"big{n}"
+    fill(url, prefix, n)
+    r = redis.Redis.from_url(url)
+    out: dict[str, dict[str, float]] = {}
+    limit = max(n, 1000)
+
+    def cold() -> cs.ContextStore:
+        return cs.ContextStore.from_url(url, prefix=prefix, item_limit=limit, item_cache_bytes=0)
+
+    with cold() as s:
+        w = s.handle("big")
+        out["add one message"] = measured(r, lambda: w.add("one more question?", role="user", type="user_message"))
+        out["stats"] = measured(r, w.stats)
+        out["build, cold"] = measured(r, lambda: w.build_messages(BUDGET))
+        out["items(limit=50)"] = measured(r, lambda: w.items(limit=50))
+    with cs.ContextStore.from_url(url, prefix=prefix, item_limit=limit) as warm:
+        h = warm.handle("big")
+        h.build_messages(BUDGET)
+        out["build, warm (unchanged)"] = measured(r, lambda: h.build_messages(BUDGET))
+    with cold() as s:
+        w = s.handle("big")
+        out["snapshot"] = measured(r, w.snapshot)
+        out["verify"] = measured(r, w.verify)
+    shown: dict[str, float] = {}
+    server = measured(r, lambda: shown.update(show(url, prefix)))
+    out["contextstore show"] = {**server, **shown}
+    with cold() as s:
+        out["delete"] = measured(r, s.handle("big").delete)
+    r.close()
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--sizes", type=int, nargs="+", default=[2000, 20000, 100000])
+    ap.add_argument("--smoke", action="store_true", help="seconds: 200 and 2,000 items")
+    args = ap.parse_args()
+    sizes = [200, 2000] if args.smoke else args.sizes
+    with redis_server(tcp=True) as url:
+        version = server_version(url)
+        results = {n: one_size(url, n) for n in sizes}
+    ops = list(results[sizes[0]])
+    print(f"\n### Redis {version}: one call of each operation, by window size (items)\n")
+    rows = []
+    for op in ops:
+        for n in sizes:
+            m = results[n][op]
+            mem = f"{m['rss_mb']:.0f}" if "rss_mb" in m else ""
+            rows.append([op, f"{n:,}", f"{m['client_ms']:.1f}", f"{m['server_ms']:.1f}",
+                         f"{m['bytes'] / 1024:,.0f}", f"{m['commands']:.0f}", mem])  # fmt: skip
+    print(table(["operation", "items", "client ms", "server CPU ms", "KB sent", "commands", "peak MB"], rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
