@@ -166,3 +166,33 @@ def test_both_apis_read_in_bounded_calls(make_store, small_pages):
         cs.BuildOptions(max_tokens=6000, reserve_for_response=0)
     )
     assert _texts(r.snapshot().items) == _texts(w.items())
+
+
+def test_a_page_of_the_build_order_is_that_slice_and_costs_what_it_holds(make_store, r):
+    """``ordered_items(offset=, limit=)`` (what ``contextstore watch`` reads per screen) equals the
+    slice of the whole build order, with types and pins too, and the server sends a page's bytes,
+    not the window's."""
+    writer, reader = make_store(item_limit=2000), make_store(item_limit=2000, item_cache_bytes=0)
+    w = writer.window("paged", max_items=2000)
+    _fill(w, random.Random(13), 60)
+    w.add_many([{"content": f"filler {n} " + "word " * 100, "type": "user_message"} for n in range(600)])
+    whole = [i.id for i in w.ordered_items()]
+    page = reader.window("paged")
+    for offset, limit in ((0, 10), (7, 5), (300, 40), (650, 50), (5000, 5), (0, 0)):
+        assert [i.id for i in page.ordered_items(offset=offset, limit=limit)] == whole[offset : offset + limit]
+    assert [i.id for i in page.ordered_items(offset=640)] == whole[640:]
+    docs = [i.id for i in w.ordered_items(types=["retrieved_document"])]
+    in_page = set(whole[5:40])
+    assert [i.id for i in page.ordered_items(types=["retrieved_document"], offset=5, limit=35)] == [
+        d for d in docs if d in in_page
+    ]
+    before = r.info("stats")["total_net_output_bytes"]
+    page.ordered_items(offset=300, limit=10)
+    one_page = r.info("stats")["total_net_output_bytes"] - before
+    before = r.info("stats")["total_net_output_bytes"]
+    page.ordered_items()
+    whole_read = r.info("stats")["total_net_output_bytes"] - before
+    assert one_page * 20 < whole_read, (one_page, whole_read)
+    for bad in ({"offset": -1}, {"offset": "3"}, {"limit": -2}):
+        with pytest.raises(cs.InvalidOptionsError):
+            page.ordered_items(**bad)

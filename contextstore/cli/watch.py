@@ -115,11 +115,11 @@ class WatchView:
             if self.shows(event):
                 self.events.append(event_line(event))
         stats = self.win.stats()
-        items = self.win.ordered_items()
+        held = stats.total_items
         self.page = max(1, rows - FIXED_LINES - len(stats.items_by_type) - EVENT_LINES)
-        self.top = min(self.top, max(0, len(items) - self.page))
-        shown = items[self.top : self.top + self.page]
-        where = f" ({self.top + 1}-{self.top + len(shown)} of {len(items)})" if len(shown) < len(items) else ""
+        self.top = min(self.top, max(0, held - self.page))
+        shown = self.win.ordered_items(offset=self.top, limit=self.page)  # a screen's worth, not the window
+        where = f" ({self.top + 1}-{self.top + len(shown)} of {held})" if len(shown) < held else ""
         events = Text("\n".join(self.events) or "(no events yet)", no_wrap=True, overflow="ellipsis")
         keys = " · j/k ↑/↓ space/b scroll" if where else ""
         return Group(

@@ -278,9 +278,11 @@ class AsyncContextWindow:
         """Items in arrival order; ``limit`` keeps the most recent N after filtering."""
         return await self._store._run(item_plans.items(self._state, types, limit))
 
-    async def ordered_items(self, types: Any = None) -> list[ContextItem]:
-        """Items in build order: type rank, priority desc, arrival."""
-        return await self._store._run(item_plans.ordered_items(self._state, types))
+    async def ordered_items(self, types: Any = None, *, offset: int = 0, limit: int | None = None) -> list[ContextItem]:
+        """Items in build order: type rank, priority desc, arrival. ``offset`` / ``limit``: only
+        the places ``offset`` .. ``offset + limit - 1`` of that order (of them, those of
+        ``types``), read alone: a page of a big window costs what the page holds."""
+        return await self._store._run(item_plans.ordered_items(self._state, types, offset=offset, limit=limit))
 
     async def pinned_items(self) -> list[ContextItem]:
         """The pinned items, in build order."""

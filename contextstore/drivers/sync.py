@@ -248,9 +248,11 @@ class ContextWindow:
         """Items in arrival order; ``limit`` keeps the most recent N after filtering."""
         return self._run(item_plans.items(self._state, types, limit))
 
-    def ordered_items(self, types: Any = None) -> list[ContextItem]:
-        """Items in build order: type rank, priority desc, arrival."""
-        return self._run(item_plans.ordered_items(self._state, types))
+    def ordered_items(self, types: Any = None, *, offset: int = 0, limit: int | None = None) -> list[ContextItem]:
+        """Items in build order: type rank, priority desc, arrival. ``offset`` / ``limit``: only
+        the places ``offset`` .. ``offset + limit - 1`` of that order (of them, those of
+        ``types``), read alone: a page of a big window costs what the page holds."""
+        return self._run(item_plans.ordered_items(self._state, types, offset=offset, limit=limit))
 
     def pinned_items(self) -> list[ContextItem]:
         """The pinned items, in build order."""

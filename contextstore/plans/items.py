@@ -15,7 +15,7 @@ from ..errors import ContextWindowFullError, InvalidItemError, InvalidOptionsErr
 from ..types import ContextItem
 from .base import Plan, ScriptCall, Settings, WindowState, new_request
 from .compaction import COMPACT_CHUNK, compact_for_add
-from .reads import read
+from .reads import read, read_page
 
 log = logging.getLogger("contextstore")
 
@@ -171,12 +171,20 @@ def items(state: WindowState, types: object = None, limit: object = None) -> Pla
     return found.items()
 
 
-def ordered_items(state: WindowState, types: object = None, pinned_only: bool = False) -> Plan[list[ContextItem]]:
-    """Items in build order (type rank, priority desc, arrival); only pinned ones if asked."""
-    wanted = validate.item_types(types)
-    if wanted is None:
+def ordered_items(
+    state: WindowState, types: object = None, pinned_only: bool = False, offset: object = 0, limit: object = None
+) -> Plan[list[ContextItem]]:
+    """Items in build order (type rank, priority desc, arrival); only pinned ones if asked.
+    ``offset`` / ``limit``: only the places ``offset`` .. ``offset + limit - 1`` of the build order
+    (of them, the items of ``types``), read alone (``reads.read_page``)."""
+    wanted, first, most = validate.item_types(types), validate.int_in("offset", offset, 0), validate.limit(limit)
+    if wanted is None or most == 0:
         return []
-    found = yield from read(state, "pinned" if pinned_only else "order", wanted)
+    order = "pinned" if pinned_only else "order"
+    if first == 0 and most < 0:
+        found = yield from read(state, order, wanted)
+    else:
+        found = yield from read_page(state, order, wanted, first, most if most >= 0 else MAX_ITEM_LIMIT)
     return found.items()
 
 

@@ -279,3 +279,23 @@ def read(state: WindowState, mode: str, types: str = "", limit: int = -1) -> Pla
             return plain.found
     listing = yield from read_listing(state, "list", wire.list_args(mode, types, limit), limit)
     return listing.found
+
+
+def read_page(state: WindowState, order: str, types: str, first: int, count: int) -> Plan[wire.ReadReply]:
+    """The items at places ``first`` .. ``first + count - 1`` of a listing (list.lua: ``order``,
+    ``pinned`` or ``fifo``; of them, those of ``types``), with their JSON: the page's ids, then
+    their bodies, so the server's work and the bytes it sends follow the page, not the window.
+    Read again when an item went between the two calls; after ``ATTEMPTS`` races, the page of a
+    whole read."""
+    for _ in range(ATTEMPTS):
+        args = [*wire.list_args(order, types), str(first), str(count), str(PAGE_BYTES)]
+        reply = raise_for_reply((yield ScriptCall("list", state.keys, args)))
+        found = wire.decode_read(reply)
+        if not found.exists:
+            return found
+        listing = Listing(found, list(reply[3]), list(reply[4]))
+        if (yield from _fetch(state, listing, PAGE_BYTES)):
+            return listing.found
+    whole = (yield from read_listing(state, "list", wire.list_args(order, types))).found
+    whole.raw = whole.raw[first : first + count]
+    return whole
