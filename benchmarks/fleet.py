@@ -578,7 +578,7 @@ def main() -> int:
     ap.add_argument("--smoke", action="store_true", help="seconds: contextstore and the floor, small sizes, no file")
     args = ap.parse_args()
     if args.smoke:
-        args.sessions, args.smallest, args.largest, args.workers, args.seconds = 12, 20, 60, 2, 2.0
+        args.sessions, args.smallest, args.largest, args.workers, args.seconds = 12, 20, 60, 2, 1.0
         args.server = "6.2"
     names = args.only or ([*OURS, FloorFleet.name] if args.smoke else list(SYSTEMS))
     binaries = {"6.2": redis_binary()}

@@ -16,7 +16,8 @@ Two assemblies of the same files, one per kind of server:
 Either way the body runs under the exactly-once request protocol (``run_request``), which first
 binds the call's keys and arguments and starts its state afresh; a script that takes no request
 (``REQUESTLESS``: the reads and the ``built`` event) runs under ``run_plain``, which only binds
-them.
+them. A script is sent the window keys its header's ``-- KEYS:`` line names (``key_slots``; all
+fifteen when it says "the window keys"), and ``in_place`` (lib/calls.lua) puts each in its place.
 """
 
 from __future__ import annotations
