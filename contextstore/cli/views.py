@@ -110,6 +110,11 @@ def item_row(item: ContextItem, now: datetime, content_width: int) -> tuple[str,
 RIGHT_COLUMNS = ("pri", "tokens", "age")
 
 
+def column_widths(rows: Sequence[Sequence[str]]) -> list[int]:
+    """The width of each of ``ITEM_COLUMNS``: its name's, or its widest cell's."""
+    return [max([len(name), *(len(r[i]) for r in rows)]) for i, name in enumerate(ITEM_COLUMNS)]
+
+
 def items_lines(
     items: Sequence[ContextItem], title: str | None = None, content_width: int = CONTENT_WIDTH
 ) -> Iterator[str]:
@@ -118,7 +123,7 @@ def items_lines(
     line by line: laying out a 100,000-item window as one Rich table took minutes and a GB."""
     now = datetime.now(timezone.utc)
     rows = [tuple(visible(c).replace("\t", " ") for c in item_row(item, now, content_width)) for item in items]
-    widths = [max([len(name), *(len(r[i]) for r in rows)]) for i, name in enumerate(ITEM_COLUMNS)]
+    widths = column_widths(rows)
     right = [name in RIGHT_COLUMNS for name in ITEM_COLUMNS]
 
     def line(cells: Sequence[str]) -> str:
@@ -141,7 +146,7 @@ def items_table(
     markup."""
     now = datetime.now(timezone.utc)
     rows = [item_row(item, now, content_width) for item in items]
-    widths = [max([len(name), *(len(r[i]) for r in rows)]) for i, name in enumerate(ITEM_COLUMNS)]
+    widths = column_widths(rows)
     room = max(10, width - sum(widths[:-1]) - 2 * len(ITEM_COLUMNS))  # a space and a divider each
     table = Table(
         title=plain(title) if title else None,

@@ -23,6 +23,15 @@ def _wait(d: Durability) -> list[Any]:
     return ["WAIT", d.replicas, d.timeout_ms]
 
 
+def _paired(client: Any, words: list[Any], d: Durability) -> Any:
+    """A pipeline (sync or asyncio) of ``client`` holding the script, then WAIT: one connection,
+    one write."""
+    pipe = client.pipeline(transaction=False)
+    pipe.execute_command(*words)
+    pipe.execute_command(*_wait(d))
+    return pipe
+
+
 def _outcome(replies: list[Any]) -> tuple[Any, int]:
     """The script's reply and the WAIT count; the first error raised once both were read."""
     for r in replies:
@@ -37,11 +46,8 @@ def _sync_target(client: Any, key: str) -> Any:
 
 
 def _sync_pair(target: Any, words: list[Any], d: Durability) -> tuple[Any, int]:
-    """The script and WAIT in one pipeline: one connection, one write."""
-    pipe = target.pipeline(transaction=False)
-    pipe.execute_command(*words)
-    pipe.execute_command(*_wait(d))
-    return _outcome(pipe.execute(raise_on_error=False))
+    """The script's reply and the WAIT count, from one pipeline on ``target``."""
+    return _outcome(_paired(target, words, d).execute(raise_on_error=False))
 
 
 def run_replicated(client: Any, scripts: Any, call: Any, d: Durability) -> Any:
@@ -63,10 +69,7 @@ async def _async_pair(client: Any, words: list[Any], keys: list[str], d: Durabil
     """The script and WAIT in one write on one connection: a pipeline, or on a cluster (whose
     pipeline would route the keyless WAIT anywhere) a connection of the node that owns ``keys``."""
     if not is_cluster(client):
-        pipe = client.pipeline(transaction=False)
-        pipe.execute_command(*words)
-        pipe.execute_command(*_wait(d))
-        return _outcome(await pipe.execute(raise_on_error=False))
+        return _outcome(await _paired(client, words, d).execute(raise_on_error=False))
     node = client.get_node_from_key(keys[0])
     conn = node.acquire_connection()
     try:
