@@ -131,16 +131,10 @@ class SummaryNotFoundError(ContextStoreError, LookupError):
 
 
 class HelperError(ContextStoreError):
-    """A summarizer or relevance scorer failed; the window is unchanged. The helper's own
-    exception is the ``__cause__``."""
-
-
-class SummarizerError(HelperError):
-    """The summarizer failed (a model endpoint's error status, a timeout, an empty answer)."""
-
-
-class RelevanceScorerError(HelperError):
-    """The relevance scorer (or the embedding function behind it) failed or answered badly."""
+    """A helper outside Redis failed or answered badly: the summarizer (a model endpoint's error
+    status, a timeout, an empty answer) or the relevance scorer (or the embedding function behind
+    it). The window is unchanged; the message names the helper, and the helper's own exception,
+    if any, is the ``__cause__``."""
 
 
 class StoreUnavailableError(ContextStoreError):
@@ -321,5 +315,4 @@ def from_helper(exc: BaseException, kind: str) -> ContextStoreError:
     caller chains it); a contextstore error it raised itself passes as it is."""
     if isinstance(exc, ContextStoreError):
         return exc
-    cls = SummarizerError if kind == "summarizer" else RelevanceScorerError
-    return cls(f"the {kind} raised {type(exc).__name__}: {exc}")
+    return HelperError(f"the {kind} raised {type(exc).__name__}: {exc}")

@@ -81,7 +81,7 @@ def test_a_failing_endpoint_raises_summarizer_error_and_changes_nothing(make_sto
     server.mode = mode
     w = _window(make_store, server, timeout=0.5, max_retries=0)
     before = dump_window(r, prefix, "oa")
-    with pytest.raises(cs.SummarizerError) as info:
+    with pytest.raises(cs.HelperError) as info:
         w.compact("summarize", target_percent=5)
     assert {"500": "status 500", "slow": "APITimeoutError", "empty": "without a summary"}[mode] in str(info.value)
     after = dump_window(r, prefix, "oa")
@@ -93,7 +93,7 @@ def test_a_failing_endpoint_raises_summarizer_error_and_changes_nothing(make_sto
 def test_retries_are_the_clients(server):
     server.mode = "500"
     s = cs.OpenAISummarizer(model="m", base_url=server.base_url, max_retries=2)
-    with pytest.raises(cs.SummarizerError):
+    with pytest.raises(cs.HelperError):
         s.summarize(_items(1))
     assert len(server.requests) == 3
 

@@ -10,7 +10,7 @@ from .. import logs
 from ..core import validate, wire
 from ..core.layout import Meta
 from ..core.stored import Entry, entry_digest
-from ..errors import CommitConflict, InvalidOptionsError, StrategyUnavailableError, SummarizerError, raise_for_reply
+from ..errors import CommitConflict, HelperError, InvalidOptionsError, StrategyUnavailableError, raise_for_reply
 from ..types import HISTORY_TYPES, CompactionPlan, CompactionStrategy, ContextItem, ItemType, PlannedItem
 from .base import Plan, ScriptCall, Settings, WindowState, helper_call, new_request
 from .reads import read
@@ -159,7 +159,7 @@ def _summary(settings: Settings, chosen: list[Candidate]) -> Plan[validate.NewIt
     items = sorted((c[0] for c in chosen), key=lambda i: i.seq)
     text = yield helper_call(settings.summarizer, "summarize", (items,), "summarizer")
     if not isinstance(text, str) or not text.strip():
-        raise SummarizerError(f"the summarizer must return a non-empty str, not {text!r:.60}")
+        raise HelperError(f"the summarizer must return a non-empty str, not {text!r:.60}")
     summary = validate.new_item(
         text.strip(),
         max_content_bytes=settings.max_content_bytes,
@@ -210,7 +210,7 @@ def _summary_room(settings: Settings, strategy: CompactionStrategy, chosen: list
     try:
         return max(0, int(budget([c[0] for c in chosen])))
     except Exception as exc:
-        raise SummarizerError(f"the summarizer's budget() failed: {exc!r:.200}") from exc
+        raise HelperError(f"the summarizer's budget() failed: {exc!r:.200}") from exc
 
 
 def _compact_outside(

@@ -7,7 +7,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import RelevanceScorerError
+from ..errors import HelperError
 from ..relevance.embedding import EmbeddingScorer, Vector, cosine
 from ..types import ContextItem
 from .base import External, Plan, ScriptCall, Settings, WindowState, helper_call
@@ -35,7 +35,7 @@ def _checked(got: Any, n: int) -> list[float]:
         isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in values
     )
     if not ok:
-        raise RelevanceScorerError(f"the relevance scorer must return {n} finite numbers, one per item")
+        raise HelperError(f"the relevance scorer must return {n} finite numbers, one per item")
     return [float(x) for x in values]
 
 
@@ -65,7 +65,7 @@ def _embedding_scores(
         if pairs:
             yield ScriptCall("vectors", state.keys, ["put", *pairs])
     if query_vector is None or any(v is None or len(v) != len(query_vector) for v in vectors):
-        raise RelevanceScorerError(
+        raise HelperError(
             "cached vectors and the query's differ in length: give EmbeddingScorer another tag for another model"
         )
     return [cosine(query_vector, v) for v in vectors if v is not None]

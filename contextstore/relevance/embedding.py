@@ -17,7 +17,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..errors import InvalidOptionsError, RelevanceScorerError
+from ..errors import HelperError, InvalidOptionsError
 from ..types import ContextItem
 
 Vector = list[float]
@@ -54,13 +54,13 @@ class EmbeddingScorer:
         self._query_cache = query_cache
 
     def checked(self, vectors: Any, n: int) -> list[Vector]:
-        """``embed``'s answer as ``n`` float vectors of one length, or ``RelevanceScorerError``."""
+        """``embed``'s answer as ``n`` float vectors of one length, or ``HelperError``."""
         try:
             out = [[float(x) for x in v] for v in vectors]
         except (TypeError, ValueError) as exc:
-            raise RelevanceScorerError(f"embed must return sequences of numbers: {exc}") from exc
+            raise HelperError(f"embed must return sequences of numbers: {exc}") from exc
         if len(out) != n or len({len(v) for v in out}) > 1 or any(not all(map(math.isfinite, v)) for v in out):
-            raise RelevanceScorerError(f"embed must return {n} finite vectors of one length")
+            raise HelperError(f"embed must return {n} finite vectors of one length")
         return out
 
     def encode(self, vector: Vector, content: str) -> str:

@@ -4,7 +4,7 @@ The summary is planned without I/O (``summary_plan``): the items as transcript l
 chunks that fit the model's context window next to the prompt and the answer; one chunk is
 summarized in one request; several are summarized one by one and their summaries summarized
 again. ``summarize`` drives the plan with the ``openai`` client, ``asummarize`` with the async
-one. Any failure (an error status, a timeout, no answer) raises ``SummarizerError``.
+one. Any failure (an error status, a timeout, no answer) raises ``HelperError``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Generator, Sequence
 from typing import Any
 
 from ..core.tokens import TokenCounter, resolve_counter
-from ..errors import InvalidOptionsError, SummarizerError
+from ..errors import HelperError, InvalidOptionsError
 from ..types import ContextItem
 from .transcript import line
 
@@ -114,7 +114,7 @@ class OpenAISummarizer:
             for n, part in enumerate(parts, 1):
                 summaries.append((yield self._messages(part, f"Summarize part {n} of {len(parts)} of a conversation:")))
             parts = chunks([f"[summary of part {n}] {s}" for n, s in enumerate(summaries, 1)], self.counter.count, fits)
-        raise SummarizerError(f"the items did not fit {self.model}'s context window after {MAX_ROUNDS} rounds")
+        raise HelperError(f"the items did not fit {self.model}'s context window after {MAX_ROUNDS} rounds")
 
     def _messages(self, text: str, ask: str) -> Messages:
         return [{"role": "system", "content": self.prompt}, {"role": "user", "content": f"{ask}\n\n{text}"}]
@@ -169,18 +169,18 @@ class OpenAISummarizer:
         return f"OpenAISummarizer(model={self.model!r}, base_url={self.base_url!r})"
 
 
-def _failure(exc: Exception, model: str) -> SummarizerError:
+def _failure(exc: Exception, model: str) -> HelperError:
     status = getattr(exc, "status_code", None)
     what = f"status {status}" if status else type(exc).__name__
-    return SummarizerError(f"summary request to {model} failed ({what}): {exc}")
+    return HelperError(f"summary request to {model} failed ({what}): {exc}")
 
 
 def _answer(reply: Any) -> str:
-    """The text of a chat completion, or ``SummarizerError`` when there is none."""
+    """The text of a chat completion, or ``HelperError`` when there is none."""
     try:
         text = reply.choices[0].message.content
     except (AttributeError, IndexError, TypeError):
         text = None
     if not isinstance(text, str) or not text.strip():
-        raise SummarizerError("the model answered without a summary")
+        raise HelperError("the model answered without a summary")
     return text.strip()
