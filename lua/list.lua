@@ -1,16 +1,35 @@
 -- list.lua: one page of a listing of a window's items, with the JSON of those that fit.
 -- needs: reads
 -- KEYS: meta, items, order, fifo, pinned, attrs (of the window keys, lib/core.lua).
--- ARGV[1]: the order: 'fifo' (arrival), 'order' (build order) or 'pinned' (pinned, build order);
--- ARGV[2]: the comma-separated types to keep ('' = all); ARGV[3]: keep the last N (-1 = all);
--- ARGV[4]: the index in :fifo or :order where this page starts; ARGV[5]: most ids per page
--- (0 = all); ARGV[6]: most bytes of JSON per reply (0 = any).
+-- ARGV[1]: the order: 'fifo' (arrival), 'order' (build order), 'pinned' (pinned, build order) or
+-- 'after' (arrival, from the first item with a seq above ARGV[4]); ARGV[2]: the comma-separated
+-- types to keep ('' = all); ARGV[3]: keep the last N (-1 = all); ARGV[4]: the index in :fifo or
+-- :order where this page starts ('after': the seq); ARGV[5]: most ids per page (0 = all);
+-- ARGV[6]: most bytes of JSON per reply (0 = any).
 -- Reply: {meta, pinned count, {item...}, {listed id...}, {deferred id...}, next} (lib/reads.lua):
 -- a listing whole in this call is cut to the last N here and its JSON sent up to the byte limit,
 -- the rest deferred (to fetch.lua); a listing of several pages sends ids only, every one deferred,
--- and the client cuts it. next: the index of the next page, -1 when the listing is complete. A
--- listing of several pages is consistent when every page's meta has the same epoch, seq and item
--- count (contextstore/plans/reads.py).
+-- and the client cuts it. next: the index of the next page ('after': the seq of the last id this
+-- page looked at, each page sending its JSON), -1 when the listing is complete. A listing of
+-- several pages is consistent when every page's meta has the same epoch, seq and item count
+-- (contextstore/plans/reads.py).
+
+-- The seq of the item at index `at` of :fifo (corrupt() when its attrs are missing or bad).
+local function seq_at(at)
+  local id = redis.call('LINDEX', K_FIFO, at)
+  return unpack_attrs(redis.call('HGET', K_ATTRS, id), id).seq
+end
+
+-- The index in :fifo of the first item with a seq above `seq` (`total` when none): a bisection
+-- (:fifo is in strictly increasing seq order), O(log n) LINDEX and HGET calls.
+local function first_after(seq, total)
+  local lo, hi = 0, total
+  while lo < hi do
+    local mid = math.floor((lo + hi) / 2)
+    if seq_at(mid) <= seq then lo = mid + 1 else hi = mid end
+  end
+  return lo
+end
 local meta, npinned = window_head()
 if not meta then return {{}, 0, {}} end
 local mode, types_arg, limit = ARGV[1], ARGV[2], tonumber(ARGV[3]) or -1
@@ -21,6 +40,11 @@ local listed, total
 if mode == 'fifo' then
   total = redis.call('LLEN', K_FIFO)
   if types_arg == '' and limit >= 0 and first == 0 then first = math.max(0, total - limit) end
+  last = page > 0 and first + page - 1 or -1
+  listed = redis.call('LRANGE', K_FIFO, first, last)
+elseif mode == 'after' then
+  total = redis.call('LLEN', K_FIFO)
+  first = start > 0 and first_after(start, total) or 0
   last = page > 0 and first + page - 1 or -1
   listed = redis.call('LRANGE', K_FIFO, first, last)
 elseif mode == 'order' or mode == 'pinned' then
@@ -36,6 +60,8 @@ if mode == 'pinned' then
   end
   listed = keep
 end
+local cursor = -1  -- 'after': the seq of the last id looked at, when more follow
+if mode == 'after' and #listed > 0 and first + #listed < total then cursor = seq_at(first + #listed - 1) end
 if types_arg ~= '' and #listed > 0 then
   local types = {}
   for t in string.gmatch(types_arg, '[^,]+') do types[t] = true end
@@ -47,6 +73,11 @@ if types_arg ~= '' and #listed > 0 then
     end
   end
   listed = keep
+end
+if mode == 'after' then
+  local out, deferred, bad = contents(listed, budget)
+  if bad then return fail('CORRUPT', K_ATTRS, bad, 'missing') end
+  return {meta, npinned, out, listed, deferred, cursor}
 end
 if start ~= 0 or (page > 0 and first + page < total) then
   -- a listing of several pages is cut by the client, and its JSON fetched then

@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import redis
 
 import contextstore as cs
 
@@ -216,3 +217,32 @@ def test_show_on_a_terminal_reads_a_screens_worth_and_says_how_to_see_more(redis
     every = _on_a_terminal(redis_url, prefix, "show", "many", "--all", lines=20)
     assert len(re.findall(r"message \d\d", every)) == 40 and "--all lists" not in every
     assert len(re.findall(r"message \d\d", command(redis_url, prefix, "show", "many").stdout)) == 40  # piped
+
+
+def test_a_piped_show_streams_a_big_window_page_by_page(redis_url, prefix):
+    """Piped, ``show`` writes every item of a window larger than a page, in arrival order, as it
+    reads it (``iter_items``: one read per page, never the whole window at once); ``--json`` is
+    the same items as one JSON document."""
+    with cs.ContextStore.from_url(redis_url, prefix=prefix, item_limit=2000) as store:
+        w = store.window("big", max_items=2000)
+        w.add_many([{"content": f"message {n:04d}", "type": "user_message", "role": "user"} for n in range(1200)])
+        ids = [i.id for i in w.items()]
+    r = redis.Redis.from_url(redis_url)
+
+    def script_calls(*argv: str) -> tuple[subprocess.CompletedProcess[str], int]:
+        r.config_resetstat()
+        done = command(redis_url, prefix, *argv)
+        stats = r.info("commandstats")
+        return done, sum(v["calls"] for k, v in stats.items() if k in ("cmdstat_evalsha", "cmdstat_fcall_ro"))
+
+    try:
+        shown, paged = script_calls("show", "big")
+        _, one_read = script_calls("show", "big", "--limit", "1")
+    finally:
+        r.close()
+    assert shown.returncode == 0, shown.stderr
+    rows = [line.split()[0] for line in shown.stdout.splitlines()[3:]]
+    assert rows == ids
+    assert paged >= one_read + 2, (paged, one_read)  # 1,200 items at 500 a page: three reads, not one
+    as_json = json.loads(command(redis_url, prefix, "show", "big", "--json").stdout)
+    assert [i["id"] for i in as_json] == ids and as_json[0]["content"] == "message 0000"

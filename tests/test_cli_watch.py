@@ -24,13 +24,15 @@ def _tmux(*args: str) -> str:
     return subprocess.run(["tmux", *args], capture_output=True, text=True, check=True, timeout=30).stdout
 
 
-def _screen_until(session: str, wanted: str, timeout: float = 20.0) -> str:
-    """The pane's text once it shows ``wanted`` (fails with the last screen if it never does)."""
+def _screen_until(session: str, *wanted: str, absent: str = "\0", timeout: float = 20.0) -> str:
+    """The pane's text once it shows every string of ``wanted`` (a capture can catch a redraw half
+    done: the new position line over the old rows), and not ``absent``; fails with the last screen
+    if it never does."""
     deadline = time.monotonic() + timeout
     screen = ""
     while time.monotonic() < deadline:
         screen = _tmux("capture-pane", "-p", "-t", session)
-        if wanted in screen:
+        if all(w in screen for w in wanted) and absent not in screen:
             return screen
         time.sleep(0.2)
     pytest.fail(f"the screen never showed {wanted!r}:\n{screen}")
@@ -103,14 +105,14 @@ def test_watch_scrolls_the_items_and_filters_events_in_a_real_terminal(redis_url
         page = int(shown.group(1))
         assert "built" not in first.split("last events", 1)[1]
         _tmux("send-keys", "-t", session, "j")  # a line down
-        assert "row 00 " not in _screen_until(session, f"(2-{page + 1} of 40)")
+        _screen_until(session, f"(2-{page + 1} of 40)", absent="row 00 ")
         _tmux("send-keys", "-t", session, "Space")  # a screen down
-        assert f"row {page + 1:02d} " in _screen_until(session, f"({page + 2}-{2 * page + 1} of 40)")
+        _screen_until(session, f"({page + 2}-{2 * page + 1} of 40)", f"row {page + 1:02d} ")
         _tmux("send-keys", "-t", session, "Up")  # an arrow: a line up
         _screen_until(session, f"({page + 1}-{2 * page} of 40)")
         _tmux("send-keys", "-t", session, "b")  # a screen up, twice: back at the top
         _tmux("send-keys", "-t", session, "b")
-        assert "row 00 " in _screen_until(session, f"(1-{page} of 40)")
+        _screen_until(session, f"(1-{page} of 40)", "row 00 ")
         _tmux("send-keys", "-t", session, "q")
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True, timeout=30)

@@ -13,6 +13,7 @@ from typing import Any
 
 import msgspec
 import pytest
+import redis
 
 import contextstore as cs
 from contextstore.plans import cached, reads
@@ -196,3 +197,53 @@ def test_a_page_of_the_build_order_is_that_slice_and_costs_what_it_holds(make_st
     for bad in ({"offset": -1}, {"offset": "3"}, {"limit": -2}):
         with pytest.raises(cs.InvalidOptionsError):
             page.ordered_items(**bad)
+
+
+def test_iter_items_yields_the_arrival_order_page_by_page(make_store, small_pages):
+    """``iter_items`` (what ``contextstore show`` and ``export`` read a big window with) yields
+    what ``items()`` holds, whatever the page size, the type filter and the gaps removals leave."""
+    writer, reader = make_store(item_limit=2000), make_store(item_limit=2000, item_cache_bytes=0)
+    w = writer.window("iter", max_items=2000)
+    _fill(w, random.Random(17), 40)
+    for item in w.items()[3:30:4]:
+        w.remove(item.id)  # seq gaps
+    whole = [i.id for i in w.items()]
+    it = reader.window("iter")
+    for size in (1, 3, 7, 500):
+        assert [i.id for i in it.iter_items(page_size=size)] == whole
+    messages = [i.id for i in w.items(types=["user_message", "assistant_message"])]
+    assert [i.id for i in it.iter_items(["user_message", "assistant_message"], page_size=4)] == messages
+    assert list(it.iter_items([])) == [] and list(reader.window("nothing").iter_items()) == []
+    for bad in ({"page_size": 0}, {"page_size": "3"}, {"types": ["gossip"]}):
+        with pytest.raises(cs.InvalidOptionsError):
+            it.iter_items(**bad)  # refused at the call, before a page is read
+
+
+def test_iter_items_goes_on_after_the_last_seq_seen_while_the_window_changes(redis_url, prefix):
+    """Between two pages, items are added and removed: every item present throughout comes
+    exactly once, in arrival order, added ones come too, and a page costs what it holds."""
+    with cs.ContextStore.from_url(redis_url, prefix=prefix, item_cache_bytes=0) as store:
+        w = store.window("moving", max_items=1000)
+        w.add_many([{"content": f"m{n} " + "word " * 80, "type": "user_message"} for n in range(700)])
+        ids = [i.id for i in w.items()]
+        raw = redis.Redis.from_url(redis_url)
+        try:
+            before = raw.info("stats")["total_net_output_bytes"]
+            pages = w.iter_items(page_size=10)
+            seen = [next(pages).id]
+            one_page = raw.info("stats")["total_net_output_bytes"] - before
+            before = raw.info("stats")["total_net_output_bytes"]
+            w.items()
+            whole = raw.info("stats")["total_net_output_bytes"] - before
+        finally:
+            raw.close()
+        assert one_page * 20 < whole, (one_page, whole)
+        seen += [next(pages).id for _ in range(14)]  # into the second page
+        gone = {ids[3], ids[20], ids[400]}  # one seen, two not yet
+        for item_id in gone:
+            w.remove(item_id)
+        added = w.add("added while reading").id
+        seen += [i.id for i in pages]
+        assert len(seen) == len(set(seen))
+        assert [i for i in seen if i not in gone] == [i for i in ids if i not in gone] + [added]
+        assert ids[400] not in seen

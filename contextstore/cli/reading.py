@@ -5,7 +5,7 @@ window: a missing one is an error (exit 1)."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Literal, cast
 
@@ -14,7 +14,7 @@ from rich.console import Console
 
 from ..events import KINDS as EVENT_KINDS
 from ..render.select import build_key
-from ..types import BuildOptions, ItemType
+from ..types import BuildOptions, ContextItem, ItemType
 from .app import BadInput, CommandFailed, Env, cli, emit_json, json_option, pass_env, window_argument
 from .views import (
     CONTENT_WIDTH,
@@ -22,6 +22,7 @@ from .views import (
     item_view,
     items_lines,
     items_table,
+    json_array,
     json_text,
     stats_view,
     turn_lines,
@@ -110,22 +111,29 @@ def show(
     screen = None
     if console.is_terminal and not (as_json or every) and limit is None and order == "arrival":
         screen = max(SCREEN_MIN_ROWS, console.height - SCREEN_OTHER_LINES)
-    if order == "arrival" or limit is not None:
-        found = win.items(types=list(types) or None, limit=limit if limit is not None else screen)
+    wanted = list(types) or None
+    found: Iterable[ContextItem]
+    if order == "arrival" and limit is None and screen is None:
+        found = win.iter_items(wanted)  # every item, read page by page as it is written out
+    elif order == "arrival" or limit is not None:
+        found = win.items(types=wanted, limit=limit if limit is not None else screen)
         if order == "build":
             found.sort(key=build_key)
     else:
-        found = win.ordered_items(types=list(types) or None)
+        found = win.ordered_items(types=wanted)
     if as_json:
-        emit_json(found)
+        for part in json_array(found):
+            click.echo(part, nl=False)
+        click.echo()
         return
     title = f"{window} ({order} order)"
     if not console.is_terminal:  # piped: plain lines, as wide as the rows need
         for line in items_lines(found, title, content):
             click.echo(line)
     else:
-        console.print(items_table(found, title=title, width=console.width, content_width=content))
-    if screen is not None and len(found) == screen and (held := win.stats().total_items) > screen and not types:
+        console.print(items_table(list(found), title=title, width=console.width, content_width=content))
+    shown_screen = screen is not None and isinstance(found, list) and len(found) == screen
+    if shown_screen and screen is not None and (held := win.stats().total_items) > screen and not types:
         console.print(
             f"the last {screen} of {held} items: --all lists every one, --limit N the last N",
             markup=False,

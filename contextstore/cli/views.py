@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime, timezone
+from itertools import chain, islice
 from typing import Any
 
 import msgspec
@@ -85,6 +86,15 @@ def json_text(value: object) -> str:
     return _UNSAFE_IN_JSON.sub(lambda m: f"\\u{ord(m.group()):04x}", encoded)
 
 
+def json_array(values: Iterable[object]) -> Iterator[str]:
+    """``json_text`` of a list of ``values``, in parts as they come (their concatenation is the
+    whole list's JSON): a window of any size is written out in bounded memory."""
+    yield "["
+    for n, value in enumerate(values):
+        yield ("," if n else "") + json_text(value)
+    yield "]"
+
+
 def plain(value: str, style: str = "") -> Text:
     """Stored text as it is shown: never read as Rich markup (``[/x]`` or ``[b]`` in a message),
     its control characters escaped (``visible``)."""
@@ -115,15 +125,21 @@ def column_widths(rows: Sequence[Sequence[str]]) -> list[int]:
     return [max([len(name), *(len(r[i]) for r in rows)]) for i, name in enumerate(ITEM_COLUMNS)]
 
 
+#: ``items_lines`` sets its columns' widths from this many rows (wider cells later widen their line)
+LINES_WIDTH_ROWS = 500
+
+
 def items_lines(
-    items: Sequence[ContextItem], title: str | None = None, content_width: int = CONTENT_WIDTH
+    items: Iterable[ContextItem], title: str | None = None, content_width: int = CONTENT_WIDTH
 ) -> Iterator[str]:
-    """``items_table`` as plain lines for a pipe, as wide as the rows need: a title, the column
-    names, a rule, a line per item, each cell's control characters escaped (``visible``). Made
-    line by line: laying out a 100,000-item window as one Rich table took minutes and a GB."""
+    """``items_table`` as plain lines for a pipe: a title, the column names, a rule, a line per
+    item, each cell's control characters escaped (``visible``). Made line by line as ``items``
+    come (``iter_items`` reads a big window page by page), the columns as wide as the first
+    ``LINES_WIDTH_ROWS`` rows need: a window of any size shows in bounded memory."""
     now = datetime.now(timezone.utc)
-    rows = [tuple(visible(c).replace("\t", " ") for c in item_row(item, now, content_width)) for item in items]
-    widths = column_widths(rows)
+    rows = (tuple(visible(c).replace("\t", " ") for c in item_row(item, now, content_width)) for item in items)
+    first = list(islice(rows, LINES_WIDTH_ROWS))
+    widths = column_widths(first)
     right = [name in RIGHT_COLUMNS for name in ITEM_COLUMNS]
 
     def line(cells: Sequence[str]) -> str:
@@ -133,7 +149,7 @@ def items_lines(
         yield visible(title)
     yield line(ITEM_COLUMNS)
     yield "  ".join("-" * w for w in widths)
-    for row in rows:
+    for row in chain(first, rows):
         yield line(row)
 
 

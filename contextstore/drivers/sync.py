@@ -248,6 +248,20 @@ class ContextWindow:
         """Items in arrival order; ``limit`` keeps the most recent N after filtering."""
         return self._run(item_plans.items(self._state, types, limit))
 
+    def iter_items(self, types: Any = None, *, page_size: int = item_plans.ITERATE_PAGE) -> Iterator[ContextItem]:
+        """Every item in arrival order (of ``types``), read ``page_size`` at a time: client memory and
+        each call's work follow the page, not the window. Each page goes on after the last seq the
+        previous one saw, so an item that stays in the window throughout comes exactly once, and
+        items added meanwhile come too (unlike ``items()``, the pages are not one snapshot)."""
+        wanted, size = item_plans.check_iteration(types, page_size)
+        return self._pages(wanted, size)
+
+    def _pages(self, wanted: str | None, size: int) -> Iterator[ContextItem]:
+        after = 0 if wanted is not None else -1
+        while after >= 0:
+            page, after = self._run(item_plans.iterate(self._state, wanted or "", after, size))
+            yield from page
+
     def ordered_items(self, types: Any = None, *, offset: int = 0, limit: int | None = None) -> list[ContextItem]:
         """Items in build order: type rank, priority desc, arrival. ``offset`` / ``limit``: only
         the places ``offset`` .. ``offset + limit - 1`` of that order (of them, those of

@@ -11,11 +11,18 @@ from .. import logs
 from ..core import toolcalls, validate, wire
 from ..core.layout import MAX_ITEM_LIMIT
 from ..core.stored import decode_item
-from ..errors import ContextWindowFullError, InvalidItemError, InvalidOptionsError, ToolCallLinkError, raise_for_reply
+from ..errors import (
+    ContextWindowFullError,
+    InvalidItemError,
+    InvalidOptionsError,
+    ToolCallLinkError,
+    corrupt_value,
+    raise_for_reply,
+)
 from ..types import ContextItem
 from .base import Plan, ScriptCall, Settings, WindowState, new_request
 from .compaction import COMPACT_CHUNK, compact_for_add
-from .reads import read, read_page
+from .reads import PAGE_IDS, read, read_after, read_page
 
 log = logging.getLogger("contextstore")
 
@@ -169,6 +176,26 @@ def items(state: WindowState, types: object = None, limit: object = None) -> Pla
         return []
     found = yield from read(state, "fifo", wanted, most)
     return found.items()
+
+
+#: items per page of ``iterate`` unless the caller says
+ITERATE_PAGE = 500
+
+
+def check_iteration(types: object, page_size: object) -> tuple[str | None, int]:
+    """``iterate``'s arguments checked (before the first page is read): the types wanted (None:
+    a filter nothing passes) and the page size."""
+    return validate.item_types(types), validate.int_in("page_size", page_size, 1, PAGE_IDS)
+
+
+def iterate(state: WindowState, types: str, after: int, page_size: int) -> Plan[tuple[list[ContextItem], int]]:
+    """One page of ``iter_items``: the items with a seq above ``after`` among the next
+    ``page_size`` of arrival order (of them, those of ``types``), and the seq the next page starts
+    after (-1: this was the last)."""
+    found, cursor = yield from read_after(state, types, after, page_size)
+    if 0 <= cursor <= after:  # :fifo out of seq order: the next page would start here again
+        raise corrupt_value(state.keys.fifo, "", "ids out of seq order")
+    return found.items(), cursor
 
 
 def ordered_items(

@@ -299,3 +299,23 @@ def read_page(state: WindowState, order: str, types: str, first: int, count: int
     whole = (yield from read_listing(state, "list", wire.list_args(order, types))).found
     whole.raw = whole.raw[first : first + count]
     return whole
+
+
+def read_after(state: WindowState, types: str, after: int, count: int) -> Plan[tuple[wire.ReadReply, int]]:
+    """The items of arrival order with a seq above ``after``, among the next ``count`` (of them,
+    those of ``types``), with their JSON, and the seq to continue after (-1 when none are left):
+    one page of ``items.iterate``. The page is found by bisection on seq, so the server's work
+    follows the page, and a page goes on from where the last one stopped however the window
+    changed meanwhile. Read again when an item went between the ids and the JSON; after
+    ``ATTEMPTS`` such races, the page's JSON in one call."""
+    for attempt in range(ATTEMPTS + 1):
+        budget = PAGE_BYTES if attempt < ATTEMPTS else 0
+        args = [*wire.list_args("after", types), str(after), str(count), str(budget)]
+        reply = raise_for_reply((yield ScriptCall("list", state.keys, args)))
+        found = wire.decode_read(reply)
+        if not found.exists:
+            return found, -1
+        listing = Listing(found, list(reply[3]), list(reply[4]))
+        if (yield from _fetch(state, listing, PAGE_BYTES)):
+            return listing.found, int(reply[5])
+    raise AssertionError("a page read in one call has nothing to race")  # pragma: no cover
