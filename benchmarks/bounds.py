@@ -4,7 +4,7 @@ the busy-script threshold, lua-time-limit, 5000 ms, past which Redis answers BUS
 
 Two windows at the limits a store accepts:
   bytes: item_limit=1000 items of max_content_bytes=1 MiB each (1 GiB of content)
-  count: item_limit=100000 items (the largest item_limit) of ~100 bytes
+  count: item_limit=200000 items (the largest item_limit, core/layout.MAX_ITEM_LIMIT) of ~100 bytes
 On each: an evicting add at capacity, a cold build (every item read), a warm build (the store
 has cached the items), a snapshot read, an add that crosses the compaction threshold (the window
 compacts from 100% to 84% inside the add), a compaction that removes every unpinned item, a clear.
@@ -25,6 +25,7 @@ import time
 import redis
 
 import contextstore as cs
+from contextstore.core.layout import MAX_ITEM_LIMIT
 
 from _common import redis_server, write_result
 
@@ -123,7 +124,7 @@ def main() -> int:
         scenarios = (
             [(100, 1 << 20, 1000), (20_000, 100, 20_000)]
             if a.quick
-            else [(1000, 1 << 20, 1000), (100_000, 100, 100_000)]
+            else [(1000, 1 << 20, 1000), (MAX_ITEM_LIMIT, 100, MAX_ITEM_LIMIT)]
         )
         for n, size, limit in scenarios:
             with cs.ContextStore(client, item_limit=limit, max_content_bytes=max(size, 1 << 20)) as store:

@@ -88,6 +88,25 @@ def test_a_stateless_build_reads_only_the_bodies_it_takes(make_store, redis_url,
     assert cold_bytes < 0.5 * (_out_bytes(r) - before)
 
 
+def test_a_window_too_large_for_the_item_cache_is_then_built_from_its_facts(
+    make_store, redis_url, prefix, r, bodies_asked
+):
+    """A store whose item cache cannot keep a window reads it whole once, then builds it as a
+    stateless store does (facts, then the bodies it takes): not the whole window on every build."""
+    if on_cluster(redis_url):
+        pytest.skip("a cluster's client reads with scripts")
+    _chat(make_store().window("huge", max_tokens=50_000), 60)
+    small = make_store(item_cache_bytes=2000).window("huge")  # the window holds ~15 KB of content
+    expected = _whole(redis_url, prefix, "huge", OPTS)
+    sent = []
+    for _ in range(3):
+        before = _out_bytes(r)
+        _same(small.build_messages_structured(OPTS), expected)
+        sent.append(_out_bytes(r) - before)
+    assert len(bodies_asked) == 2  # the second and third builds
+    assert sent[1] < 0.5 * sent[0] and sent[2] < 0.5 * sent[0], sent
+
+
 def test_a_stateless_build_of_a_window_that_fits_reads_every_body_once(make_store, redis_url, prefix, bodies_asked):
     if on_cluster(redis_url):
         pytest.skip("a cluster's client reads with scripts")

@@ -32,6 +32,8 @@ from .stored import decode_item
 
 #: content bytes a store caches by default (across its windows)
 DEFAULT_CACHE_BYTES = 64 * 1024 * 1024
+#: how many windows too large to cache a store remembers as such
+TOO_LARGE_KEPT = 1024
 
 
 class CachedWindow:
@@ -79,6 +81,8 @@ class ItemCache:
         self._lock = threading.Lock()
         #: windows whose last build from the cache alone found them moved on (``moving``)
         self._moving: set[str] = set()
+        #: the windows last read too large to keep (``too_large``), most recent last
+        self._too_large: OrderedDict[str, None] = OrderedDict()
 
     def known(self, window: str) -> CachedWindow | None:
         """What the store holds of ``window`` (its meta key), or None."""
@@ -144,6 +148,11 @@ class ItemCache:
                 self._moving.discard(window)
             return window in self._moving
 
+    def too_large(self, window: str) -> bool:
+        """Whether ``window`` was, when last read, larger than this cache keeps (its builds read
+        the window's facts and the chosen bodies instead: ``plans.chat``)."""
+        return window in self._too_large
+
     def touch(self, window: str, entry: CachedWindow) -> CachedWindow:
         """``entry``, read again as it is: now the most recently built window."""
         with self._lock:
@@ -155,8 +164,13 @@ class ItemCache:
         with self._lock:
             gone = self._windows.pop(window, None)
             self._bytes -= gone.size if gone is not None else 0
+            self._too_large.pop(window, None)
             if entry.size > self.max_bytes or not self.max_bytes:  # max_bytes=0: keep nothing
                 self._moving.discard(window)
+                if self.max_bytes:
+                    self._too_large[window] = None
+                    if len(self._too_large) > TOO_LARGE_KEPT:
+                        self._too_large.popitem(last=False)
                 return
             self._windows[window] = entry
             self._bytes += entry.size

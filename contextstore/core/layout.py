@@ -29,7 +29,7 @@ MAX_TOKENS = 10**12
 #: largest ``ttl_seconds``
 MAX_TTL_SECONDS = 10**9
 #: largest store ``item_limit`` (and so ``max_items``)
-MAX_ITEM_LIMIT = 100_000
+MAX_ITEM_LIMIT = 200_000
 #: largest store ``max_content_bytes``
 MAX_CONTENT_BYTES = 512 * 1024 * 1024
 #: the window's event stream is trimmed to about this many entries (``MAXLEN ~``) unless its

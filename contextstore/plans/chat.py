@@ -82,9 +82,11 @@ def _facts_budget(settings: Settings, state: WindowState, options: BuildOptions)
     budget mostly fits, and reading it whole is one round trip less), with no compaction and no
     relevance scores (which read every body). A store with an item cache reads a window it does
     not hold whole instead, and keeps it: its next builds of that window then cost the shard
-    next to nothing."""
+    next to nothing; a window last read too large for the cache to keep (``ItemCache.too_large``)
+    is built from its facts, as by a stateless store."""
     limit = options.max_tokens
-    if settings.item_cache_bytes or not state.plain_reads or options.compact or limit is None:
+    cached = settings.item_cache_bytes and not settings.item_cache.too_large(state.keys.meta)
+    if cached or not state.plain_reads or options.compact or limit is None:
         return None
     if options.query and settings.relevance_scorer is not None:
         return None

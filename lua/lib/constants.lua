@@ -6,7 +6,7 @@ local STRATEGIES = {remove_oldest = true, remove_low_priority = true, summarize 
 local SERVER_SIDE = {remove_oldest = true, remove_low_priority = true, clear_tool_results = true}
 local F = {MAX_TOKENS = 'max_tokens', MAX_ITEMS = 'max_items', ITEM_LIMIT = 'item_limit', THRESHOLD = 'threshold', STRATEGY = 'strategy', TTL = 'ttl', TOKENS = 'tokens', ITEMS = 'items', SEQ = 'seq', COMPACTIONS = 'compactions', FREED = 'freed', CREATED_MS = 'created_ms', CREATED_US = 'created_us', ITEMS_OF = 'items:', TOKENS_OF = 'tokens:', KEEP_RECENT = 'keep_recent', CLEAR_AT_LEAST = 'clear_at_least', CLEAR_EXCLUDE = 'clear_exclude', WARN_PERCENT = 'warn_percent', EVENTS_MAXLEN = 'events_maxlen', WARNED = 'warned', ARCHIVE_TTL = 'archive_ttl', SUMMARIES = 'summaries', EPOCH = 'epoch', REMOVED_BY_CALLER = 'removed_by_caller'}
 local VERSION_FIELDS = {'created_us', 'seq', 'removed_by_caller'}
-local MAX_PRIORITY, MAX_TOKENS, MAX_TTL_SECONDS, MAX_ITEM_LIMIT = 100, 1000000000000, 1000000000, 100000
+local MAX_PRIORITY, MAX_TOKENS, MAX_TTL_SECONDS, MAX_ITEM_LIMIT = 100, 1000000000000, 1000000000, 200000
 local RANK_WEIGHT, PRIORITY_WEIGHT, MAX_SEQ = 10000000000000, 10000000000, 9999999999
 local STREAM_MAXLEN, MAX_EVENTS = 10000, 10000000
 local DEFAULT_WARN_PERCENT = 75.0
