@@ -4,7 +4,7 @@
 -- KEYS: the window keys (lib/core.lua).
 -- Reply: 1 if the window existed, else 0.
 local existed = redis.call('EXISTS', K_META)
-redis.call('DEL', unpack(all_keys()))
+redis.call('UNLINK', unpack(all_keys()))  -- freed off the main thread: no pause at any size
 if existed == 1 then
   WROTE = true
   forget_requests()  -- a delete of nothing keeps the log (the first delete's record answers its retries)

@@ -47,7 +47,7 @@ end
 -- Empty the item keys, the archive (undo of an earlier summary is refused after a restore)
 -- and the per-type counters (the window's other counters stay).
 local function wipe()
-  redis.call('DEL', K_ARCHIVE, unpack(item_keys()))
+  redis.call('UNLINK', K_ARCHIVE, unpack(item_keys()))
   local meta = redis.call('HGETALL', K_META)
   for i = 1, #meta, 2 do
     local f = meta[i]

@@ -32,7 +32,6 @@ TIME_SENSITIVE = [
     "test_events.py",
     "test_seed_001_window.py",
     "test_compactor.py",
-    "test_verify.py",
     "test_cli_verbs.py",
 ]
 YEAR_S = 365 * 86_400

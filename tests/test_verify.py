@@ -8,6 +8,10 @@ from collections.abc import Callable
 import pytest
 import redis
 
+import contextstore as cs
+from contextstore.plans import window as window_plans
+from contextstore.plans.base import ScriptCall
+
 from support import dump_window
 
 
@@ -82,8 +86,14 @@ CASES: list[tuple[str, Corruption, str]] = [
 ]
 
 
+@pytest.fixture
+def small_pages(monkeypatch: pytest.MonkeyPatch) -> None:
+    """verify() reads the large keys two entries a call: every case goes through the pages."""
+    monkeypatch.setattr(window_plans, "VERIFY_PAGE", 2)
+
+
 @pytest.mark.parametrize("what, corrupt, expect", CASES, ids=[c[0] for c in CASES])
-def test_each_broken_invariant_is_reported(store, r, prefix, what, corrupt, expect):
+def test_each_broken_invariant_is_reported(store, r, prefix, small_pages, what, corrupt, expect):
     wid = "v-" + what.replace(" ", "-")
     w = _healthy(store, wid)
     assert w.verify().ok
@@ -110,3 +120,39 @@ def test_healthy_windows_verify_clean(store, r, prefix):
     w.delete()
     gone = w.verify()
     assert gone.ok and not gone.exists and gone.items == 0
+
+
+def test_a_big_window_is_verified_in_pages_and_read_again_when_it_changes(redis_url, prefix):
+    """No verify call reads more than a page of a large key; a window changed between two pages
+    is read again from the start; one that keeps changing is read in one call at last."""
+    with cs.ContextStore.from_url(redis_url, prefix=prefix, item_limit=5000) as store:
+        w = store.window("v-big", max_items=5000)
+        w.add_many([{"content": f"message {n}", "type": "user_message", "role": "user"} for n in range(2500)])
+        sent: list[list[str]] = []
+        real = store._execute
+
+        def recording(request):
+            if isinstance(request, ScriptCall) and request.name == "dump":
+                sent.append(list(request.args))
+            return real(request)
+
+        store._execute = recording  # type: ignore[method-assign]
+        report = w.verify()
+        assert report.ok and report.items == 2500, report.problems
+        pages = [a for a in sent if a and a[0] != "head"]
+        assert all(len(a) == 3 and a[2] == str(window_plans.VERIFY_PAGE) for a in pages)
+        assert sum(1 for a in pages if a[0] == "fifo") == 3  # 2,500 ids at 1,000 a call
+        assert sent[0] == ["head"] and [] not in sent  # never the whole window at once
+
+        sent.clear()
+        changes = iter(range(100))
+
+        def changing(request):
+            if isinstance(request, ScriptCall) and request.name == "dump" and request.args[:1] == ["order"]:
+                w.add(f"added while verifying {next(changes)}", type="user_message")
+            return recording(request)
+
+        store._execute = changing  # type: ignore[method-assign]
+        report = w.verify()
+        assert report.ok and report.items == w.stats().total_items, report.problems
+        assert sent.count(["head"]) == window_plans.ATTEMPTS and sent[-1] == []  # then one call

@@ -14,7 +14,7 @@ from ..core.verify import VerifyReport, inspect_window
 from ..errors import ConfigConflictError, InvalidOptionsError, WindowNotFoundError, raise_for_reply
 from ..types import ContextWindowStats, ItemType, WindowConfig
 from .base import Plan, ScriptCall, Settings, WindowState, new_request
-from .reads import read
+from .reads import ATTEMPTS, STAMP, read
 
 
 def open_window(
@@ -102,7 +102,47 @@ def stats(state: WindowState) -> Plan[ContextWindowStats]:
     )
 
 
+#: entries per call of a paged verify read (dump.lua's parts): a few ms of the shard each
+VERIFY_PAGE = 1000
+#: where each paged key's entries go in dump.lua's whole reply (and its scores, for :attrs)
+_PARTS = {"items": 2, "fifo": 3, "order": 4, "pinned": 5, "attrs": 6}
+
+
 def verify(state: WindowState) -> Plan[VerifyReport]:
-    """Read every key of the window in one script call and report each broken invariant."""
+    """Read every key of the window and report each broken invariant: the small keys in one
+    call, the five that grow with the window in pages (``_paged_dump``), so no call holds the
+    shard long; read again when the window changed between the calls, and after ``ATTEMPTS``
+    such races in one call."""
+    for _ in range(ATTEMPTS):
+        reply = yield from _paged_dump(state)
+        if reply is not None:
+            return inspect_window(state.window_id, reply)
     reply = raise_for_reply((yield ScriptCall("dump", state.keys, [])))
     return inspect_window(state.window_id, reply)
+
+
+def _stamp(values: list[Any]) -> tuple[str | None, ...]:
+    """Stamp values as text, whatever bytes they hold (verify reports a corrupt one; it never raises)."""
+    return tuple(v.decode("utf-8", "backslashreplace") if isinstance(v, bytes) else v for v in values)
+
+
+def _paged_dump(state: WindowState) -> Plan[list[Any] | None]:
+    """dump.lua's whole reply put together from its head and the pages of each large key; None
+    when a page's stamp (epoch, seq, item count) is not the first page's: the window changed."""
+    reply = list(raise_for_reply((yield ScriptCall("dump", state.keys, ["head"]))))
+    meta = dict(zip(reply[0][::2], reply[0][1::2], strict=True))
+    head = _stamp([meta.get(f.encode(), meta.get(f)) for f in STAMP])
+    for name, at in _PARTS.items():
+        entries, cursor = [], "0"
+        while True:
+            page = raise_for_reply((yield ScriptCall("dump", state.keys, [name, cursor, str(VERIFY_PAGE)])))
+            if _stamp(page[0]) != head:
+                return None
+            entries += page[2]
+            if name == "attrs":
+                reply[7] = [*reply[7], *page[3]]
+            cursor = wire.text(page[1])
+            if cursor == "0":
+                break
+        reply[at] = entries
+    return reply

@@ -173,7 +173,7 @@ end
 local function persist_config(c)
   if not c.new then return end
   WROTE = true
-  redis.call('DEL', K_ARCHIVE, unpack(item_keys()))
+  redis.call('UNLINK', K_ARCHIVE, unpack(item_keys()))
   local fields = config_pairs(c, true)
   for _, f in ipairs({F.SEQ, F.TOKENS, F.ITEMS, F.COMPACTIONS, F.FREED, F.WARNED}) do
     fields[#fields + 1], fields[#fields + 2] = f, '0'

@@ -51,7 +51,7 @@ end
 
 -- End the log: every request id before this call is new after it.
 local function forget_requests()
-  redis.call('DEL', K_REQUESTS, K_REPLIES)
+  redis.call('UNLINK', K_REQUESTS, K_REPLIES)
 end
 
 -- For a request seen before: true and its recorded reply (or the REUSED error when the same
