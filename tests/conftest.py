@@ -81,7 +81,7 @@ BOTH_APIS = {
     "test_seed_000_get_context", "test_seed_001_window", "test_seed_002_contract", "test_seed_003_markdown",
     "test_seed_004_overflow", "test_requests", "test_cold_builds", "test_plain_reads", "test_paged_reads",
     "test_appended_reads", "test_events", "test_chat_builds", "test_replace", "test_summaries", "test_relevance",
-    "test_failures", "test_store_lifecycle", "test_metrics_stores",
+    "test_failures", "test_store_lifecycle", "test_metrics_stores", "test_build_paths",
 }  # fmt: skip
 
 
