@@ -268,9 +268,8 @@ def cold_build_costs(url: str, messages: int) -> dict[str, dict[str, float]]:
 
 def appended_build_costs(url: str, windows: int = 30, messages: int = 200, added: int = 9) -> dict[str, Any]:
     """The build read a fleet worker makes most: its cache holds the window, and other workers
-    added ``added`` messages since. What was added read by build_read.lua (one ``FCALL_RO`` or
-    ``EVALSHA``) and with plain commands (two transactions), alternating; the store reads plainly
-    where the server runs scripts by ``EVALSHA``. Each run times the builds alone (the adds go first)."""
+    added ``added`` messages since: build_read.lua lists what was added (one ``FCALL_RO`` or
+    ``EVALSHA``). Each run times the builds alone (the adds go first)."""
     r, rng = redis.Redis.from_url(url), random.Random(9)
     opts = cs.BuildOptions(max_tokens=400_000, reserve_for_response=0, max_history_items=100_000)
     handle: dict[str, Any] = {"max_tokens": 400_000, "max_items": messages * 4}
@@ -283,13 +282,11 @@ def appended_build_costs(url: str, windows: int = 30, messages: int = 200, added
         w.add(_body(rng), role="user")
         mine.build_messages_structured(opts)  # seen moving: its builds read first
         pairs.append((w, mine))
-    runs: dict[str, list[dict[str, float]]] = {"build_read.lua": [], "plain": []}
-    for rnd in range(6):
-        for how in ("build_read.lua", "plain") if rnd % 2 else ("plain", "build_read.lua"):
-            reader._settings.evalsha_scripts = partial(bool, how == "plain")  # benchmark only: both ways
-            for w, _ in pairs:
-                w.add_many([{"content": _body(rng), "role": "user"} for _ in range(added)])
-            runs[how].append(measured(r, lambda i: pairs[i][1].build_messages_structured(opts), windows))
+    runs: dict[str, list[dict[str, float]]] = {"build_read.lua": []}
+    for _ in range(6):
+        for w, _ in pairs:
+            w.add_many([{"content": _body(rng), "role": "user"} for _ in range(added)])
+        runs["build_read.lua"].append(measured(r, lambda i: pairs[i][1].build_messages_structured(opts), windows))
     for closing in (writer, reader, r):
         closing.close()
     return {f"build after {added} adds elsewhere, {how} (cached worker)": _medians(got) for how, got in runs.items()}

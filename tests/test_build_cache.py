@@ -358,14 +358,14 @@ def test_a_build_of_a_window_the_store_holds_as_it_is_is_one_call(redis_url, r, 
             with cs.ContextStore.from_url(redis_url, prefix=prefix) as s:
                 seen = asyncio.run(builds(s.window("one")))
     first, again, after_add, quiet, after_config = seen
-    # what changed is read by build_read.lua (FCALL_RO), or plainly where scripts are EVALSHA (6.2) on one server
-    plainly = not on_cluster(redis_url) and int(r.info("server")["redis_version"].split(".")[0]) < 7
-    read = 0 if plainly else 1
-    assert again[1] == 1  # the event alone (the first build read, plainly or by script)
+    # what changed is read by build_read.lua: one call; on 6.2, two when the server has not run it
+    # yet in this session (its EVALSHA meets NOSCRIPT and is sent again, loaded)
+    evalsha = not on_cluster(redis_url) and int(r.info("server")["redis_version"].split(".")[0]) < 7
+    assert again[1] == 1  # the event alone (the first build read the window whole, plainly)
     assert again[0] == first[0] == ["ctx-1", "ctx-2"] and (first[2], again[2]) == (1, 2)
     assert after_add[0] == ["ctx-1", "ctx-2", "ctx-3"] and after_add[2] == 3
-    assert after_add[1] == 2 + read  # the refused event, the read, the event
-    assert quiet[1] == 1 + read  # the window was seen moving: read first, until a read finds it unchanged
+    assert after_add[1] - 2 in ((1, 2) if evalsha else (1,))  # the refused event, the read, the event
+    assert quiet[1] == 2  # the window was seen moving: read first, until a read finds it unchanged
     assert after_config[0] == ["ctx-3"] and after_config[2] == 5  # the new limit, one event per build
 
 

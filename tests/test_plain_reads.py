@@ -44,9 +44,8 @@ def _reads(store, wid):
 
 
 def _never_plain(*args: Any) -> Any:
-    """``plain_ok`` (False) and ``plain_appended`` (None) for a store that always reads with
-    scripts (plans that make no call)."""
-    return False if len(args) == 1 else None
+    """``plain_ok`` (False) for a store that always reads with scripts (a plan that makes no call)."""
+    return False
     yield
 
 
@@ -58,7 +57,7 @@ def test_plain_reads_answer_as_the_scripts_do(make_store, redis_url, monkeypatch
     writer = make_store()
     _fill(writer.window(f"pr{seed}", max_tokens=20_000), rng)
     plain = _reads(make_store(), f"pr{seed}")  # a fresh store: nothing cached
-    for module, name in ((reads, "plain_ok"), (cached, "plain_ok"), (cached, "plain_appended")):
+    for module, name in ((reads, "plain_ok"), (cached, "plain_ok")):
         monkeypatch.setattr(module, name, _never_plain)
     scripted = _reads(make_store(), f"pr{seed}")
     assert plain == scripted
@@ -142,7 +141,7 @@ def test_a_script_read_of_most_of_a_small_hash_reads_it_whole(redis_url, prefix,
     r = redis.Redis.from_url(redis_url)
     with cs.ContextStore.from_url(redis_url, prefix=prefix) as store:
         store.window("small", max_items=100).add_many([f"message {n}" for n in range(40)])
-    for module, name in ((reads, "plain_ok"), (cached, "plain_ok"), (cached, "plain_appended")):
+    for module, name in ((reads, "plain_ok"), (cached, "plain_ok")):
         monkeypatch.setattr(module, name, _never_plain)
     with cs.ContextStore.from_url(redis_url, prefix=prefix) as fresh:
         r.config_resetstat()

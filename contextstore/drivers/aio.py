@@ -65,10 +65,6 @@ class AsyncContextStore(StoreBase):
         registry = partial(ScriptRegistry, functions=self._functions)
         return LoopClients(self._client, self._owns_client, registry, self._client_factory)
 
-    def _evalsha_scripts(self) -> bool:
-        """Whether a loop's client found the server without functions (scripts by ``EVALSHA``)."""
-        return self._loops.evalsha_scripts()
-
     async def _run(self, plan: Plan[T]) -> T:
         self._driver.start()
         try:

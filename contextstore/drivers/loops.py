@@ -78,10 +78,6 @@ class LoopClients:
             await entry.closer.__anext__()  # the loop now finalizes it when it shuts down
         return entry
 
-    def evalsha_scripts(self) -> bool:
-        """Whether a loop's script registry found the server without functions (``EVALSHA``)."""
-        return any(entry.scripts.mode == "eval" for entry in list(self._by_loop.values()))
-
     def _new_entry(self, loop: asyncio.AbstractEventLoop) -> LoopClient:
         for old in [lp for lp in self._by_loop if lp.is_closed()]:
             del self._by_loop[old]  # closed without finalizing async generators: nothing to run on

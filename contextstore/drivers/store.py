@@ -84,15 +84,10 @@ class StoreBase:
         self._scripts = ScriptRegistry(client, self._functions)
         self._cluster = is_cluster(client)
         self._settings.plain_reads = not self._cluster
-        self._settings.evalsha_scripts = self._evalsha_scripts
         self._permissions = PermissionCheck()
         self._reached = False  # a call has succeeded: from then on, failures are retried
         self._closed = False
         self._driver = StoreDriver(self)
-
-    def _evalsha_scripts(self) -> bool:
-        """Whether the server answered that it has no functions: scripts run by ``EVALSHA``."""
-        return bool(self._scripts.mode == "eval")
 
     @classmethod
     def _owning(cls: type[S], client: Any, where: str, server: EmbeddedServer | None, options: StoreOptions) -> S:

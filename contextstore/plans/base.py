@@ -131,10 +131,6 @@ def new_request(operation: str, request_id: object = None) -> str:
     return f"{operation}:{rid}"
 
 
-def _no() -> bool:
-    return False
-
-
 @dataclass(slots=True)
 class Settings:
     """Store-wide settings every plan needs."""
@@ -148,10 +144,6 @@ class Settings:
     retry: RetryPolicy | None = None
     durability: Durability | None = None  # durability="replicated": WAIT after each write
     plain_reads: bool = False  # whole-window reads may be plain commands (a client that is not a cluster's)
-    #: whether the server runs the scripts by EVALSHA, which re-creates a script's helpers on
-    #: every call (no functions: Redis 6.2, or ``functions=False``): plans/cached.py reads what
-    #: was added plainly then
-    evalsha_scripts: Callable[[], bool] = _no
     item_cache_bytes: int = DEFAULT_CACHE_BYTES  # what item_cache keeps (store option; 0: nothing)
     joint_count: Callable[[str], int] = field(init=False)  # memoised counter.count (build joints)
     item_cache: ItemCache = field(init=False)  # the items builds have read (itemcache.py)
