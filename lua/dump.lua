@@ -70,7 +70,12 @@ local function part(name, cursor, count)
     local got = name == 'fifo' and #entries or #entries / 2
     nxt = got < count and '0' or tostring(first + count)
   else
-    local scan = redis.call(name == 'pinned' and 'SSCAN' or 'HSCAN', k, cursor, 'COUNT', count)
+    local scan
+    if name == 'pinned' then
+      scan = redis.call('SSCAN', k, cursor, 'COUNT', count)
+    else
+      scan = redis.call('HSCAN', k, cursor, 'COUNT', count)
+    end
     nxt, entries = scan[1], scan[2]
   end
   return {stamp, nxt, entries, name == 'attrs' and scores_of(entries) or {}}

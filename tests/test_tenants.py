@@ -129,10 +129,12 @@ def test_a_tenant_cannot_change_the_code_another_tenant_runs(tenants):
         assert "A's answer" in str(win_a.build_messages())
         assert [e.kind for e in win_a.events(since="0")][:1] == ["item_added"]
         assert win_a.verify().ok
+        assert [i.content for i in win_a.iter_items(page_size=1)] == ["A's question", "A's answer"]
         with pytest.raises(cs.PermissionDeniedError):
             a.window("tenant-b:chat")
         with pytest.raises(cs.PermissionDeniedError):
             a.windows()
+        assert win_a.delete() and win_a.verify().ok and not win_a.verify().exists
 
 
 def test_under_the_old_recipe_the_attack_was_real(tenants):
