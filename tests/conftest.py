@@ -141,3 +141,10 @@ def any_store(request: pytest.FixtureRequest, redis_url: str, prefix: str) -> It
     astore = cs.AsyncContextStore.from_url(redis_url, prefix=prefix)
     yield astore
     asyncio.run(astore.close())
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The ``slow`` tests first (in their order), the rest after: pytest-xdist hands tests out in
+    this order, so the minute-long ones (mypy, the calendar run, the fault and failover runs)
+    start while every worker is busy instead of ending a run on one worker alone."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
