@@ -17,6 +17,7 @@ import redis
 
 import contextstore as cs
 from contextstore.plans import cached, reads
+from contextstore.plans import snapshot as snapshot_plans
 from contextstore.plans.base import ScriptCall
 
 
@@ -247,3 +248,57 @@ def test_iter_items_goes_on_after_the_last_seq_seen_while_the_window_changes(red
         assert len(seen) == len(set(seen))
         assert [i for i in seen if i not in gone] == [i for i in ids if i not in gone] + [added]
         assert ids[400] not in seen
+
+
+def _without_time(snap: Any) -> Any:
+    out = msgspec.to_builtins(snap)
+    out.pop("created_at")
+    return out
+
+
+def test_write_snapshot_writes_what_snapshot_holds_page_by_page(make_store, tmp_path, monkeypatch):
+    """``write_snapshot`` (what ``contextstore export`` writes) is ``snapshot()``'s JSON, archive
+    entries included, written a page of items at a time."""
+    monkeypatch.setattr(snapshot_plans, "EXPORT_PAGE", 7)
+    writer = make_store(summarizer=cs.ExtractiveSummarizer())
+    w = writer.window("snap", max_items=200, max_tokens=100_000)
+    _fill(w, random.Random(21), 40)
+    w.configure(max_tokens=w.stats().current_tokens + 100)
+    assert w.compact("summarize", target_percent=50)  # a summary and its archive entry
+    reader = make_store().window("snap")
+    path = tmp_path / "snap.json"
+    with path.open("wb") as fp:
+        fp.write(b"kept ")
+        n = reader.write_snapshot(fp)
+    data = path.read_bytes()
+    assert data.startswith(b"kept ")
+    written = msgspec.json.decode(data[5:], type=cs.ContextSnapshot)
+    whole = reader.snapshot()
+    assert n == len(whole.items) > 7 and written.archive and _without_time(written) == _without_time(whole)
+    with (tmp_path / "empty.json").open("wb") as fp:
+        assert make_store().window("no-such").write_snapshot(fp) == 0
+
+
+def test_write_snapshot_starts_again_when_the_window_changes_between_pages(redis_url, prefix, tmp_path, monkeypatch):
+    monkeypatch.setattr(snapshot_plans, "EXPORT_PAGE", 5)
+    with cs.ContextStore.from_url(redis_url, prefix=prefix) as store:
+        w = store.window("moving", max_items=200)
+        w.add_many([f"message {n}" for n in range(23)])
+        real, pages = store._execute, []
+
+        def adding_once(request):
+            reply = real(request)
+            if isinstance(request, ScriptCall) and request.name == "list":
+                pages.append(request.args[0])
+                if len(pages) == 2:
+                    w.remove("ctx-1")  # written with the first page
+            return reply
+
+        store._execute = adding_once  # type: ignore[method-assign]
+        path = tmp_path / "moving.json"
+        with path.open("wb") as fp:
+            assert w.write_snapshot(fp) == 22
+        store._execute = real  # type: ignore[method-assign]
+        written = msgspec.json.decode(path.read_bytes(), type=cs.ContextSnapshot)
+        assert [i.content for i in written.items] == [i.content for i in w.items()]
+        assert len(pages) > 5 + 2  # the first two pages of 23 items, then all 22 again

@@ -7,7 +7,6 @@ from pathlib import Path
 from urllib.parse import quote
 
 import click
-import msgspec
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
@@ -53,8 +52,12 @@ def export(env: Env, directory: Path, windows: tuple[str, ...], every: bool, for
         task = bar.add_task("export", total=len(handles), window="")
         for win in handles:
             bar.update(task, window=win.window_id)
-            snap = win.snapshot()
-            snapshot_file(directory, win.window_id).write_bytes(msgspec.json.encode(snap) + b"\n")
+            target = snapshot_file(directory, win.window_id)
+            partial = target.with_name(target.name + ".part")
+            with partial.open("wb") as fp:  # a page of items at a time: bounded memory
+                win.write_snapshot(fp)
+                fp.write(b"\n")
+            partial.replace(target)
             bar.advance(task)
     click.echo(f"exported {len(handles)} windows to {directory}", err=True)
 

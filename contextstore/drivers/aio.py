@@ -8,7 +8,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from functools import cached_property, partial
 from types import TracebackType
-from typing import Any, Literal, TypeVar
+from typing import Any, BinaryIO, Literal, TypeVar
 
 import redis.asyncio
 import redis.asyncio.cluster
@@ -47,7 +47,7 @@ from .loops import LoopClients, loop_error
 from .plain_reads import aplain_read
 from .redis_failures import REDIS_EXCEPTIONS
 from .scripts import ScriptRegistry
-from .store import StoreBase
+from .store import FileSink, StoreBase
 
 T = TypeVar("T")
 
@@ -359,6 +359,13 @@ class AsyncContextWindow:
     async def snapshot(self) -> ContextSnapshot:
         """The window's config and items at one moment."""
         return await self._store._run(snapshot_plans.snapshot(self._state))
+
+    async def write_snapshot(self, fp: BinaryIO) -> int:
+        """Write ``snapshot()``'s JSON (what ``msgspec.json.encode`` makes of it) to ``fp``, a binary
+        file open for writing that can seek, a page of items at a time: a window of any size in
+        bounded memory. The pages count only while the window holds still; if it changes, the
+        file is written again from where it stood. Returns how many items were written."""
+        return await self._store._run(snapshot_plans.write_snapshot(self._state, FileSink(fp)))
 
     async def restore(self, snapshot: ContextSnapshot, *, request_id: str | None = None, dry_run: bool = False) -> None:
         """Replace the window's items and config with the snapshot's, atomically, after checking

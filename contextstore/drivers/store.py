@@ -10,7 +10,7 @@ import os
 import time
 from collections.abc import Callable, Iterable
 from functools import partial
-from typing import Any, ClassVar, Generic, TypeVar, overload
+from typing import Any, BinaryIO, ClassVar, Generic, TypeVar, overload
 
 from typing_extensions import Unpack
 
@@ -162,6 +162,23 @@ class StoreBase:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._where}, prefix={self._settings.prefix!r})"
+
+
+class FileSink:
+    """``write_snapshot``'s sink over a binary file (``plans.snapshot.SnapshotSink``): it starts
+    again where the file stood when it was given."""
+
+    def __init__(self, fp: BinaryIO) -> None:
+        self._fp, self._start = fp, fp.tell()
+
+    def write(self, data: bytes) -> object:
+        """Append ``data`` to the file."""
+        return self._fp.write(data)
+
+    def restart(self) -> None:
+        """Back to where the file stood, dropping what was written since."""
+        self._fp.seek(self._start)
+        self._fp.truncate()
 
 
 class PermissionCheck:

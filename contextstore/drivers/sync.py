@@ -6,7 +6,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
-from typing import Any, Literal, TypeVar
+from typing import Any, BinaryIO, Literal, TypeVar
 
 import redis
 import redis.cluster
@@ -43,7 +43,7 @@ from . import admin, compacting, listing, streaming
 from .durability import run_replicated
 from .plain_reads import plain_read
 from .redis_failures import REDIS_EXCEPTIONS
-from .store import StatField, StoreBase
+from .store import FileSink, StatField, StoreBase
 
 T = TypeVar("T")
 
@@ -329,6 +329,13 @@ class ContextWindow:
     def snapshot(self) -> ContextSnapshot:
         """The window's config and items at one moment."""
         return self._run(snapshot_plans.snapshot(self._state))
+
+    def write_snapshot(self, fp: BinaryIO) -> int:
+        """Write ``snapshot()``'s JSON (what ``msgspec.json.encode`` makes of it) to ``fp``, a binary
+        file open for writing that can seek, a page of items at a time: a window of any size in
+        bounded memory. The pages count only while the window holds still; if it changes, the
+        file is written again from where it stood. Returns how many items were written."""
+        return self._run(snapshot_plans.write_snapshot(self._state, FileSink(fp)))
 
     def restore(self, snapshot: ContextSnapshot, *, request_id: str | None = None, dry_run: bool = False) -> None:
         """Replace the window's items and config with the snapshot's, atomically, after checking

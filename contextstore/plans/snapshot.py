@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import re
 from datetime import datetime, timezone
+from typing import Protocol
+
+import msgspec
 
 from ..core import validate, wire
 from ..core.config import config_values, creation_config
@@ -13,7 +16,7 @@ from ..core.stored import stored_json
 from ..errors import InvalidItemError, InvalidOptionsError, ToolCallLinkError, raise_for_reply
 from ..types import ArchivedSummary, ContextItem, ContextSnapshot, WindowConfig
 from .base import Plan, ScriptCall, Settings, WindowState, new_request
-from .reads import read
+from .reads import ATTEMPTS, read, read_after, stamp
 
 SNAPSHOT_FORMAT = 1
 
@@ -22,9 +25,14 @@ def snapshot(state: WindowState) -> Plan[ContextSnapshot]:
     """The window's config and items (arrival order, with ids, seq, added_at, pins), and the
     archive entries of the summaries among them."""
     found = yield from read(state, "fifo")
-    cfg = found.config(state.config)
     items = found.items()
-    archive = yield from _archive(state, items)
+    archive = yield from _archive(state, {i.id or "" for i in items})
+    return _snapshot_of(state, found.config(state.config), items, archive)
+
+
+def _snapshot_of(
+    state: WindowState, cfg: WindowConfig, items: list[ContextItem], archive: list[ArchivedSummary]
+) -> ContextSnapshot:
     return ContextSnapshot(
         format_version=SNAPSHOT_FORMAT,
         window_id=state.window_id,
@@ -45,12 +53,59 @@ def snapshot(state: WindowState) -> Plan[ContextSnapshot]:
     )
 
 
-def _archive(state: WindowState, items: list[ContextItem]) -> Plan[list[ArchivedSummary]]:
-    """The unexpired archive entries of the summaries among ``items`` (one call for the index,
-    one per entry). An entry whose summary is not among them, or whose items are (a summary or
-    its undo raced the read), is left out: the snapshot holds what the window held at its read."""
+class SnapshotSink(Protocol):
+    """Where ``write_snapshot`` writes: bytes in order, and back to the start (a file)."""
+
+    def write(self, data: bytes) -> object:
+        """Append ``data``."""
+
+    def restart(self) -> None:
+        """Drop everything written so far."""
+
+
+#: items per page of ``write_snapshot``
+EXPORT_PAGE = 500
+#: where a snapshot's JSON holds its items (``msgspec`` encodes the fields in order, and no
+#: value before ``items`` can hold this text: the window id's alphabet has no quote)
+_ITEMS = b'"items":[]'
+
+
+def write_snapshot(state: WindowState, sink: SnapshotSink) -> Plan[int]:
+    """``snapshot()``'s JSON (``msgspec.json.encode``), written to ``sink`` a page of items at a
+    time, so a window of any size is written in bounded memory; returns how many items. The pages
+    count when each saw the (epoch, seq, item count) of the window's meta read first, else the
+    sink starts again; after ``ATTEMPTS`` such races, the snapshot is read whole and written."""
+    for attempt in range(ATTEMPTS):
+        if attempt:
+            sink.restart()
+        head = wire.decode_read(raise_for_reply((yield ScriptCall("peek", state.keys, ["meta"]))))
+        base = _snapshot_of(state, head.config(state.config), [], [])
+        sink.write(msgspec.json.encode(base).partition(_ITEMS)[0] + b'"items":[')
+        ids: set[str] = set()
+        after = 0
+        while after >= 0:
+            found, after = yield from read_after(state, "", after, EXPORT_PAGE)
+            if stamp(found.meta) != stamp(head.meta):
+                break
+            for item in found.items():
+                sink.write((b"," if ids else b"") + msgspec.json.encode(item))
+                ids.add(item.id or "")
+        else:
+            archive = yield from _archive(state, ids)
+            sink.write(b"]" + msgspec.json.encode(msgspec.structs.replace(base, archive=archive)).partition(_ITEMS)[2])
+            return len(ids)
+    sink.restart()
+    whole = yield from snapshot(state)
+    sink.write(msgspec.json.encode(whole))
+    return len(whole.items)
+
+
+def _archive(state: WindowState, ids: set[str]) -> Plan[list[ArchivedSummary]]:
+    """The unexpired archive entries of the summaries among the items ``ids`` (one call for the
+    index, one per entry). An entry whose summary is not among them, or whose items are (a
+    summary or its undo raced the read), is left out: the snapshot holds what the window held at
+    its read."""
     index = wire.decode_read(raise_for_reply((yield ScriptCall("archived", state.keys, wire.archived_args()))))
-    ids = {i.id for i in items}
     out = []
     for pair in index.raw:
         summary_id, _, ms = wire.text(pair).rpartition("=")
