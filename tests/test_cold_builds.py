@@ -79,7 +79,7 @@ def test_a_stateless_build_reads_only_the_bodies_it_takes(make_store, redis_url,
     _same(got, expected)
     assert bodies_asked == [got.included_item_ids]  # in the order they render
     assert len(got.included_item_ids) < len(got.excluded_item_ids)
-    assert stats["cmdstat_hgetall"]["calls"] == 2  # :meta and :attrs; never :items
+    assert stats["cmdstat_hgetall"]["calls"] == 1 and stats["cmdstat_hscan"]["calls"] == 1  # :meta, :attrs
     # two round trips: the facts, then the bodies with the built event in the same transaction
     assert stats["cmdstat_exec"]["calls"] == 2 and r.xlen(f"{prefix}:{{cold}}:events") > 0
     assert sum(v["calls"] for k, v in stats.items() if k.split("_", 1)[1] in ("fcall", "evalsha")) == 1
@@ -188,7 +188,8 @@ def test_a_window_whose_facts_cannot_choose_is_built_on_every_body(
     got = make_store(item_cache_bytes=0).window("whole").build_messages_structured(OPTS)
     # the facts, then every body (the facts are not read again), then the built event
     stats = r.info("commandstats")
-    assert stats["cmdstat_hgetall"]["calls"] == 2 + 1 and stats["cmdstat_exec"]["calls"] == 2
+    assert stats["cmdstat_hgetall"]["calls"] == 1 + 1 and stats["cmdstat_hscan"]["calls"] == 1  # :meta, :items
+    assert stats["cmdstat_exec"]["calls"] == 2
     assert bodies_asked == []
     _same(got, _whole(redis_url, prefix, "whole", OPTS))
 
@@ -289,3 +290,47 @@ def test_each_item_keeps_the_letters_a_build_chooses_by(store, r, prefix):
     }
     assert all(letters[i.id or ""].replace(facts.CLEARED, "") == facts.of_item(i) for i in w.items())
     assert w.verify().ok
+
+
+def test_the_facts_of_a_big_window_come_in_pages_and_count_only_while_it_holds_still(
+    make_store, redis_url, prefix, r, bodies_asked, monkeypatch
+):
+    """A window of any size (its config allowing 2,000 items here, its reads' pages tiny) is
+    built from its facts, read ``FACTS_PAGE`` attrs at a time; a window that changes between two
+    pages is read whole instead, and the build is the window's as it is after the change."""
+    if on_cluster(redis_url):
+        pytest.skip("counts one server's commands")
+    monkeypatch.setattr(reads, "FACTS_PAGE", 20)
+    monkeypatch.setattr(reads, "PAGE_IDS", 3)
+    monkeypatch.setattr(reads, "PAGE_BYTES", 300)
+    w = make_store(item_limit=2000).window("paged", max_items=2000, max_tokens=500_000)
+    w.add_many([{"content": f"note {n}", "type": "text", "priority": 0} for n in range(520)])
+    _chat(w, 20)  # ~570 items: over 512, :attrs is a hash table, scanned in pages
+    stateless = make_store(item_limit=2000, item_cache_bytes=0).window("paged")
+    r.config_resetstat()
+    got = stateless.build_messages_structured(OPTS)
+    assert r.info("commandstats")["cmdstat_hscan"]["calls"] >= 5
+    assert bodies_asked == [got.included_item_ids]
+    _same(got, _whole(redis_url, prefix, "paged", OPTS))
+
+    real, scans = reads.read_facts, []
+
+    def adding_between_pages(state):
+        plan = real(state)
+        request = next(plan)
+        try:
+            while True:
+                scans.append(request)
+                if len(scans) == 2:  # another worker, outside this store's event loop
+                    with cs.ContextStore.from_url(redis_url, prefix=prefix, item_limit=2000) as other:
+                        other.handle("paged").add("a question between two pages", role="user")
+                request = plan.send((yield request))
+        except StopIteration as stop:
+            return stop.value
+
+    monkeypatch.setattr(chat_plans, "read_facts", adding_between_pages)
+    bodies_asked.clear()
+    again = stateless.build_messages_structured(OPTS)
+    assert bodies_asked == []  # the facts did not count: read whole
+    _same(again, _whole(redis_url, prefix, "paged", OPTS))
+    assert "a question between two pages" in str(again.messages)

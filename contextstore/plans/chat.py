@@ -65,17 +65,16 @@ def build_messages(
     pinned first; every tool result right after its call. Appends a ``built`` event."""
     opts, fmt = prompt.validate_options(options), _check_format(format)
     run = partial(_build_messages, settings, state, opts, fmt)
-    budget = _facts_budget(settings, state, opts)
-    if budget is not None:
-        done = yield from _from_facts(state, budget, run)
+    if _chooses_from_facts(settings, state, opts):
+        done = yield from _from_facts(state, run)
         if done is not None:
             return done
     return (yield from cache_first(settings, state, opts, run))
 
 
-def _facts_budget(settings: Settings, state: WindowState, options: BuildOptions) -> int | None:
-    """The budget within which a chat build chooses from the window's facts and reads only the
-    bodies it takes (``_from_facts``), or None when it reads the window whole. It does on a store
+def _chooses_from_facts(settings: Settings, state: WindowState, options: BuildOptions) -> bool:
+    """Whether a chat build chooses from the window's facts and reads only the bodies it takes
+    (``_from_facts``), rather than reading the window whole. It does on a store
     that keeps no items between builds (``item_cache_bytes=0``: a stateless worker, whose every
     build starts cold), for a build with a budget of its own (``BuildOptions.max_tokens``) below
     the window's ``max_tokens`` (a window that its own limit and compaction keep within the
@@ -87,23 +86,23 @@ def _facts_budget(settings: Settings, state: WindowState, options: BuildOptions)
     limit = options.max_tokens
     cached = settings.item_cache_bytes and not settings.item_cache.too_large(state.keys.meta)
     if cached or not state.plain_reads or options.compact or limit is None:
-        return None
+        return False
     if options.query and settings.relevance_scorer is not None:
-        return None
-    return limit if state.config.max_tokens is None or limit < state.config.max_tokens else None
+        return False
+    return state.config.max_tokens is None or limit < state.config.max_tokens
 
 
-def _from_facts(state: WindowState, budget: int, run: Callable[..., Plan[T | None]]) -> Plan[T | None]:
+def _from_facts(state: WindowState, run: Callable[..., Plan[T | None]]) -> Plan[T | None]:
     """``run`` (``_build_messages``: the read, the meta its ``built`` event must find, how to
     read the bodies of the items it chose) on the window's facts (``reads.read_facts``: meta,
-    ``:attrs``, pins; no body; ``budget``: this build's ``max_tokens``), reading the bodies of
+    ``:attrs``, pins; no body), reading the bodies of
     the chosen items only, with the ``built`` event, written only if the window still holds what
     the facts said (``Meta.BUILD_INPUTS``); facts that cannot serve (``read_facts``) come with
     every body, and ``run`` builds on them as on a whole read. None when the facts read found no
-    window or too large a one, the window moved on meanwhile, or a body disagrees with its
+    window, the window moved on meanwhile, or a body disagrees with its
     letters (its event was written: the whole read writes another): the caller builds on a
     whole read then."""
-    got = yield from read_facts(state, budget)
+    got = yield from read_facts(state)
     if got is None:
         return None
     if isinstance(got, wire.ReadReply):  # facts that cannot serve, and every body

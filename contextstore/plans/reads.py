@@ -119,23 +119,32 @@ class Facts:
     attrs: dict[str, str]
 
 
-def read_facts(state: WindowState, budget: int) -> Plan[Facts | wire.ReadReply | None]:
-    """The window's meta, ``:attrs`` and pins in one MULTI/EXEC of plain commands, no item body:
-    what a build within ``budget`` tokens needs to choose (``plans/chat.py``). When an item's
-    letters are missing (stored before they were kept) or say its body is needed
-    (``facts.stub``), the whole window instead, from these facts and every body
-    (``_with_bodies``). None when the window is missing, too large for plain reads, or moved on
-    between the two: the caller reads the window whole. Its config bounding the items to one
-    page, and the budget bounding the bodies it will read to one page, no call asks first
-    (``plain_ok`` otherwise)."""
-    bounded = state.config.max_items <= PAGE_IDS and budget * BYTES_PER_TOKEN <= PAGE_BYTES
-    if not state.plain_reads or not (bounded or (yield from plain_ok(state))):
+#: ``:attrs`` fields a facts read asks for per call (``HSCAN``'s COUNT; ~50 bytes each)
+FACTS_PAGE = 10_000
+
+
+def read_facts(state: WindowState) -> Plan[Facts | wire.ReadReply | None]:
+    """The window's meta, ``:attrs`` and pins in plain commands, no item body: what a build
+    within a budget needs to choose (``plans/chat.py``). The ``:attrs`` values come
+    ``FACTS_PAGE`` at a time (``HSCAN``; a small hash at once), each page with the meta's epoch,
+    seq and item count: they count only while those hold still. When an item's letters are
+    missing (stored before they were kept) or say its body is needed (``facts.stub``), the whole
+    window instead, from these facts and every body (``_with_bodies``). None when the window is
+    missing, or moved on meanwhile, or the client is a cluster's: the caller reads it whole."""
+    if not state.plain_reads:
         return None
     k = state.keys
-    reply = yield PlainRead((("HGETALL", k.meta), ("HGETALL", k.attrs), ("SMEMBERS", k.pinned)))
+    reply = yield PlainRead((("HGETALL", k.meta), ("SMEMBERS", k.pinned), ("HSCAN", k.attrs, 0, "COUNT", FACTS_PAGE)))
     if reply is None or not reply[0]:
         return None
-    meta, attrs, pinned = reply
+    meta, pinned, (cursor, attrs) = reply
+    held = tuple(meta.get(f.encode(), meta.get(f)) for f in STAMP)
+    while int(cursor):
+        page = yield PlainRead((("HMGET", k.meta, *STAMP), ("HSCAN", k.attrs, cursor, "COUNT", FACTS_PAGE)))
+        if page is None or tuple(page[0]) != held:
+            return None
+        cursor, more = page[1]
+        attrs.update(more)
     ids = stored.listing(attrs, {}, by_seq=False)
     stubs, values = [], {}
     for i in ids:
