@@ -132,10 +132,10 @@ def show(
             click.echo(line)
     else:
         console.print(items_table(list(found), title=title, width=console.width, content_width=content))
-    shown_screen = screen is not None and isinstance(found, list) and len(found) == screen
-    if shown_screen and screen is not None and (held := win.stats().total_items) > screen and not types:
+    on_screen = len(found) if isinstance(found, list) and screen is not None else -1  # a screen's worth read
+    if on_screen == screen and (held := win.stats().total_items) > on_screen and not types:
         console.print(
-            f"the last {screen} of {held} items: --all lists every one, --limit N the last N",
+            f"the last {on_screen} of {held} items: --all lists every one, --limit N the last N",
             markup=False,
             highlight=False,
         )

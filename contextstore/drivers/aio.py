@@ -283,9 +283,9 @@ class AsyncContextWindow:
         return self._pages(wanted, size)
 
     async def _pages(self, wanted: str | None, size: int) -> AsyncIterator[ContextItem]:
-        after = 0 if wanted is not None else -1
+        after = 0
         while after >= 0:
-            page, after = await self._store._run(item_plans.iterate(self._state, wanted or "", after, size))
+            page, after = await self._store._run(item_plans.iterate(self._state, wanted, after, size))
             for item in page:
                 yield item
 

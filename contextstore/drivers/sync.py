@@ -257,9 +257,9 @@ class ContextWindow:
         return self._pages(wanted, size)
 
     def _pages(self, wanted: str | None, size: int) -> Iterator[ContextItem]:
-        after = 0 if wanted is not None else -1
+        after = 0
         while after >= 0:
-            page, after = self._run(item_plans.iterate(self._state, wanted or "", after, size))
+            page, after = self._run(item_plans.iterate(self._state, wanted, after, size))
             yield from page
 
     def ordered_items(self, types: Any = None, *, offset: int = 0, limit: int | None = None) -> list[ContextItem]:

@@ -188,10 +188,12 @@ def check_iteration(types: object, page_size: object) -> tuple[str | None, int]:
     return validate.item_types(types), validate.int_in("page_size", page_size, 1, PAGE_IDS)
 
 
-def iterate(state: WindowState, types: str, after: int, page_size: int) -> Plan[tuple[list[ContextItem], int]]:
+def iterate(state: WindowState, types: str | None, after: int, page_size: int) -> Plan[tuple[list[ContextItem], int]]:
     """One page of ``iter_items``: the items with a seq above ``after`` among the next
-    ``page_size`` of arrival order (of them, those of ``types``), and the seq the next page starts
-    after (-1: this was the last)."""
+    ``page_size`` of arrival order (of them, those of ``types``; None: a filter nothing passes,
+    no call), and the seq the next page starts after (-1: this was the last)."""
+    if types is None:
+        return [], -1
     found, cursor = yield from read_after(state, types, after, page_size)
     if 0 <= cursor <= after:  # :fifo out of seq order: the next page would start here again
         raise corrupt_value(state.keys.fifo, "", "ids out of seq order")

@@ -20,7 +20,7 @@ change within an epoch) and when every item is still there. Otherwise the read s
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -138,7 +138,7 @@ def read_facts(state: WindowState) -> Plan[Facts | wire.ReadReply | None]:
     if reply is None or not reply[0]:
         return None
     meta, pinned, (cursor, attrs) = reply
-    held = tuple(meta.get(f.encode(), meta.get(f)) for f in STAMP)
+    held = raw_stamp(meta)
     while int(cursor):
         page = yield PlainRead((("HMGET", k.meta, *STAMP), ("HSCAN", k.attrs, cursor, "COUNT", FACTS_PAGE)))
         if page is None or tuple(page[0]) != held:
@@ -205,6 +205,12 @@ def read_bodies(
 
 #: the meta fields that change whenever a window's items do (an add, a removal, a change in place)
 STAMP = (Meta.EPOCH, Meta.SEQ, Meta.ITEMS)
+
+
+def raw_stamp(meta: Mapping[Any, Any]) -> tuple[Any, ...]:
+    """``stamp`` of a meta hash as Redis sent it (bytes keys and values, not decoded: what an
+    ``HMGET`` of the ``STAMP`` fields answers, to compare with)."""
+    return tuple(meta.get(f.encode()) for f in STAMP)
 
 
 def stamp(meta: dict[str, str]) -> tuple[str | None, ...]:

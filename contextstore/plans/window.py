@@ -14,7 +14,7 @@ from ..core.verify import VerifyReport, inspect_window
 from ..errors import ConfigConflictError, InvalidOptionsError, WindowNotFoundError, raise_for_reply
 from ..types import ContextWindowStats, ItemType, WindowConfig
 from .base import Plan, ScriptCall, Settings, WindowState, new_request
-from .reads import ATTEMPTS, STAMP, read
+from .reads import ATTEMPTS, raw_stamp, read
 
 
 def open_window(
@@ -121,22 +121,16 @@ def verify(state: WindowState) -> Plan[VerifyReport]:
     return inspect_window(state.window_id, reply)
 
 
-def _stamp(values: list[Any]) -> tuple[str | None, ...]:
-    """Stamp values as text, whatever bytes they hold (verify reports a corrupt one; it never raises)."""
-    return tuple(v.decode("utf-8", "backslashreplace") if isinstance(v, bytes) else v for v in values)
-
-
 def _paged_dump(state: WindowState) -> Plan[list[Any] | None]:
     """dump.lua's whole reply put together from its head and the pages of each large key; None
     when a page's stamp (epoch, seq, item count) is not the first page's: the window changed."""
     reply = list(raise_for_reply((yield ScriptCall("dump", state.keys, ["head"]))))
-    meta = dict(zip(reply[0][::2], reply[0][1::2], strict=True))
-    head = _stamp([meta.get(f.encode(), meta.get(f)) for f in STAMP])
+    head = raw_stamp(dict(zip(reply[0][::2], reply[0][1::2], strict=True)))
     for name, at in _PARTS.items():
         entries, cursor = [], "0"
         while True:
             page = raise_for_reply((yield ScriptCall("dump", state.keys, [name, cursor, str(VERIFY_PAGE)])))
-            if _stamp(page[0]) != head:
+            if tuple(page[0]) != head:
                 return None
             entries += page[2]
             if name == "attrs":
