@@ -302,3 +302,15 @@ def test_write_snapshot_starts_again_when_the_window_changes_between_pages(redis
         written = msgspec.json.decode(path.read_bytes(), type=cs.ContextSnapshot)
         assert [i.content for i in written.items] == [i.content for i in w.items()]
         assert len(pages) > 5 + 2  # the first two pages of 23 items, then all 22 again
+
+
+def test_write_snapshot_refuses_what_is_not_a_seekable_binary_file(make_store, tmp_path):
+    w = make_store().window("snap-bad")
+    w.add("one")
+    closed = (tmp_path / "closed.json").open("wb")
+    closed.close()
+    with (tmp_path / "text.json").open("w") as text:
+        for bad in (None, "a path", text, closed):
+            with pytest.raises(cs.InvalidOptionsError, match="binary file open for writing"):
+                w.write_snapshot(bad)
+    assert (tmp_path / "text.json").read_text() == "" and len(w.items()) == 1

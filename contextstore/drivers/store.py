@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import io
 import logging
 import math
 import os
@@ -169,6 +170,15 @@ class FileSink:
     again where the file stood when it was given."""
 
     def __init__(self, fp: BinaryIO) -> None:
+        try:
+            ok = fp.writable() and fp.seekable() and not isinstance(fp, io.TextIOBase)
+        except (AttributeError, ValueError, OSError):  # not a file, or a closed one
+            ok = False
+        if not ok:
+            raise InvalidOptionsError(
+                f"write_snapshot needs a binary file open for writing that can seek (it starts again on a "
+                f"race), not {type(fp).__name__}: open(path, 'wb') or io.BytesIO()"
+            )
         self._fp, self._start = fp, fp.tell()
 
     def write(self, data: bytes) -> object:
