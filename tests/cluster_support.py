@@ -70,7 +70,8 @@ class LocalCluster:
             [self.binary, "--port", str(port), "--bind", "127.0.0.1", "--cluster-enabled", "yes",
              "--cluster-config-file", f"nodes-{port}.conf", "--cluster-node-timeout", str(self.node_timeout_ms),
              "--cluster-replica-validity-factor", "0",
-             "--dir", self.dir, "--save", "", "--appendonly", "no", "--dbfilename", f"dump-{port}.rdb"],
+             "--dir", self.dir, "--save", "", "--appendonly", "no", "--dbfilename", f"dump-{port}.rdb",
+             "--repl-diskless-sync-delay", "0"],
             stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
         log.close()

@@ -96,6 +96,9 @@ class RedisProcess:
             "",
             "--appendonly",
             "no",
+            # a replica syncs at once (Redis 7 waits 5 s for more replicas before a diskless sync)
+            "--repl-diskless-sync-delay",
+            "0",
             *self.extra,
         ]
         if tls_ca:

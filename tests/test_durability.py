@@ -20,14 +20,15 @@ from support import RedisProcess, key, open_store
 
 @pytest.fixture
 def replicated(redis_binary: str) -> Iterator[tuple[RedisProcess, RedisProcess]]:
-    """A primary and one replica of it, in sync."""
+    """A primary and one replica of it, in sync: the replica has acknowledged a write."""
     primary = RedisProcess(binary=redis_binary).start()
     replica = RedisProcess("--replicaof", "127.0.0.1", str(primary.port), binary=redis_binary).start()
-    with redis.Redis(port=replica.port) as c:
+    with redis.Redis(port=primary.port) as c:
         deadline = time.monotonic() + 20
-        while c.info("replication").get("master_link_status") != "up":
+        c.set("replica-probe", 1)  # a WAIT with nothing written counts a replica still syncing
+        while c.execute_command("WAIT", 1, 50) != 1:
             assert time.monotonic() < deadline, "replica did not sync"
-            time.sleep(0.05)
+        c.delete("replica-probe")
     yield primary, replica
     replica.stop()
     primary.stop()
