@@ -10,7 +10,8 @@ except the warm build, which a store that just built the window runs again. Per 
 client's wall time, the server's CPU (``used_cpu_user + used_cpu_sys`` of ``INFO cpu``), the bytes
 the server sent (``total_net_output_bytes``), the commands it ran (``INFO commandstats``, a
 script's own commands counted with it), and for ``contextstore show`` (a process of its own,
-piped) its peak memory (``VmHWM``). The builds are chat messages within an 8,000-token budget, the same
+piped, then on a terminal of 40 rows, where it shows the most recent screen) its peak memory
+(``VmHWM``). The builds are chat messages within an 8,000-token budget, the same
 ~90 messages at every size: what a build returns does not grow with the window. The store's
 ``item_limit`` bounds a window at 200,000 items (``core/layout.MAX_ITEM_LIMIT``).
 """
@@ -18,9 +19,14 @@ piped) its peak memory (``VmHWM``). The builds are chat messages within an 8,000
 from __future__ import annotations
 
 import argparse
+import fcntl
 import os
+import pty
+import struct
 import subprocess
 import sys
+import termios
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -90,18 +96,40 @@ _SHOW_PEAK = (
 )
 
 
-def show(url: str, prefix: str) -> dict[str, float]:
-    """``contextstore show`` in a process of its own, piped: wall ms and its peak memory (MB)."""
+def show(url: str, prefix: str, terminal: bool = False) -> dict[str, float]:
+    """``contextstore show`` in a process of its own, piped (every item) or on a terminal of 40
+    rows and 120 columns (a screen's worth): wall ms and its peak memory (MB)."""
+    command = [sys.executable, "-c", _SHOW_PEAK, "--url", url, "--prefix", prefix, "show", "big"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "LINES": "40", "COLUMNS": "120"}
     t = time.perf_counter()
-    done = subprocess.run(
-        [sys.executable, "-c", _SHOW_PEAK, "--url", url, "--prefix", prefix, "show", "big"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(ROOT)}, check=False,
-    )  # fmt: skip
+    if terminal:
+        screen, tty = pty.openpty()
+        fcntl.ioctl(tty, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+        proc = subprocess.Popen(command, stdout=tty, stderr=subprocess.PIPE, env=env)
+        os.close(tty)
+        drain = threading.Thread(target=_drain, args=(screen,), daemon=True)
+        drain.start()
+        _, err_bytes = proc.communicate()
+        returncode = proc.returncode
+    else:
+        done = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, check=False)
+        returncode, err_bytes = done.returncode, done.stderr
     ms = (time.perf_counter() - t) * 1000
-    err = done.stderr.decode()
-    if done.returncode != 0 or "peak_kb=" not in err:
+    err = err_bytes.decode()
+    if returncode != 0 or "peak_kb=" not in err:
         raise SystemExit(f"contextstore show failed: {err[-500:]}")
     return {"client_ms": ms, "rss_mb": int(err.rsplit("peak_kb=", 1)[1].split()[0]) / 1024}
+
+
+def _drain(fd: int) -> None:
+    """Read a terminal's output until it closes (so the program never blocks writing it)."""
+    try:
+        while os.read(fd, 65536):
+            pass
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def one_size(url: str, n: int) -> dict[str, dict[str, float]]:
@@ -131,6 +159,9 @@ def one_size(url: str, n: int) -> dict[str, dict[str, float]]:
     shown: dict[str, float] = {}
     server = measured(r, lambda: shown.update(show(url, prefix)))
     out["contextstore show"] = {**server, **shown}
+    screen: dict[str, float] = {}
+    server = measured(r, lambda: screen.update(show(url, prefix, terminal=True)))
+    out["contextstore show, terminal"] = {**server, **screen}
     with cold() as s:
         out["delete"] = measured(r, s.handle("big").delete)
     r.close()
