@@ -42,6 +42,8 @@ from _common import conversation, redis_server, server_version, table
 
 ROOT = Path(__file__).resolve().parents[1]
 BUDGET = cs.BuildOptions(max_tokens=8000, reserve_for_response=0)
+#: the same budget with room for the last 100 messages (~90 of them fit)
+BUDGET_100 = cs.BuildOptions(max_tokens=8000, reserve_for_response=0, max_history_items=100)
 
 
 def _counters(r: redis.Redis) -> tuple[float, int, int]:
@@ -132,6 +134,15 @@ def _drain(fd: int) -> None:
         os.close(fd)
 
 
+def _stored_bytes(r: redis.Redis, prefix: str, ids: list[str]) -> int:
+    """What the items ``ids`` hold in Redis: their stored JSON and their ``:attrs`` values."""
+    pipe = r.pipeline(transaction=False)
+    for i in ids:
+        pipe.hstrlen(f"{prefix}:{{big}}:items", i)
+        pipe.hstrlen(f"{prefix}:{{big}}:attrs", i)
+    return sum(pipe.execute())
+
+
 def one_size(url: str, n: int) -> dict[str, dict[str, float]]:
     prefix = f"big{n}"
     fill(url, prefix, n)
@@ -147,6 +158,9 @@ def one_size(url: str, n: int) -> dict[str, dict[str, float]]:
         out["add one message"] = measured(r, lambda: w.add("one more question?", role="user", type="user_message"))
         out["stats"] = measured(r, w.stats)
         out["build, cold"] = measured(r, lambda: w.build_messages(BUDGET))
+        built: list[cs.BuiltMessages] = []
+        out["build, cold, 100 messages"] = measured(r, lambda: built.append(w.build_messages_structured(BUDGET_100)))
+        out["build, cold, 100 messages"]["returned"] = _stored_bytes(r, prefix, built[0].included_item_ids)
         out["items(limit=50)"] = measured(r, lambda: w.items(limit=50))
     with cs.ContextStore.from_url(url, prefix=prefix, item_limit=limit) as warm:
         h = warm.handle("big")
@@ -187,6 +201,17 @@ def main() -> int:
             rows.append([op, f"{n:,}", f"{m['client_ms']:.1f}", f"{m['server_ms']:.1f}",
                          f"{m['bytes'] / 1024:,.0f}", f"{m['commands']:.0f}", mem])  # fmt: skip
     print(table(["operation", "items", "client ms", "server CPU ms", "KB sent", "commands", "peak MB"], rows))
+    print("\n### The cold build of the last 100 messages against what it returns\n")
+    first = results[sizes[0]]["build, cold, 100 messages"]
+    rows = []
+    for n in sizes:
+        m = results[n]["build, cold, 100 messages"]
+        rows.append([f"{n:,}", f"{m['bytes'] / 1024:,.1f}", f"{m['returned'] / 1024:,.1f}",
+                     f"{m['bytes'] / max(1, m['returned']):.2f}", f"{m['server_ms']:.1f}",
+                     f"{m['server_ms'] / max(0.1, first['server_ms']):.2f}"])  # fmt: skip
+    headers = ["items", "KB sent", "KB of the items returned (body + attrs)", "ratio", "server CPU ms",
+               f"CPU vs {sizes[0]:,}"]  # fmt: skip
+    print(table(headers, rows))
     return 0
 
 

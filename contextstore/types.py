@@ -177,7 +177,9 @@ class BuiltMessages(msgspec.Struct, frozen=True, kw_only=True):
     """Chat messages built within a token budget: ``messages`` is the list OpenAI's chat API
     takes (``format="openai"``) or the ``{"system", "messages"}`` dict of Anthropic's
     (``format="anthropic"``); the ids say what went in, what did not fit, and what the options
-    (or an incomplete tool-call group) left out."""
+    (or an incomplete tool-call group) left out. A build chosen from the window's facts (a store
+    without an item cache, a ``max_tokens`` of its own) lists in ``omitted_item_ids`` only what
+    it read: not the conversation older than ``max_history_items`` reaches."""
 
     messages: list[dict[str, Any]] | dict[str, Any]
     format: Literal["openai", "anthropic"]

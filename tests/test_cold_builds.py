@@ -14,7 +14,7 @@ import redis
 import contextstore as cs
 from contextstore.core import facts
 from contextstore.plans import chat as chat_plans
-from contextstore.plans import reads
+from contextstore.plans import cold
 
 from support import on_cluster
 
@@ -176,7 +176,7 @@ def _stored_before_letters(r: redis.Redis, prefix: str) -> None:
     ],
     ids=["parallel tool calls", "a context item with a source_ref", "items stored before the letters"],
 )
-def test_a_window_whose_facts_cannot_choose_is_built_on_every_body(
+def test_a_window_whose_facts_cannot_choose_is_built_on_a_whole_read(
     make_store, redis_url, prefix, r, bodies_asked, case
 ):
     if on_cluster(redis_url):
@@ -184,13 +184,8 @@ def test_a_window_whose_facts_cannot_choose_is_built_on_every_body(
     w = make_store().window("whole", max_tokens=50_000)
     _chat(w, 30)
     case(w, r, prefix)
-    r.config_resetstat()
     got = make_store(item_cache_bytes=0).window("whole").build_messages_structured(OPTS)
-    # the facts, then every body (the facts are not read again), then the built event
-    stats = r.info("commandstats")
-    assert stats["cmdstat_hgetall"]["calls"] == 1 + 1 and stats["cmdstat_hscan"]["calls"] == 1  # :meta, :items
-    assert stats["cmdstat_exec"]["calls"] == 2
-    assert bodies_asked == []
+    assert bodies_asked == []  # the facts did not serve: no body was read by them
     _same(got, _whole(redis_url, prefix, "whole", OPTS))
 
 
@@ -216,32 +211,6 @@ def test_a_window_that_moves_between_the_facts_and_the_bodies_is_built_again(
     _same(got, expected)
     assert moved[0] in got.included_item_ids  # the newest user message: always in a chat build
     assert got.version == writer.stats().version
-    other.close()
-
-
-@pytest.mark.parametrize("change", ["add", "remove"])
-def test_a_window_that_moves_before_every_body_is_read_is_built_again(
-    make_store, redis_url, prefix, monkeypatch, change
-):
-    """Facts that cannot serve (here: parallel tool calls) are built on with every body, read
-    after them: a window that moved on in between is read whole again."""
-    if on_cluster(redis_url):
-        pytest.skip("a cluster's client reads with scripts")
-    other = cs.ContextStore.from_url(redis_url, prefix=prefix)
-    writer = other.window("moving-all", max_tokens=50_000)
-    _chat(writer, 20)
-    _parallel_calls(writer)
-    real, moved = reads._with_bodies, []
-
-    def racing(*args):
-        if not moved:  # another worker changes the window between the facts and the bodies
-            moved.append(writer.add("and now?", role="user").id if change == "add" else writer.remove("ctx-2"))
-        return (yield from real(*args))
-
-    monkeypatch.setattr(reads, "_with_bodies", racing)
-    got = make_store(item_cache_bytes=0).window("moving-all").build_messages_structured(OPTS)
-    _same(got, _whole(redis_url, prefix, "moving-all", OPTS))
-    assert moved and got.version == writer.stats().version
     other.close()
 
 
@@ -292,45 +261,119 @@ def test_each_item_keeps_the_letters_a_build_chooses_by(store, r, prefix):
     assert w.verify().ok
 
 
-def test_the_facts_of_a_big_window_come_in_pages_and_count_only_while_it_holds_still(
-    make_store, redis_url, prefix, r, bodies_asked, monkeypatch
+def _attrs_asked(monkeypatch) -> list[int]:
+    """How many ``:attrs`` fields each facts read asked for by name (its ``HMGET`` calls)."""
+    asked: list[int] = []
+    real = cold._Walk.commands
+
+    def counting(self, k):
+        commands = real(self, k)
+        asked.extend(len(c) - 2 for c in commands if c[0] == "HMGET" and c[1] == k.attrs)
+        return commands
+
+    monkeypatch.setattr(cold._Walk, "commands", counting)
+    return asked
+
+
+def _same_choice(got: cs.BuiltMessages, whole: cs.BuiltMessages) -> None:
+    """``got`` is ``whole`` but for ``omitted_item_ids``: those of ``whole`` that ``got`` read."""
+    a, b = msgspec.to_builtins(got), msgspec.to_builtins(whole)
+    omitted = a.pop("omitted_item_ids")
+    assert set(omitted) <= set(b.pop("omitted_item_ids")) and a == b
+
+
+def _agent_window(w, turns: int, shape: str = "chat") -> None:
+    """A long conversation with pinned and other context early on, tool calls throughout; then
+    (``shape``) code between the last messages, or an agent's long run of steps after the last
+    user message."""
+    w.add("You are terse.", role="system", pinned=True)
+    w.add("the handbook, chapter 1 " + "rules " * 150, type="retrieved_document", priority=60)
+    w.add("def f(): pass", type="code", pinned=True)
+    w.add("what the user told us " * 30, type="text", role="user", priority=0)  # context, in the user's role
+    _chat(w, turns)
+    w.add("note: keep it short", type="text", priority=10)
+    if shape == "code between messages":
+        for n in range(60):
+            w.add(f"step {n} " + "ok " * 10, role="user" if n % 2 else "assistant")
+            w.add_many([{"content": f"x{n}_{k} = {k}", "type": "code", "priority": 0} for k in range(6)])
+    elif shape == "a long agent run":
+        w.add("now fix every failing test", role="user")
+        for n in range(150):
+            w.add(f"step {n}: " + "trying " * 8, role="assistant")
+
+
+@pytest.mark.parametrize(
+    "opts",
+    [
+        cs.BuildOptions(max_tokens=900, reserve_for_response=0),  # max_history_items=10
+        cs.BuildOptions(max_tokens=900, reserve_for_response=0, max_history_items=3),
+        cs.BuildOptions(max_tokens=300, reserve_for_response=0, max_history_items=40),
+        cs.BuildOptions(max_tokens=5000, reserve_for_response=0, max_history_items=40, order="arrival"),
+        cs.BuildOptions(max_tokens=900, reserve_for_response=0, include_relevant_memory=False),
+        cs.BuildOptions(max_tokens=900, reserve_for_response=0, include_recent_history=False),
+    ],
+    ids=["10 messages", "3 messages", "40 messages, tight", "40 messages, arrival", "no memory", "no history"],
+)
+@pytest.mark.parametrize("shape", ["chat", "code between messages", "a long agent run"])
+def test_a_big_window_is_built_from_the_facts_of_what_the_build_can_offer(
+    make_store, redis_url, prefix, r, bodies_asked, monkeypatch, opts, shape
 ):
-    """A window of any size (its config allowing 2,000 items here, its reads' pages tiny) is
-    built from its facts, read ``FACTS_PAGE`` attrs at a time; a window that changes between two
-    pages is read whole instead, and the build is the window's as it is after the change."""
+    """Of a window too large to scan in one call, a stateless build reads the facts of what it
+    may offer only: pinned items, items that are not conversation messages, and the newest
+    conversation back as far as ``max_history_items`` reaches (each with its tool-call group).
+    It chooses exactly what a whole read chooses; ``omitted_item_ids`` lists the items it read
+    and left out, the start of the whole read's list."""
     if on_cluster(redis_url):
-        pytest.skip("counts one server's commands")
-    monkeypatch.setattr(reads, "FACTS_PAGE", 20)
-    monkeypatch.setattr(reads, "PAGE_IDS", 3)
-    monkeypatch.setattr(reads, "PAGE_BYTES", 300)
-    w = make_store(item_limit=2000).window("paged", max_items=2000, max_tokens=500_000)
-    w.add_many([{"content": f"note {n}", "type": "text", "priority": 0} for n in range(520)])
-    _chat(w, 20)  # ~570 items: over 512, :attrs is a hash table, scanned in pages
-    stateless = make_store(item_limit=2000, item_cache_bytes=0).window("paged")
-    r.config_resetstat()
-    got = stateless.build_messages_structured(OPTS)
-    assert r.info("commandstats")["cmdstat_hscan"]["calls"] >= 5
+        pytest.skip("a cluster's client reads with scripts")
+    monkeypatch.setattr(cold, "SCAN_COUNT", 1)  # ~670 items: a hash table, not read in one call
+    w = make_store().window("long", max_items=1000)
+    _agent_window(w, 200, shape)  # 670-1000 items: :attrs is a hash table
+    asked = _attrs_asked(monkeypatch)
+    got = make_store(item_cache_bytes=0).window("long").build_messages_structured(opts)
     assert bodies_asked == [got.included_item_ids]
-    _same(got, _whole(redis_url, prefix, "paged", OPTS))
+    _same_choice(got, _whole(redis_url, prefix, "long", opts))
+    count = len(w.items())
+    assert 0 < sum(asked) < count * 0.6, (asked, count)  # the tool results come with their calls
 
-    real, scans = reads.read_facts, []
 
-    def adding_between_pages(state):
-        plan = real(state)
-        request = next(plan)
-        try:
-            while True:
-                scans.append(request)
-                if len(scans) == 2:  # another worker, outside this store's event loop
-                    with cs.ContextStore.from_url(redis_url, prefix=prefix, item_limit=2000) as other:
-                        other.handle("paged").add("a question between two pages", role="user")
-                request = plan.send((yield request))
-        except StopIteration as stop:
-            return stop.value
+def test_the_facts_count_only_while_the_window_holds_still(make_store, redis_url, prefix, r, bodies_asked, monkeypatch):
+    """Every round trip of a facts read checks the window's epoch, seq and count: a window that
+    changed between two is read again (then the build is the window's as it is after the
+    change), and one that keeps changing is built on a whole read."""
+    if on_cluster(redis_url):
+        pytest.skip("a cluster's client reads with scripts")
+    monkeypatch.setattr(cold, "SCAN_COUNT", 1)
+    w = make_store().window("moving", max_items=1000)
+    _agent_window(w, 200)  # ~670 items: :attrs is a hash table, which HSCAN reads in parts
+    stateless = make_store(item_cache_bytes=0).window("moving")
+    opts = cs.BuildOptions(max_tokens=900, reserve_for_response=0)
+    real, trips = cold.read_facts, []
 
-    monkeypatch.setattr(chat_plans, "read_facts", adding_between_pages)
+    def adding_between_round_trips(every: bool):
+        def read_facts(state, settled, recent):
+            plan = real(state, settled, recent)
+            request = next(plan)
+            try:
+                while True:
+                    trips.append(request)
+                    if len(trips) == 2 or (every and len(trips) > 2):  # another worker, outside this loop
+                        with cs.ContextStore.from_url(redis_url, prefix=prefix, item_limit=2000) as other:
+                            other.handle("moving").add(f"a question between round trips {len(trips)}", role="user")
+                    request = plan.send((yield request))
+            except StopIteration as stop:
+                return stop.value
+
+        return read_facts
+
+    monkeypatch.setattr(chat_plans, "read_facts", adding_between_round_trips(every=False))
+    once = stateless.build_messages_structured(opts)
+    assert len(trips) > 3 and bodies_asked == [once.included_item_ids]  # read again, then it counted
+    _same_choice(once, _whole(redis_url, prefix, "moving", opts))
+    assert "a question between round trips 2" in str(once.messages)
+
+    trips.clear()
     bodies_asked.clear()
-    again = stateless.build_messages_structured(OPTS)
-    assert bodies_asked == []  # the facts did not count: read whole
-    _same(again, _whole(redis_url, prefix, "paged", OPTS))
-    assert "a question between two pages" in str(again.messages)
+    monkeypatch.setattr(chat_plans, "read_facts", adding_between_round_trips(every=True))
+    moving = stateless.build_messages_structured(opts)
+    assert bodies_asked == []  # never held still: a whole read
+    assert moving.included_item_ids == _whole(redis_url, prefix, "moving", opts).included_item_ids

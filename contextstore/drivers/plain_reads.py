@@ -9,6 +9,8 @@ from typing import Any
 
 import redis
 
+from ..core.wire import text as wire_text
+from ..errors import corrupt_value
 from .redis_failures import is_oom
 
 
@@ -37,9 +39,14 @@ def _lacks(replies: list[Any], then: Any, scripts: Any) -> bool:
     return then is not None and isinstance(replies[-1], Exception) and bool(scripts.missing(replies[-1]))
 
 
-def _raised(replies: list[Any]) -> list[Any]:
-    for reply in replies:
+def _raised(replies: list[Any], commands: Sequence[Sequence[Any]]) -> list[Any]:
+    """``replies``, unless one is an error: raised, as ``CorruptWindowError`` for a key of another
+    type than the scripts write (as a script reports it)."""
+    for at, reply in enumerate(replies):
         if isinstance(reply, Exception):
+            if at < len(commands) and str(reply).startswith("WRONGTYPE"):
+                key = wire_text(commands[at][1])
+                raise corrupt_value(key, "", "another type than the scripts write") from reply
             raise reply
     return replies
 
@@ -65,7 +72,7 @@ def plain_read(
         replies = [*alone, exc]
     if _lacks(replies, then, scripts):
         replies[-1] = scripts.run(then.name, list(then.keys), then.argv())
-    return _raised(replies)
+    return _raised(replies, commands)
 
 
 async def aplain_read(
@@ -85,4 +92,4 @@ async def aplain_read(
         replies = [*alone, exc]
     if _lacks(replies, then, scripts):
         replies[-1] = await scripts.arun(then.name, list(then.keys), then.argv())
-    return _raised(replies)
+    return _raised(replies, commands)

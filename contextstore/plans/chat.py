@@ -3,7 +3,7 @@ the token budget (content plus a per-message overhead), whole units, pinned firs
 result right after its call.
 
 A build on a store that keeps no items between builds chooses from the window's facts
-(``reads.read_facts``: ``:meta``, ``:attrs`` and their letters, ``:pinned``) and reads the bodies
+(``cold.read_facts``: ``:meta``, ``:attrs`` and their letters, ``:pinned``) and reads the bodies
 of the items it takes only (``_from_facts``); otherwise it reads like a prompt build
 (``build.cache_first``).
 """
@@ -19,14 +19,14 @@ from ..core import wire
 from ..core.layout import Meta, window_version
 from ..errors import BudgetTooSmallError, InvalidOptionsError, NoConversationError
 from ..render import messages, prompt
-from ..render.select import Choice, Unit, choose, members, newest_with, ranked_key, units_for
+from ..render.select import Choice, Unit, choose, members, newest_with, ranked_key, takes_history, units_for
 from ..types import BuildOptions, BuiltMessages, ContextItem
 from .base import Plan, Settings, WindowState
 from .build import budget_of, built_event, cache_first, compact_first, dropped_newest, relevance_of, seq_lookup
-from .reads import read_bodies, read_facts
+from .cold import read_bodies, read_facts
 
 T = TypeVar("T")
-#: how a build from the facts reads the chosen items (``reads.read_bodies``): given their stubs
+#: how a build from the facts reads the chosen items (``cold.read_bodies``): given their stubs
 #: and the ``built`` event's arguments, the items, or None (then it builds on a whole read)
 Bodies = Callable[[list[ContextItem], wire.Args], Plan[list[ContextItem] | None]]
 
@@ -66,7 +66,7 @@ def build_messages(
     opts, fmt = prompt.validate_options(options), _check_format(format)
     run = partial(_build_messages, settings, state, opts, fmt)
     if _chooses_from_facts(settings, state, opts):
-        done = yield from _from_facts(state, run)
+        done = yield from _from_facts(state, opts, run)
         if done is not None:
             return done
     return (yield from cache_first(settings, state, opts, run))
@@ -92,24 +92,43 @@ def _chooses_from_facts(settings: Settings, state: WindowState, options: BuildOp
     return state.config.max_tokens is None or limit < state.config.max_tokens
 
 
-def _from_facts(state: WindowState, run: Callable[..., Plan[T | None]]) -> Plan[T | None]:
+def _from_facts(state: WindowState, options: BuildOptions, run: Callable[..., Plan[T | None]]) -> Plan[T | None]:
     """``run`` (``_build_messages``: the read, the meta its ``built`` event must find, how to
-    read the bodies of the items it chose) on the window's facts (``reads.read_facts``: meta,
-    ``:attrs``, pins; no body), reading the bodies of
-    the chosen items only, with the ``built`` event, written only if the window still holds what
-    the facts said (``Meta.BUILD_INPUTS``); facts that cannot serve (``read_facts``) come with
-    every body, and ``run`` builds on them as on a whole read. None when the facts read found no
-    window, the window moved on meanwhile, or a body disagrees with its
-    letters (its event was written: the whole read writes another): the caller builds on a
-    whole read then."""
-    got = yield from read_facts(state)
+    read the bodies of the items it chose) on the facts a build with ``options`` can offer
+    (``cold.read_facts``: meta, pins, the ``:attrs`` of the items it may offer; no body),
+    reading the bodies of the chosen items only, with the ``built`` event, written only if the
+    window still holds what the facts said (``Meta.BUILD_INPUTS``). None when the facts cannot
+    serve (``read_facts``), the window moved on meanwhile, or a body disagrees with its letters
+    (its event was written: the whole read writes another): the caller builds on a whole read
+    then."""
+    most = options.max_history_items if options.include_recent_history else 0
+    got = yield from read_facts(state, partial(_settled, options), recent=2 * most + 16)
     if got is None:
         return None
-    if isinstance(got, wire.ReadReply):  # facts that cannot serve, and every body
-        found, bodies = got, None
-    else:
-        found, bodies = got.found, partial(read_bodies, state, got)
-    return (yield from run(found, {f: found.meta.get(f, "") for f in Meta.BUILD_INPUTS}, bodies))
+    held = {f: got.found.meta.get(f, "") for f in Meta.BUILD_INPUTS}
+    return (yield from run(got.found, held, partial(read_bodies, state, got)))
+
+
+def _settled(options: BuildOptions, items: list[ContextItem], oldest: int) -> bool:
+    """Whether ``items`` (a facts read so far: every unit whose newest member's seq is at least
+    ``oldest``, whole, and every pinned or non-conversation item) decide this build as the
+    whole window would: the conversation units ``max_history_items`` lets compete (newest first,
+    while they fit the count) are all there, and the newest user message's unit (``_question``)
+    among them is the window's, or one no build offers. Older units are then not offered."""
+    if not options.include_recent_history or options.max_history_items < 1:
+        return True
+    usable, _ = _message_units(items, None)
+    units = units_for(usable, None)
+    taken = 0
+    for unit in sorted((u for u in units.offers if u.messages and u.newest >= oldest), key=lambda u: -u.newest):
+        if takes_history(unit.messages, taken, options.max_history_items):
+            taken += unit.messages
+    if taken < options.max_history_items:
+        return False
+    # a context item in the user's role, older than the read, is the question here; a newer
+    # user message may lie in what is not read yet
+    question = _question(usable, None, options)
+    return question is None or question.messages > 0 or question.newest >= oldest
 
 
 def _build_messages(

@@ -24,10 +24,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..core import facts, stored, wire
+from ..core import stored, wire
 from ..core.layout import Meta, meta_text
 from ..errors import raise_for_reply
-from ..types import ContextItem
 from .base import PlainRead, Plan, ScriptCall, WindowState
 
 #: most ids one call lists
@@ -107,100 +106,6 @@ def _whole_reply(
     found = wire.ReadReply(meta_text(meta), len(pinned), [])
     found.raw = [[i, jsons[i], attrs.get(i, b""), int(i in pinned)] for i in ids if i in jsons]
     return found
-
-
-@dataclass(slots=True)
-class Facts:
-    """What a build chooses by, read without the items' bodies (``read_facts``): the window's
-    meta and pinned count, and its items as ``facts.stub`` makes them, in build order
-    (``found.decoded``); with each id's ``:attrs`` value, which decoding its body needs."""
-
-    found: wire.ReadReply
-    attrs: dict[str, str]
-
-
-#: ``:attrs`` fields a facts read asks for per call (``HSCAN``'s COUNT; ~50 bytes each)
-FACTS_PAGE = 10_000
-
-
-def read_facts(state: WindowState) -> Plan[Facts | wire.ReadReply | None]:
-    """The window's meta, ``:attrs`` and pins in plain commands, no item body: what a build
-    within a budget needs to choose (``plans/chat.py``). The ``:attrs`` values come
-    ``FACTS_PAGE`` at a time (``HSCAN``; a small hash at once), each page with the meta's epoch,
-    seq and item count: they count only while those hold still. When an item's letters are
-    missing (stored before they were kept) or say its body is needed (``facts.stub``), the whole
-    window instead, from these facts and every body (``_with_bodies``). None when the window is
-    missing, or moved on meanwhile, or the client is a cluster's: the caller reads it whole."""
-    if not state.plain_reads:
-        return None
-    k = state.keys
-    reply = yield PlainRead((("HGETALL", k.meta), ("SMEMBERS", k.pinned), ("HSCAN", k.attrs, 0, "COUNT", FACTS_PAGE)))
-    if reply is None or not reply[0]:
-        return None
-    meta, pinned, (cursor, attrs) = reply
-    held = raw_stamp(meta)
-    while int(cursor):
-        page = yield PlainRead((("HMGET", k.meta, *STAMP), ("HSCAN", k.attrs, cursor, "COUNT", FACTS_PAGE)))
-        if page is None or tuple(page[0]) != held:
-            return None
-        cursor, more = page[1]
-        attrs.update(more)
-    ids = stored.listing(attrs, {}, by_seq=False)
-    stubs, values = [], {}
-    for i in ids:
-        try:
-            item_id = wire.text(i)
-            values[item_id] = value = wire.text(attrs[i])
-        except UnicodeDecodeError:  # corrupt: decoding it whole says where
-            return (yield from _with_bodies(state, meta, attrs, pinned, ids))
-        stub = facts.stub(item_id, value, i in pinned)
-        if stub is None:
-            return (yield from _with_bodies(state, meta, attrs, pinned, ids))
-        stubs.append(stub)
-    return Facts(wire.ReadReply(meta_text(meta), len(pinned), [], stubs), values)
-
-
-def _with_bodies(
-    state: WindowState, meta: dict[Any, Any], attrs: dict[Any, Any], pinned: set[Any], ids: list[Any]
-) -> Plan[wire.ReadReply | None]:
-    """The whole window in build order, from a facts read that cannot serve (``meta``, ``attrs``,
-    ``pinned``, and its ``ids`` in build order) and every body (one plain ``HGETALL :items``), so
-    that the facts are not read again; None when an item went in between or the server is at
-    maxmemory. Whether the window changed since the facts is the caller's to check: its
-    ``built`` event holds their meta (an item added since is not among ``ids``)."""
-    reply = yield PlainRead((("HGETALL", state.keys.items),))
-    if reply is None:
-        return None
-    jsons = reply[0]
-    if any(i not in jsons for i in ids):
-        return None
-    return _whole_reply(meta, jsons, attrs, pinned, ids)
-
-
-def read_bodies(
-    state: WindowState, got: Facts, stubs: list[ContextItem], event: wire.Args
-) -> Plan[list[ContextItem] | None]:
-    """The stored items ``stubs`` (from ``got``) stand for, in their order: one plain ``HMGET``
-    of their bodies and, in the same transaction, ``event`` (event.lua's arguments: the
-    ``built`` event, written only while the window holds ``got``'s meta, so the bodies are
-    ``got``'s too). None when the window moved on (nothing written), a body disagrees with its
-    letters (the event is written: only corruption or another writer's letters can do that), or
-    the server is at maxmemory: the caller builds on a whole read then."""
-    ids = [s.id or "" for s in stubs]
-    reads = (("HMGET", state.keys.items, *ids),) if ids else ()
-    reply = yield PlainRead(reads, then=ScriptCall("event", state.keys, event))
-    if reply is None or raise_for_reply(reply[-1]) != 1:
-        return None
-    out = []
-    for stub, json in zip(stubs, reply[0] if ids else [], strict=True):
-        attrs = got.attrs[stub.id or ""]
-        if json is None:
-            return None
-        item = stored.decode_item([stub.id, json, attrs, stub.pinned])
-        if facts.of_item(item) != facts.stored_letters(attrs):
-            return None
-        out.append(item)
-    return out
 
 
 #: the meta fields that change whenever a window's items do (an add, a removal, a change in place)

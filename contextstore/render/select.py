@@ -216,7 +216,7 @@ def candidates(units: Units, options: BuildOptions, key: Key = build_key) -> tup
     taken = 0
     for unit in order:
         if unit.messages:
-            fits = history and taken + unit.messages <= most
+            fits = history and takes_history(unit.messages, taken, most)
             taken += unit.messages if fits else 0
         else:
             fits = all(_allowed(i.type, options) for i in unit.items)
@@ -225,6 +225,12 @@ def candidates(units: Units, options: BuildOptions, key: Key = build_key) -> tup
         else:
             left += unit.items
     return offered, [i.id or "" for i in sorted(left, key=lambda i: i.seq)]
+
+
+def takes_history(messages: int, taken: int, most: int) -> bool:
+    """Whether a conversation unit of ``messages`` messages competes for the budget after newer
+    ones holding ``taken`` (``max_history_items``: ``most``): while the count fits."""
+    return taken + messages <= most
 
 
 class OfferTable:

@@ -1,0 +1,205 @@
+"""The facts a cold chat build chooses by, and the bodies of what it chose (``plans/chat.py``):
+plain commands, no item body until the choice is made, and what is read follows what the build
+can offer, not the window's length."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..core import facts, stored, wire
+from ..core.layout import RANK_WEIGHT, meta_text
+from ..errors import raise_for_reply
+from ..types import ContextItem, ItemType
+from .base import PlainRead, Plan, ScriptCall, WindowState
+from .reads import ATTEMPTS, STAMP, raw_stamp
+
+
+@dataclass(slots=True)
+class Facts:
+    """What a build chooses by, read without the items' bodies (``read_facts``): the window's
+    meta and pinned count, and its items as ``facts.stub`` makes them, in build order
+    (``found.decoded``); with each id's ``:attrs`` value, which decoding its body needs."""
+
+    found: wire.ReadReply
+    attrs: dict[str, str]
+
+
+#: ``:attrs`` fields the first round trip of a facts read scans: a small hash (a listpack, up to
+#: 128 fields on Redis 7 and Valkey, 512 on 6.2) comes whole whatever the count, and then the
+#: facts are read in that one round trip; a large one sends about this many, then the walk
+SCAN_COUNT = 32
+#: ``:order`` scores below and from which items are not conversation messages (the ranks of
+#: ``user_message`` and ``assistant_message``, 5 and 6, lie between): what ``ZRANGEBYSCORE`` lists
+_BEFORE_CONVERSATION = f"({ItemType.USER_MESSAGE.rank * RANK_WEIGHT}"
+_AFTER_CONVERSATION = str((ItemType.ASSISTANT_MESSAGE.rank + 1) * RANK_WEIGHT)
+#: ``settled(stubs, oldest)``: whether the facts read so far (every unit whose newest member's
+#: seq is at least ``oldest``, whole, and every pinned or non-conversation item) decide the build
+Settled = Callable[[list[ContextItem], int], bool]
+
+
+def read_facts(state: WindowState, settled: Settled, recent: int) -> Plan[Facts | None]:
+    """What a build within a budget chooses by (``plans/chat.py``), in plain commands and no item
+    body: the window's meta and pins, and the ``:attrs`` of the items a build can offer. A small
+    window's come whole in one round trip (``SCAN_COUNT``). Of a larger one: every pinned item,
+    every item that is not a conversation message, and the conversation from the newest back
+    (``recent`` ids first, twice as many each further step) until ``settled`` says the build's
+    conversation is decided (``max_history_items``), each item with the members of its tool-call
+    group; so what it reads follows the options, not the window's length. Every round trip
+    checks the meta's epoch, seq and item count: the facts count only while those hold still
+    (read again, ``ATTEMPTS`` times). None when the window is missing or kept moving, when an
+    item's letters are missing (stored before they were kept) or say its body is needed
+    (``facts.stub``), or when the client is a cluster's: the caller reads the window whole then."""
+    if not state.plain_reads:
+        return None
+    for _ in range(ATTEMPTS):
+        got = yield from _facts_once(state, settled, max(1, recent))
+        if got is not _MOVED:
+            return got
+    return None
+
+
+#: what one attempt of a facts read answers when the window changed between its round trips
+_MOVED = Facts(wire.ReadReply({}, 0, []), {})
+
+
+def _facts_once(state: WindowState, settled: Settled, recent: int) -> Plan[Facts | None]:
+    """One attempt of ``read_facts``; ``_MOVED`` when the window changed under it."""
+    k = state.keys
+    first = yield PlainRead((
+        ("HGETALL", k.meta), ("SMEMBERS", k.pinned), ("HSCAN", k.attrs, 0, "COUNT", SCAN_COUNT),
+        ("ZRANGEBYSCORE", k.order, "-inf", _BEFORE_CONVERSATION),
+        ("ZRANGEBYSCORE", k.order, _AFTER_CONVERSATION, "+inf"),
+        ("LRANGE", k.fifo, -recent, -1),
+    ))  # fmt: skip
+    if first is None or not first[0]:
+        return None
+    meta, pinned, (cursor, scanned), before, after, page = first
+    walk = _Walk(set(pinned) | set(before) | set(after), page, recent)
+    if not int(cursor):  # the whole of :attrs
+        walk.attrs, walk.todo, walk.whole = scanned, set(), True
+    while True:
+        if not walk.pending():
+            stubs = walk.stubs(pinned)
+            if stubs is None:
+                return None
+            if walk.whole or settled(stubs, walk.oldest()):
+                values = {wire.text(i): wire.text(v) for i, v in walk.attrs.items()}
+                return Facts(wire.ReadReply(meta_text(meta), len(pinned), [], stubs), values)
+            walk.more = True
+        reply = yield PlainRead((("HMGET", k.meta, *STAMP), *walk.commands(k)))
+        if reply is None:
+            return None
+        if tuple(reply[0]) != raw_stamp(meta):
+            return _MOVED
+        if not walk.took(reply[1:]):
+            return None  # an id without attrs: corrupt, the whole read says where
+
+
+class _Walk:
+    """One facts read under way: the attrs read so far, the ids and groups still to read, and
+    how far back along ``:fifo`` it has come."""
+
+    def __init__(self, ids: set[Any], page: list[Any], size: int) -> None:
+        #: id -> its ``:attrs`` value (bytes), for every id read
+        self.attrs: dict[Any, Any] = {}
+        self.todo: set[Any] = ids | set(page)
+        self.groups: set[Any] = set()  # groups whose members are still to list
+        self.listed: set[Any] = set()  # groups listed
+        #: the ``:fifo`` ids read, oldest first, and whether that is all of ``:fifo``
+        self.recent: list[Any] = list(page)
+        self.whole = len(page) < size
+        #: the next page's size, and whether the next round trip reads it
+        self.size = size * 2
+        self.more = False
+        #: what the last round trip asked for (``commands``)
+        self.asked: list[Any] = []
+        self.asked_groups: list[Any] = []
+
+    def commands(self, k: Any) -> list[tuple[Any, ...]]:
+        """This round trip's reads: the attrs still to read, the groups' members, a page."""
+        self.asked = sorted(self.todo - self.attrs.keys())
+        self.asked_groups = sorted(self.groups)
+        self.todo, self.groups = set(), set()
+        reads: list[tuple[Any, ...]] = []
+        if self.asked:
+            reads.append(("HMGET", k.attrs, *self.asked))
+        if self.asked_groups:
+            reads.append(("HMGET", k.groups, *self.asked_groups))
+        if self.more:
+            reads.append(("LRANGE", k.fifo, -len(self.recent) - self.size, -len(self.recent) - 1))
+        return reads
+
+    def took(self, replies: list[Any]) -> bool:
+        """Take a round trip's replies (``commands``); False when an id has no attrs."""
+        at = 0
+        if self.asked:
+            for i, value in zip(self.asked, replies[at], strict=True):
+                if value is None or not isinstance(value, bytes):
+                    return False
+                self.attrs[i] = value
+                group = value.split(b"|")[5] if value.count(b"|") >= 5 else b""
+                if group and group not in self.listed and not self.whole:
+                    self.groups.add(group)
+                    self.listed.add(group)
+            at += 1
+        if self.asked_groups:
+            for members in replies[at]:
+                self.todo.update((members or b"").split())
+            at += 1
+        if self.more:
+            page = replies[at]
+            self.recent[:0] = page
+            self.todo.update(page)
+            self.whole = len(page) < self.size
+            self.size, self.more = self.size * 2, False
+        return True
+
+    def pending(self) -> bool:
+        """Whether ids or groups are still to read."""
+        return bool(self.groups or self.todo - self.attrs.keys())
+
+    def oldest(self) -> int:
+        """The seq of the oldest ``:fifo`` id read (0: all of them)."""
+        return 0 if self.whole or not self.recent else int(self.attrs[self.recent[0]].split(b"|", 1)[0])
+
+    def stubs(self, pinned: set[Any]) -> list[ContextItem] | None:
+        """The items read, as ``facts.stub`` makes them, in build order; None when one cannot be
+        chosen without its body (or its attrs do not decode: the whole read says where)."""
+        out = []
+        for i in stored.listing(self.attrs, {}, by_seq=False):
+            try:
+                stub = facts.stub(wire.text(i), wire.text(self.attrs[i]), i in pinned)
+            except UnicodeDecodeError:
+                return None
+            if stub is None:
+                return None
+            out.append(stub)
+        return out
+
+
+def read_bodies(
+    state: WindowState, got: Facts, stubs: list[ContextItem], event: wire.Args
+) -> Plan[list[ContextItem] | None]:
+    """The stored items ``stubs`` (from ``got``) stand for, in their order: one plain ``HMGET``
+    of their bodies and, in the same transaction, ``event`` (event.lua's arguments: the
+    ``built`` event, written only while the window holds ``got``'s meta, so the bodies are
+    ``got``'s too). None when the window moved on (nothing written), a body disagrees with its
+    letters (the event is written: only corruption or another writer's letters can do that), or
+    the server is at maxmemory: the caller builds on a whole read then."""
+    ids = [s.id or "" for s in stubs]
+    reads = (("HMGET", state.keys.items, *ids),) if ids else ()
+    reply = yield PlainRead(reads, then=ScriptCall("event", state.keys, event))
+    if reply is None or raise_for_reply(reply[-1]) != 1:
+        return None
+    out = []
+    for stub, json in zip(stubs, reply[0] if ids else [], strict=True):
+        attrs = got.attrs[stub.id or ""]
+        if json is None:
+            return None
+        item = stored.decode_item([stub.id, json, attrs, stub.pinned])
+        if facts.of_item(item) != facts.stored_letters(attrs):
+            return None
+        out.append(item)
+    return out
