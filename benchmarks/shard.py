@@ -253,13 +253,13 @@ def cold_build_costs(url: str, messages: int) -> dict[str, dict[str, float]]:
         total = w.stats().current_tokens
     out: dict[str, dict[str, float]] = {}
     stateless = cs.ContextStore.from_url(url, prefix="shard", item_limit=messages * 4, item_cache_bytes=0)
-    facts_path = chat_plans._chooses_from_facts
+    facts_path = chat_plans.chooses_from_facts
     for label, budget in (("fits", 400_000), ("3x over", total // 3)):
         opts = cs.BuildOptions(max_tokens=budget, reserve_for_response=0, max_history_items=100_000)
         build = partial(lambda i, opts: stateless.handle("cold", **handle).build_messages_structured(opts), opts=opts)
-        chat_plans._chooses_from_facts = lambda *_: False  # benchmark only: the whole read, side by side
+        chat_plans.chooses_from_facts = lambda *_: False  # benchmark only: the whole read, side by side
         out[f"chat build, stateless worker, {label}: whole read"] = measured(r, build, 60)
-        chat_plans._chooses_from_facts = facts_path
+        chat_plans.chooses_from_facts = facts_path
         out[f"chat build, stateless worker, {label}: facts, then the bodies"] = measured(r, build, 60)
     stateless.close()
     r.close()

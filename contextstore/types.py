@@ -156,7 +156,10 @@ class BuiltContext(msgspec.Struct, frozen=True, kw_only=True):
 
     Every item of the window is in exactly one of three lists: ``included_item_ids``,
     ``excluded_item_ids`` (a candidate that did not fit the budget) and ``omitted_item_ids``
-    (left out by the options: an ``include_*`` flag or ``max_history_items``)."""
+    (left out by the options: an ``include_*`` flag or ``max_history_items``), except that a
+    build from the window's facts (a store without an item cache, a ``max_tokens`` of its own)
+    lists in ``omitted_item_ids`` only what it read: not the conversation older than
+    ``max_history_items`` reaches."""
 
     content: str
     total_tokens: int

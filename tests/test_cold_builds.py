@@ -275,7 +275,7 @@ def _attrs_asked(monkeypatch) -> list[int]:
     return asked
 
 
-def _same_choice(got: cs.BuiltMessages, whole: cs.BuiltMessages) -> None:
+def _same_choice(got: Any, whole: Any) -> None:
     """``got`` is ``whole`` but for ``omitted_item_ids``: those of ``whole`` that ``got`` read."""
     a, b = msgspec.to_builtins(got), msgspec.to_builtins(whole)
     omitted = a.pop("omitted_item_ids")
@@ -315,23 +315,34 @@ def _agent_window(w, turns: int, shape: str = "chat") -> None:
     ids=["10 messages", "3 messages", "40 messages, tight", "40 messages, arrival", "no memory", "no history"],
 )
 @pytest.mark.parametrize("shape", ["chat", "code between messages", "a long agent run"])
+@pytest.mark.parametrize("kind", ["messages", "text"])
+@pytest.mark.parametrize("api", ["sync"], indirect=True)  # one plan: the asyncio shell runs it in the other tests
 def test_a_big_window_is_built_from_the_facts_of_what_the_build_can_offer(
-    make_store, redis_url, prefix, r, bodies_asked, monkeypatch, opts, shape
+    make_store, redis_url, prefix, r, bodies_asked, monkeypatch, opts, shape, kind
 ):
     """Of a window too large to scan in one call, a stateless build reads the facts of what it
     may offer only: pinned items, items that are not conversation messages, and the newest
-    conversation back as far as ``max_history_items`` reaches (each with its tool-call group).
-    It chooses exactly what a whole read chooses; ``omitted_item_ids`` lists the items it read
-    and left out, the start of the whole read's list."""
+    conversation back as far as ``max_history_items`` reaches (each with its tool-call group);
+    a chat build then reads the bodies it takes, a text build those of what it may offer (it
+    counts joints with their edges). Either chooses exactly what a whole read chooses;
+    ``omitted_item_ids`` lists the items it read and left out, the start of the whole read's."""
     if on_cluster(redis_url):
         pytest.skip("a cluster's client reads with scripts")
     monkeypatch.setattr(cold, "SCAN_COUNT", 1)  # ~670 items: a hash table, not read in one call
     w = make_store().window("long", max_items=1000)
     _agent_window(w, 200, shape)  # 670-1000 items: :attrs is a hash table
     asked = _attrs_asked(monkeypatch)
-    got = make_store(item_cache_bytes=0).window("long").build_messages_structured(opts)
-    assert bodies_asked == [got.included_item_ids]
-    _same_choice(got, _whole(redis_url, prefix, "long", opts))
+    stateless = make_store(item_cache_bytes=0).window("long")
+    r.config_resetstat()
+    if kind == "messages":
+        got = stateless.build_messages_structured(opts)
+        assert bodies_asked == [got.included_item_ids]
+        _same_choice(got, _whole(redis_url, prefix, "long", opts))
+    else:
+        got = stateless.build_structured(opts)
+        assert r.info("commandstats")["cmdstat_hgetall"]["calls"] == 1  # :meta; a whole read adds :items, :attrs
+        with cs.ContextStore.from_url(redis_url, prefix=prefix) as fresh:
+            _same_choice(got, fresh.window("long").build_structured(opts))
     count = len(w.items())
     assert 0 < sum(asked) < count * 0.6, (asked, count)  # the tool results come with their calls
 

@@ -13,10 +13,11 @@ from ..core import validate, wire
 from ..core.layout import Meta, window_version
 from ..errors import BudgetTooSmallError, InvalidOptionsError, NoConversationError, raise_for_reply
 from ..render import markdown, prompt
-from ..render.select import RELEVANT_TYPES
+from ..render.select import RELEVANT_TYPES, history_read, units_for
 from ..types import BuildOptions, BuiltContext, CompactionStrategy, ContextItem, WindowConfig
 from .base import Plan, ScriptCall, Settings, WindowState
 from .cached import cached_for_build, read_for_build
+from .cold import chooses_from_facts, read_facts, read_offered, recent_for
 from .compaction import compact, has_helper
 from .items import items
 from .relevance import scores
@@ -123,7 +124,23 @@ def build(settings: Settings, state: WindowState, options: object = None) -> Pla
     """The prompt within the budget: pinned items first, then candidates in build order while
     they fit. Deletes nothing unless ``compact=True``; appends a ``built`` event."""
     opts = prompt.validate_options(options)
-    return (yield from cache_first(settings, state, opts, partial(_build, settings, state, opts, time.perf_counter())))
+    run = partial(_build, settings, state, opts, time.perf_counter())
+    if chooses_from_facts(settings, state, opts):
+        got = yield from read_facts(state, partial(_history_read, opts), recent_for(opts))
+        found = (yield from read_offered(state, got)) if got is not None else None
+        if found is not None:
+            done = yield from run(found, {f: found.meta.get(f, "") for f in Meta.BUILD_INPUTS})
+            if done is not None:
+                return done
+    return (yield from cache_first(settings, state, opts, run))
+
+
+def _history_read(options: BuildOptions, items: list[ContextItem], oldest: int) -> bool:
+    """Whether ``items`` (a facts read so far, ``cold.read_facts``) hold every conversation unit
+    a text build with ``options`` offers (``select.history_read``)."""
+    if not options.include_recent_history or options.max_history_items < 1:
+        return True
+    return history_read(units_for(items, None), oldest, options.max_history_items)
 
 
 def _build(

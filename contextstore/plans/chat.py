@@ -19,11 +19,11 @@ from ..core import wire
 from ..core.layout import Meta, window_version
 from ..errors import BudgetTooSmallError, InvalidOptionsError, NoConversationError
 from ..render import messages, prompt
-from ..render.select import Choice, Unit, choose, members, newest_with, ranked_key, takes_history, units_for
+from ..render.select import Choice, Unit, choose, history_read, members, newest_with, ranked_key, units_for
 from ..types import BuildOptions, BuiltMessages, ContextItem
 from .base import Plan, Settings, WindowState
 from .build import budget_of, built_event, cache_first, compact_first, dropped_newest, relevance_of, seq_lookup
-from .cold import read_bodies, read_facts
+from .cold import chooses_from_facts, read_bodies, read_facts, recent_for
 
 T = TypeVar("T")
 #: how a build from the facts reads the chosen items (``cold.read_bodies``): given their stubs
@@ -65,31 +65,11 @@ def build_messages(
     pinned first; every tool result right after its call. Appends a ``built`` event."""
     opts, fmt = prompt.validate_options(options), _check_format(format)
     run = partial(_build_messages, settings, state, opts, fmt)
-    if _chooses_from_facts(settings, state, opts):
+    if chooses_from_facts(settings, state, opts):
         done = yield from _from_facts(state, opts, run)
         if done is not None:
             return done
     return (yield from cache_first(settings, state, opts, run))
-
-
-def _chooses_from_facts(settings: Settings, state: WindowState, options: BuildOptions) -> bool:
-    """Whether a chat build chooses from the window's facts and reads only the bodies it takes
-    (``_from_facts``), rather than reading the window whole. It does on a store
-    that keeps no items between builds (``item_cache_bytes=0``: a stateless worker, whose every
-    build starts cold), for a build with a budget of its own (``BuildOptions.max_tokens``) below
-    the window's ``max_tokens`` (a window that its own limit and compaction keep within the
-    budget mostly fits, and reading it whole is one round trip less), with no compaction and no
-    relevance scores (which read every body). A store with an item cache reads a window it does
-    not hold whole instead, and keeps it: its next builds of that window then cost the shard
-    next to nothing; a window last read too large for the cache to keep (``ItemCache.too_large``)
-    is built from its facts, as by a stateless store."""
-    limit = options.max_tokens
-    cached = settings.item_cache_bytes and not settings.item_cache.too_large(state.keys.meta)
-    if cached or not state.plain_reads or options.compact or limit is None:
-        return False
-    if options.query and settings.relevance_scorer is not None:
-        return False
-    return state.config.max_tokens is None or limit < state.config.max_tokens
 
 
 def _from_facts(state: WindowState, options: BuildOptions, run: Callable[..., Plan[T | None]]) -> Plan[T | None]:
@@ -101,8 +81,7 @@ def _from_facts(state: WindowState, options: BuildOptions, run: Callable[..., Pl
     serve (``read_facts``), the window moved on meanwhile, or a body disagrees with its letters
     (its event was written: the whole read writes another): the caller builds on a whole read
     then."""
-    most = options.max_history_items if options.include_recent_history else 0
-    got = yield from read_facts(state, partial(_settled, options), recent=2 * most + 16)
+    got = yield from read_facts(state, partial(_settled, options), recent_for(options))
     if got is None:
         return None
     held = {f: got.found.meta.get(f, "") for f in Meta.BUILD_INPUTS}
@@ -118,12 +97,7 @@ def _settled(options: BuildOptions, items: list[ContextItem], oldest: int) -> bo
     if not options.include_recent_history or options.max_history_items < 1:
         return True
     usable, _ = _message_units(items, None)
-    units = units_for(usable, None)
-    taken = 0
-    for unit in sorted((u for u in units.offers if u.messages and u.newest >= oldest), key=lambda u: -u.newest):
-        if takes_history(unit.messages, taken, options.max_history_items):
-            taken += unit.messages
-    if taken < options.max_history_items:
+    if not history_read(units_for(usable, None), oldest, options.max_history_items):
         return False
     # a context item in the user's role, older than the read, is the question here; a newer
     # user message may lie in what is not read yet

@@ -11,9 +11,35 @@ from typing import Any
 from ..core import facts, stored, wire
 from ..core.layout import RANK_WEIGHT, meta_text
 from ..errors import raise_for_reply
-from ..types import ContextItem, ItemType
-from .base import PlainRead, Plan, ScriptCall, WindowState
+from ..types import BuildOptions, ContextItem, ItemType
+from .base import PlainRead, Plan, ScriptCall, Settings, WindowState
 from .reads import ATTEMPTS, STAMP, raw_stamp
+
+
+def chooses_from_facts(settings: Settings, state: WindowState, options: BuildOptions) -> bool:
+    """Whether a build reads the facts of what it can offer (``read_facts``) rather than the
+    window whole. It does on a store that keeps no items between builds (``item_cache_bytes=0``:
+    a stateless worker, whose every build starts cold), for a build with a budget of its own
+    (``BuildOptions.max_tokens``) below the window's ``max_tokens`` (a window that its own limit
+    and compaction keep within the budget mostly fits, and reading it whole is one round trip
+    less), with no compaction and no relevance scores (which read every body). A store with an
+    item cache reads a window it does not hold whole instead, and keeps it: its next builds of
+    that window then cost the shard next to nothing; a window last read too large for the cache
+    to keep (``ItemCache.too_large``) is built from its facts, as by a stateless store."""
+    limit = options.max_tokens
+    cached = settings.item_cache_bytes and not settings.item_cache.too_large(state.keys.meta)
+    if cached or not state.plain_reads or options.compact or limit is None:
+        return False
+    if options.query and settings.relevance_scorer is not None:
+        return False
+    return state.config.max_tokens is None or limit < state.config.max_tokens
+
+
+def recent_for(options: BuildOptions) -> int:
+    """How many of the newest ids a facts read for a build with ``options`` takes first: twice
+    the conversation it may offer, and some, so one step mostly suffices."""
+    most = options.max_history_items if options.include_recent_history else 0
+    return 2 * most + 16
 
 
 @dataclass(slots=True)
@@ -203,3 +229,25 @@ def read_bodies(
             return None
         out.append(item)
     return out
+
+
+def read_offered(state: WindowState, got: Facts) -> Plan[wire.ReadReply | None]:
+    """The items ``got``'s facts name, whole (a text build chooses with its items' edges, which
+    only the bodies hold): one plain ``HMGET`` of their bodies, checked against the window's
+    epoch, seq and count in the same transaction. ``got.found`` with them decoded, in build
+    order; None when the window moved on, an item went, or the server is at maxmemory: the
+    caller builds on a whole read then."""
+    stubs = got.found.decoded or []
+    ids = [s.id or "" for s in stubs]
+    bodies = (("HMGET", state.keys.items, *ids),) if ids else ()
+    reply = yield PlainRead((("HMGET", state.keys.meta, *STAMP), *bodies))
+    held = tuple(got.found.meta.get(f) for f in STAMP)
+    if reply is None or tuple(wire.text(v) if v is not None else None for v in reply[0]) != held:
+        return None
+    out = []
+    for stub, json in zip(stubs, reply[1] if ids else [], strict=True):
+        if json is None:
+            return None
+        out.append(stored.decode_item([stub.id, json, got.attrs[stub.id or ""], stub.pinned]))
+    got.found.decoded = out
+    return got.found

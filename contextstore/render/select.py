@@ -233,6 +233,18 @@ def takes_history(messages: int, taken: int, most: int) -> bool:
     return taken + messages <= most
 
 
+def history_read(units: Units, oldest: int, most: int) -> bool:
+    """Whether the conversation units that compete for a build's budget (newest first, while
+    ``takes_history`` lets them: ``max_history_items`` is ``most``) are all among ``units``
+    whose newest member's seq is at least ``oldest``: a read of a window's newest items that got
+    that far back holds every one a whole read would offer."""
+    taken = 0
+    for unit in sorted((u for u in units.offers if u.messages and u.newest >= oldest), key=lambda u: -u.newest):
+        if takes_history(unit.messages, taken, most):
+            taken += unit.messages
+    return taken == most
+
+
 class OfferTable:
     """The offered units' costs laid out for one pass of ``choose``: ``costs[i]`` is unit i's
     cost, ``floor[i]`` the cheapest cost from unit i on (so once the room left is below it,
