@@ -302,23 +302,27 @@ def _agent_window(w, turns: int, shape: str = "chat") -> None:
             w.add(f"step {n}: " + "trying " * 8, role="assistant")
 
 
-@pytest.mark.parametrize(
-    "opts",
-    [
-        cs.BuildOptions(max_tokens=900, reserve_for_response=0),  # max_history_items=10
-        cs.BuildOptions(max_tokens=900, reserve_for_response=0, max_history_items=3),
-        cs.BuildOptions(max_tokens=300, reserve_for_response=0, max_history_items=40),
-        cs.BuildOptions(max_tokens=5000, reserve_for_response=0, max_history_items=40, order="arrival"),
-        cs.BuildOptions(max_tokens=900, reserve_for_response=0, include_relevant_memory=False),
-        cs.BuildOptions(max_tokens=900, reserve_for_response=0, include_recent_history=False),
-    ],
-    ids=["10 messages", "3 messages", "40 messages, tight", "40 messages, arrival", "no memory", "no history"],
-)
+#: the option sets a big window is built with (a text build takes four of them: it reads as a chat build does)
+BIG_OPTS = {
+    "10 messages": cs.BuildOptions(max_tokens=900, reserve_for_response=0),
+    "3 messages": cs.BuildOptions(max_tokens=900, reserve_for_response=0, max_history_items=3),
+    "40 messages, tight": cs.BuildOptions(max_tokens=300, reserve_for_response=0, max_history_items=40),
+    "40 messages, arrival": cs.BuildOptions(
+        max_tokens=5000, reserve_for_response=0, max_history_items=40, order="arrival"
+    ),
+    "no memory": cs.BuildOptions(max_tokens=900, reserve_for_response=0, include_relevant_memory=False),
+    "no history": cs.BuildOptions(max_tokens=900, reserve_for_response=0, include_recent_history=False),
+}
+BIG_CASES = [("messages", name) for name in BIG_OPTS] + [
+    ("text", name) for name in ("10 messages", "40 messages, tight", "no memory", "no history")
+]
+
+
+@pytest.mark.parametrize("kind, options", BIG_CASES, ids=[f"{k}-{o}" for k, o in BIG_CASES])
 @pytest.mark.parametrize("shape", ["chat", "code between messages", "a long agent run"])
-@pytest.mark.parametrize("kind", ["messages", "text"])
 @pytest.mark.parametrize("api", ["sync"], indirect=True)  # one plan: the asyncio shell runs it in the other tests
 def test_a_big_window_is_built_from_the_facts_of_what_the_build_can_offer(
-    make_store, redis_url, prefix, r, bodies_asked, monkeypatch, opts, shape, kind
+    make_store, redis_url, prefix, r, bodies_asked, monkeypatch, kind, options, shape
 ):
     """Of a window too large to scan in one call, a stateless build reads the facts of what it
     may offer only: pinned items, items that are not conversation messages, and the newest
@@ -328,6 +332,7 @@ def test_a_big_window_is_built_from_the_facts_of_what_the_build_can_offer(
     ``omitted_item_ids`` lists the items it read and left out, the start of the whole read's."""
     if on_cluster(redis_url):
         pytest.skip("a cluster's client reads with scripts")
+    opts = BIG_OPTS[options]
     monkeypatch.setattr(cold, "SCAN_COUNT", 1)  # ~670 items: a hash table, not read in one call
     w = make_store().window("long", max_items=1000)
     _agent_window(w, 200, shape)  # 670-1000 items: :attrs is a hash table
