@@ -14,7 +14,7 @@ import redis
 import contextstore as cs
 from contextstore.core import facts
 from contextstore.plans import chat as chat_plans
-from contextstore.plans import cold
+from contextstore.plans import cold, reads
 
 from support import on_cluster
 
@@ -350,6 +350,34 @@ def test_a_big_window_is_built_from_the_facts_of_what_the_build_can_offer(
             _same_choice(got, fresh.window("long").build_structured(opts))
     count = len(w.items())
     assert 0 < sum(asked) < count * 0.6, (asked, count)  # the tool results come with their calls
+
+
+@pytest.mark.parametrize("kind", ["messages", "text"])
+@pytest.mark.parametrize("limit", [None, 20_000], ids=["no budget", "the window's own budget"])
+@pytest.mark.parametrize("api", ["sync"], indirect=True)
+def test_a_window_too_large_to_read_whole_is_built_from_its_facts_without_a_budget_of_its_own(
+    make_store, redis_url, prefix, r, bodies_asked, monkeypatch, kind, limit
+):
+    """A build without a budget of its own reads a window that fits one read whole (as the test
+    above shows), but one over that page from its facts, as a build with a budget does."""
+    if on_cluster(redis_url):
+        pytest.skip("a cluster's client reads with scripts")
+    monkeypatch.setattr(cold, "SCAN_COUNT", 1)
+    monkeypatch.setattr(reads, "PAGE_IDS", 300)  # a whole read's page: the window is over it
+    w = make_store().window("unbudgeted", max_items=1000, max_tokens=limit)
+    _agent_window(w, 200)
+    opts = cs.BuildOptions(reserve_for_response=0)
+    stateless = make_store(item_cache_bytes=0).handle("unbudgeted")  # its config: the caller's
+    r.config_resetstat()
+    if kind == "messages":
+        got = stateless.build_messages_structured(opts)
+        assert bodies_asked == [got.included_item_ids]
+    else:
+        got = stateless.build_structured(opts)
+    assert r.info("commandstats")["cmdstat_hgetall"]["calls"] == 1  # :meta; a whole read adds :items, :attrs
+    with cs.ContextStore.from_url(redis_url, prefix=prefix) as fresh:
+        whole = fresh.window("unbudgeted")
+        _same_choice(got, whole.build_messages_structured(opts) if kind == "messages" else whole.build_structured(opts))
 
 
 def test_the_facts_count_only_while_the_window_holds_still(make_store, redis_url, prefix, r, bodies_asked, monkeypatch):

@@ -125,7 +125,7 @@ def build(settings: Settings, state: WindowState, options: object = None) -> Pla
     they fit. Deletes nothing unless ``compact=True``; appends a ``built`` event."""
     opts = prompt.validate_options(options)
     run = partial(_build, settings, state, opts, time.perf_counter())
-    if chooses_from_facts(settings, state, opts):
+    if (yield from chooses_from_facts(settings, state, opts)):
         got = yield from read_facts(state, partial(_history_read, opts), recent_for(opts))
         found = (yield from read_offered(state, got)) if got is not None else None
         if found is not None:

@@ -65,7 +65,7 @@ def build_messages(
     pinned first; every tool result right after its call. Appends a ``built`` event."""
     opts, fmt = prompt.validate_options(options), _check_format(format)
     run = partial(_build_messages, settings, state, opts, fmt)
-    if chooses_from_facts(settings, state, opts):
+    if (yield from chooses_from_facts(settings, state, opts)):
         done = yield from _from_facts(state, opts, run)
         if done is not None:
             return done

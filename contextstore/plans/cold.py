@@ -13,26 +13,30 @@ from ..core.layout import RANK_WEIGHT, meta_text
 from ..errors import raise_for_reply
 from ..types import BuildOptions, ContextItem, ItemType
 from .base import PlainRead, Plan, ScriptCall, Settings, WindowState
-from .reads import ATTEMPTS, STAMP, raw_stamp
+from .reads import ATTEMPTS, STAMP, plain_ok, raw_stamp
 
 
-def chooses_from_facts(settings: Settings, state: WindowState, options: BuildOptions) -> bool:
+def chooses_from_facts(settings: Settings, state: WindowState, options: BuildOptions) -> Plan[bool]:
     """Whether a build reads the facts of what it can offer (``read_facts``) rather than the
     window whole. It does on a store that keeps no items between builds (``item_cache_bytes=0``:
-    a stateless worker, whose every build starts cold), for a build with a budget of its own
-    (``BuildOptions.max_tokens``) below the window's ``max_tokens`` (a window that its own limit
-    and compaction keep within the budget mostly fits, and reading it whole is one round trip
-    less), with no compaction and no relevance scores (which read every body). A store with an
-    item cache reads a window it does not hold whole instead, and keeps it: its next builds of
-    that window then cost the shard next to nothing; a window last read too large for the cache
-    to keep (``ItemCache.too_large``) is built from its facts, as by a stateless store."""
+    a stateless worker, whose every build starts cold), with no compaction and no relevance
+    scores (which read every body), for a build with a budget of its own
+    (``BuildOptions.max_tokens``) below the window's ``max_tokens``, or for a window too large
+    to read whole in one call (``reads.plain_ok``: its config bounds it, or one ``HMGET`` of its
+    counts says so). A window that fits, built within its own limit, is read whole: that costs
+    the shard less (docs/benchmarks.md). A store with an item cache reads a window it does not
+    hold whole instead, and keeps it: its next builds of that window then cost the shard next
+    to nothing; a window last read too large for the cache to keep (``ItemCache.too_large``) is
+    built from its facts, as by a stateless store."""
     limit = options.max_tokens
     cached = settings.item_cache_bytes and not settings.item_cache.too_large(state.keys.meta)
-    if cached or not state.plain_reads or options.compact or limit is None:
+    if cached or not state.plain_reads or options.compact:
         return False
     if options.query and settings.relevance_scorer is not None:
         return False
-    return state.config.max_tokens is None or limit < state.config.max_tokens
+    if limit is not None and (state.config.max_tokens is None or limit < state.config.max_tokens):
+        return True
+    return not (yield from plain_ok(state))
 
 
 def recent_for(options: BuildOptions) -> int:
