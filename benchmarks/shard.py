@@ -241,8 +241,8 @@ def helper_costs(url: str, names: tuple[str, ...] = HELPER_SCRIPTS) -> list[list
 
 
 def _whole_read(*_: Any) -> Any:
-    """A ``chooses_from_facts`` that always answers False (a plan that asks nothing)."""
-    return False
+    """A ``cold_route`` that always reads whole (a plan that asks nothing)."""
+    return False, None
     yield  # a generator: the plans call it with ``yield from``
 
 
@@ -259,13 +259,13 @@ def cold_build_costs(url: str, messages: int) -> dict[str, dict[str, float]]:
         total = w.stats().current_tokens
     out: dict[str, dict[str, float]] = {}
     stateless = cs.ContextStore.from_url(url, prefix="shard", item_limit=messages * 4, item_cache_bytes=0)
-    facts_path = chat_plans.chooses_from_facts
+    facts_path = chat_plans.cold_route
     for label, budget in (("fits", 400_000), ("3x over", total // 3)):
         opts = cs.BuildOptions(max_tokens=budget, reserve_for_response=0, max_history_items=100_000)
         build = partial(lambda i, opts: stateless.handle("cold", **handle).build_messages_structured(opts), opts=opts)
-        chat_plans.chooses_from_facts = _whole_read  # benchmark only: the whole read, side by side
+        chat_plans.cold_route = _whole_read  # benchmark only: the whole read, side by side
         out[f"chat build, stateless worker, {label}: whole read"] = measured(r, build, 60)
-        chat_plans.chooses_from_facts = facts_path
+        chat_plans.cold_route = facts_path
         out[f"chat build, stateless worker, {label}: facts, then the bodies"] = measured(r, build, 60)
     stateless.close()
     r.close()

@@ -237,6 +237,12 @@ def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def build_inputs(meta: Mapping[str, str]) -> dict[str, str]:
+    """The ``Meta.BUILD_INPUTS`` fields of a decoded meta hash: what a build's ``built`` event
+    checks the window still holds (event.lua)."""
+    return {f: meta.get(f, "") for f in Meta.BUILD_INPUTS}
+
+
 def window_version(meta: Mapping[str, object]) -> str:
     """The window's ``version`` (§17) from its meta hash: the ``Meta.VERSION`` fields joined by
     ``.`` ("" for a missing window); lib/meta.lua's ``window_version`` makes the same."""

@@ -10,14 +10,14 @@ from typing import TypeVar
 
 from .. import logs
 from ..core import validate, wire
-from ..core.layout import Meta, window_version
+from ..core.layout import Meta, build_inputs, window_version
 from ..errors import BudgetTooSmallError, InvalidOptionsError, NoConversationError, raise_for_reply
 from ..render import markdown, prompt
 from ..render.select import RELEVANT_TYPES, history_read, units_for
 from ..types import BuildOptions, BuiltContext, CompactionStrategy, ContextItem, WindowConfig
 from .base import Plan, ScriptCall, Settings, WindowState
 from .cached import cached_for_build, read_for_build
-from .cold import chooses_from_facts, read_facts, read_offered, recent_for
+from .cold import cold_route, read_facts, read_offered, recent_for
 from .compaction import compact, has_helper
 from .items import items
 from .relevance import scores
@@ -90,12 +90,14 @@ def cache_first(
     state: WindowState,
     options: BuildOptions,
     run: Callable[[wire.ReadReply, dict[str, str] | None], Plan[T | None]],
+    fits: bool | None = None,
 ) -> Plan[T]:
     """``run`` a build from the store's cached window with no read first, when the options ask
     for no compaction and no relevance scores: its ``built`` event, written only if the window
     still holds what the build used, is then its one call. Else, or when the window moved on (then
     ``run`` answers None, having written nothing, and builds read first until a read finds the
-    window unchanged: ``ItemCache.moving``), ``run`` on a read."""
+    window unchanged: ``ItemCache.moving``), ``run`` on a read (``fits``: what a size probe of
+    this build already found, ``cold_route``)."""
     scored = bool(options.query) and settings.relevance_scorer is not None
     cached = cached_for_build(settings, state) if not options.compact and not scored else None
     if cached is not None:
@@ -107,7 +109,7 @@ def cache_first(
             if done is not None:
                 return done
             settings.item_cache.moving(state.keys.meta, True)
-    found = yield from read_for_build(settings, state)
+    found = yield from read_for_build(settings, state, fits)
     done = yield from run(found, None)
     assert done is not None  # a build on a read needs nothing to hold
     return done
@@ -125,22 +127,21 @@ def build(settings: Settings, state: WindowState, options: object = None) -> Pla
     they fit. Deletes nothing unless ``compact=True``; appends a ``built`` event."""
     opts = prompt.validate_options(options)
     run = partial(_build, settings, state, opts, time.perf_counter())
-    if (yield from chooses_from_facts(settings, state, opts)):
+    facts, fits = yield from cold_route(settings, state, opts)
+    if facts:
         got = yield from read_facts(state, partial(_history_read, opts), recent_for(opts))
         found = (yield from read_offered(state, got)) if got is not None else None
         if found is not None:
-            done = yield from run(found, {f: found.meta.get(f, "") for f in Meta.BUILD_INPUTS})
+            done = yield from run(found, build_inputs(found.meta))
             if done is not None:
                 return done
-    return (yield from cache_first(settings, state, opts, run))
+    return (yield from cache_first(settings, state, opts, run, fits))
 
 
 def _history_read(options: BuildOptions, items: list[ContextItem], oldest: int) -> bool:
     """Whether ``items`` (a facts read so far, ``cold.read_facts``) hold every conversation unit
     a text build with ``options`` offers (``select.history_read``)."""
-    if not options.include_recent_history or options.max_history_items < 1:
-        return True
-    return history_read(units_for(items, None), oldest, options.max_history_items)
+    return history_read(units_for(items, None), oldest, options)
 
 
 def _build(

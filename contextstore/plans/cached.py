@@ -8,20 +8,23 @@ from __future__ import annotations
 
 from ..core import wire
 from ..core.itemcache import CachedWindow
-from ..core.layout import Meta
+from ..core.layout import build_inputs
 from ..types import ContextItem
 from .base import Plan, Settings, WindowState
 from .reads import APPENDED, UNCHANGED, plain_ok, plain_whole, read_listing
 
 
-def read_for_build(settings: Settings, state: WindowState) -> Plan[wire.ReadReply]:
+def read_for_build(settings: Settings, state: WindowState, fits: bool | None = None) -> Plan[wire.ReadReply]:
     """The window in build order, for a build: the ids, and the JSON only of the items the
     store has not cached (``itemcache``); nothing but the meta when the cache holds the window
-    as it is; read again in full if the cache raced."""
+    as it is; read again in full if the cache raced. ``fits``: whether the window fits one
+    plain read, when the caller already asked (``reads.plain_ok``)."""
     cache, window = settings.item_cache, state.keys.meta
     known = cache.known(window)
     while True:
-        plain = (yield from plain_whole(state, "order")) if known is None and (yield from plain_ok(state)) else None
+        whole = known is None and (fits if fits is not None else (yield from plain_ok(state)))
+        fits = None  # asked again after a race
+        plain = (yield from plain_whole(state, "order")) if whole else None
         if plain is not None:  # nothing cached: the whole window, plainly
             found = plain.found
             return _cached(found, cache.merge(window, None, found.meta, found.raw, plain.ids) or ([], None))
@@ -60,5 +63,5 @@ def cached_for_build(settings: Settings, state: WindowState) -> tuple[wire.ReadR
     if known is None or known.read is None or cache.moving(window):
         return None
     meta, pinned = known.read
-    held = {f: meta.get(f, "") for f in Meta.BUILD_INPUTS}
+    held = build_inputs(meta)
     return wire.ReadReply(meta, pinned, [], known.ordered, cache.touch(window, known)), held

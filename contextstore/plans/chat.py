@@ -16,14 +16,14 @@ from typing import Any, Literal, TypeVar
 
 from .. import logs
 from ..core import wire
-from ..core.layout import Meta, window_version
+from ..core.layout import build_inputs, window_version
 from ..errors import BudgetTooSmallError, InvalidOptionsError, NoConversationError
 from ..render import messages, prompt
 from ..render.select import Choice, Unit, choose, history_read, members, newest_with, ranked_key, units_for
 from ..types import BuildOptions, BuiltMessages, ContextItem
 from .base import Plan, Settings, WindowState
 from .build import budget_of, built_event, cache_first, compact_first, dropped_newest, relevance_of, seq_lookup
-from .cold import chooses_from_facts, read_bodies, read_facts, recent_for
+from .cold import cold_route, read_bodies, read_facts, recent_for
 
 T = TypeVar("T")
 #: how a build from the facts reads the chosen items (``cold.read_bodies``): given their stubs
@@ -65,11 +65,12 @@ def build_messages(
     pinned first; every tool result right after its call. Appends a ``built`` event."""
     opts, fmt = prompt.validate_options(options), _check_format(format)
     run = partial(_build_messages, settings, state, opts, fmt)
-    if (yield from chooses_from_facts(settings, state, opts)):
+    facts, fits = yield from cold_route(settings, state, opts)
+    if facts:
         done = yield from _from_facts(state, opts, run)
         if done is not None:
             return done
-    return (yield from cache_first(settings, state, opts, run))
+    return (yield from cache_first(settings, state, opts, run, fits))
 
 
 def _from_facts(state: WindowState, options: BuildOptions, run: Callable[..., Plan[T | None]]) -> Plan[T | None]:
@@ -84,8 +85,7 @@ def _from_facts(state: WindowState, options: BuildOptions, run: Callable[..., Pl
     got = yield from read_facts(state, partial(_settled, options), recent_for(options))
     if got is None:
         return None
-    held = {f: got.found.meta.get(f, "") for f in Meta.BUILD_INPUTS}
-    return (yield from run(got.found, held, partial(read_bodies, state, got)))
+    return (yield from run(got.found, build_inputs(got.found.meta), partial(read_bodies, state, got)))
 
 
 def _settled(options: BuildOptions, items: list[ContextItem], oldest: int) -> bool:
@@ -94,10 +94,8 @@ def _settled(options: BuildOptions, items: list[ContextItem], oldest: int) -> bo
     whole window would: the conversation units ``max_history_items`` lets compete (newest first,
     while they fit the count) are all there, and the newest user message's unit (``_question``)
     among them is the window's, or one no build offers. Older units are then not offered."""
-    if not options.include_recent_history or options.max_history_items < 1:
-        return True
     usable, _ = _message_units(items, None)
-    if not history_read(units_for(usable, None), oldest, options.max_history_items):
+    if not history_read(units_for(usable, None), oldest, options):
         return False
     # a context item in the user's role, older than the read, is the question here; a newer
     # user message may lie in what is not read yet

@@ -1,6 +1,6 @@
-"""The facts a cold chat build chooses by, and the bodies of what it chose (``plans/chat.py``):
-plain commands, no item body until the choice is made, and what is read follows what the build
-can offer, not the window's length."""
+"""The reads of a cold build (``plans/chat.py``, ``plans/build.py``): the facts of what it can
+offer, then the bodies of what a chat build chose (or of what a prompt build can offer), in
+plain commands; what is read follows what the build can offer, not the window's length."""
 
 from __future__ import annotations
 
@@ -13,30 +13,32 @@ from ..core.layout import RANK_WEIGHT, meta_text
 from ..errors import raise_for_reply
 from ..types import BuildOptions, ContextItem, ItemType
 from .base import PlainRead, Plan, ScriptCall, Settings, WindowState
-from .reads import ATTEMPTS, STAMP, plain_ok, raw_stamp
+from .reads import ATTEMPTS, STAMP, plain_ok, raw_stamp, stamp
 
 
-def chooses_from_facts(settings: Settings, state: WindowState, options: BuildOptions) -> Plan[bool]:
-    """Whether a build reads the facts of what it can offer (``read_facts``) rather than the
-    window whole. It does on a store that keeps no items between builds (``item_cache_bytes=0``:
-    a stateless worker, whose every build starts cold), with no compaction and no relevance
-    scores (which read every body), for a build with a budget of its own
-    (``BuildOptions.max_tokens``) below the window's ``max_tokens``, or for a window too large
-    to read whole in one call (``reads.plain_ok``: its config bounds it, or one ``HMGET`` of its
-    counts says so). A window that fits, built within its own limit, is read whole: that costs
-    the shard less (docs/benchmarks.md). A store with an item cache reads a window it does not
-    hold whole instead, and keeps it: its next builds of that window then cost the shard next
-    to nothing; a window last read too large for the cache to keep (``ItemCache.too_large``) is
+def cold_route(settings: Settings, state: WindowState, options: BuildOptions) -> Plan[tuple[bool, bool | None]]:
+    """Whether a build reads the facts of what it can offer (``read_facts``) rather than the window
+    whole, and whether the window fits one plain read when that was asked on the way (None: not
+    asked; ``cached.read_for_build`` then asks itself). It reads the facts on a store that keeps no
+    items between builds (``item_cache_bytes=0``: a stateless worker, whose every build starts
+    cold), with no compaction and no relevance scores (which read every body), for a build with a
+    budget of its own (``BuildOptions.max_tokens``) below the window's ``max_tokens``, or for a
+    window too large to read whole in one call (``reads.plain_ok``: its config bounds it, or one
+    ``HMGET`` of its counts says so). A window that fits, built within its own limit, is read whole:
+    that costs the shard less (docs/benchmarks.md). A store with an item cache reads a window it
+    does not hold whole instead, and keeps it: its next builds of that window then cost the shard
+    next to nothing; a window last read too large for the cache to keep (``ItemCache.too_large``) is
     built from its facts, as by a stateless store."""
     limit = options.max_tokens
     cached = settings.item_cache_bytes and not settings.item_cache.too_large(state.keys.meta)
     if cached or not state.plain_reads or options.compact:
-        return False
+        return False, None
     if options.query and settings.relevance_scorer is not None:
-        return False
+        return False, None
     if limit is not None and (state.config.max_tokens is None or limit < state.config.max_tokens):
-        return True
-    return not (yield from plain_ok(state))
+        return True, None
+    fits = yield from plain_ok(state)
+    return not fits, fits
 
 
 def recent_for(options: BuildOptions) -> int:
@@ -245,8 +247,7 @@ def read_offered(state: WindowState, got: Facts) -> Plan[wire.ReadReply | None]:
     ids = [s.id or "" for s in stubs]
     bodies = (("HMGET", state.keys.items, *ids),) if ids else ()
     reply = yield PlainRead((("HMGET", state.keys.meta, *STAMP), *bodies))
-    held = tuple(got.found.meta.get(f) for f in STAMP)
-    if reply is None or tuple(wire.text(v) if v is not None else None for v in reply[0]) != held:
+    if reply is None or tuple(None if v is None else wire.text(v) for v in reply[0]) != stamp(got.found.meta):
         return None
     out = []
     for stub, json in zip(stubs, reply[1] if ids else [], strict=True):

@@ -233,11 +233,14 @@ def takes_history(messages: int, taken: int, most: int) -> bool:
     return taken + messages <= most
 
 
-def history_read(units: Units, oldest: int, most: int) -> bool:
+def history_read(units: Units, oldest: int, options: BuildOptions) -> bool:
     """Whether the conversation units that compete for a build's budget (newest first, while
-    ``takes_history`` lets them: ``max_history_items`` is ``most``) are all among ``units``
-    whose newest member's seq is at least ``oldest``: a read of a window's newest items that got
-    that far back holds every one a whole read would offer."""
+    ``takes_history`` lets them ``max_history_items``) are all among ``units`` whose newest
+    member's seq is at least ``oldest``: a read of a window's newest items that got that far back
+    holds every one a whole read would offer. True when ``options`` offer no conversation."""
+    most = options.max_history_items
+    if not options.include_recent_history or most < 1:
+        return True
     taken = 0
     for unit in sorted((u for u in units.offers if u.messages and u.newest >= oldest), key=lambda u: -u.newest):
         if takes_history(unit.messages, taken, most):
