@@ -421,3 +421,70 @@ def test_the_facts_count_only_while_the_window_holds_still(make_store, redis_url
     moving = stateless.build_messages_structured(opts)
     assert bodies_asked == []  # never held still: a whole read
     assert moving.included_item_ids == _whole(redis_url, prefix, "moving", opts).included_item_ids
+
+
+class _WordScorer:
+    """A relevance scorer: how often the query's words occur in an item's text."""
+
+    def score(self, query: str | None, items: list[cs.ContextItem]) -> list[float]:
+        words = (query or "").split()
+        return [float(sum(i.content.count(w) for w in words)) for i in items]
+
+
+@pytest.mark.parametrize("kind", ["messages", "text"])
+def test_a_build_with_relevance_scores_reads_the_texts_it_scores_and_the_facts_of_the_rest(
+    make_store, redis_url, prefix, r, bodies_asked, monkeypatch, kind
+):
+    """A stateless build with a query and a relevance scorer reads the facts of what it can
+    offer, and the texts of the retrieved documents and working memory it scores; it chooses
+    what a whole read chooses (the scores reorder the documents)."""
+    if on_cluster(redis_url):
+        pytest.skip("a cluster's client reads with scripts")
+    monkeypatch.setattr(cold, "SCAN_COUNT", 1)
+    w = make_store().window("scored", max_items=1000)
+    _agent_window(w, 200)
+    for topic in ("ducks", "geese", "swans", "herons", "owls", "larks"):
+        w.add(f"all about {topic}: " + f"{topic} " * 60, type="retrieved_document", priority=60)
+    asked = _attrs_asked(monkeypatch)
+    stateless = make_store(item_cache_bytes=0, relevance_scorer=_WordScorer()).window("scored")
+    opts = cs.BuildOptions(max_tokens=400, reserve_for_response=0, query="owls")
+
+    def built(window: Any, options: cs.BuildOptions) -> Any:
+        return window.build_messages_structured(options) if kind == "messages" else window.build_structured(options)
+
+    r.config_resetstat()
+    got = built(stateless, opts)
+    assert r.info("commandstats")["cmdstat_hgetall"]["calls"] == 1  # :meta; a whole read adds :items, :attrs
+    assert 0 < sum(asked) < len(w.items()) * 0.6
+    if kind == "messages":
+        assert bodies_asked == [got.included_item_ids]
+    with cs.ContextStore.from_url(redis_url, prefix=prefix, relevance_scorer=_WordScorer()) as fresh:
+        _same_choice(got, built(fresh.window("scored"), opts))
+    unscored = built(make_store(item_cache_bytes=0).window("scored"), opts)
+    assert "owls " * 60 in str(got) and "owls " * 60 not in str(unscored)  # the scores chose it
+
+
+@pytest.mark.parametrize("kind", ["messages", "text"])
+def test_a_build_that_compacts_chooses_from_the_facts_and_builds_on_the_window_it_left(
+    make_store, redis_url, prefix, r, kind
+):
+    """``compact=True`` on a stateless store: the facts say whether the window is over the
+    budget; the compaction runs on the server and the build is the compacted window's."""
+    if on_cluster(redis_url):
+        pytest.skip("a cluster's client reads with scripts")
+    w = make_store().window("compacting", max_items=1000, max_tokens=16_000)
+    _agent_window(w, 200)
+    before = w.stats().current_tokens
+    stateless = make_store(item_cache_bytes=0).window("compacting")
+    opts = cs.BuildOptions(max_tokens=8_000, reserve_for_response=0, compact=True)
+    r.config_resetstat()
+    got = stateless.build_messages_structured(opts) if kind == "messages" else stateless.build_structured(opts)
+    assert r.info("commandstats")["cmdstat_hscan"]["calls"] == 1  # the facts read came first
+    after = w.stats()
+    assert got.was_compacted and got.tokens_freed_by_compaction == before - after.current_tokens > 0
+    assert got.version == after.version
+    again = cs.BuildOptions(max_tokens=8_000, reserve_for_response=0)
+    with cs.ContextStore.from_url(redis_url, prefix=prefix) as fresh:
+        whole = fresh.window("compacting")
+        expected = whole.build_messages_structured(again) if kind == "messages" else whole.build_structured(again)
+    assert got.included_item_ids == expected.included_item_ids and got.total_tokens == expected.total_tokens

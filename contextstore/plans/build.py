@@ -17,7 +17,7 @@ from ..render.select import RELEVANT_TYPES, history_read, units_for
 from ..types import BuildOptions, BuiltContext, CompactionStrategy, ContextItem, WindowConfig
 from .base import Plan, ScriptCall, Settings, WindowState
 from .cached import cached_for_build, read_for_build
-from .cold import cold_route, read_facts, read_offered, recent_for
+from .cold import cold_route, read_facts, read_whole, recent_for
 from .compaction import compact, has_helper
 from .items import items
 from .relevance import scores
@@ -57,7 +57,8 @@ def compact_first(
     options: BuildOptions,
 ) -> Plan[tuple[int, list[ContextItem]]]:
     """``compact=True``: when the stored tokens exceed the budget, compact with the default
-    strategy (a server-side one if its helper is missing), then read again."""
+    strategy (a server-side one if its helper is missing), then read again, whole (the build
+    then holds nothing: it is on a read taken after the compaction)."""
     if not options.compact or budget is None or found.counter(Meta.TOKENS) <= budget:
         return 0, decoded
     default = found.config(state.config).default_strategy
@@ -69,14 +70,25 @@ def compact_first(
     return freed, again.items()
 
 
+def scored(settings: Settings, options: BuildOptions) -> bool:
+    """Whether a build with ``options`` orders the retrieved documents and working memory by
+    relevance scores (``relevance_of``), which need their texts."""
+    return bool(options.query) and settings.relevance_scorer is not None and options.include_relevant_memory
+
+
+def is_scored(item: ContextItem) -> bool:
+    """Whether a build with relevance scores (``scored``) scores ``item``."""
+    return item.type in RELEVANT_TYPES
+
+
 def relevance_of(
     settings: Settings, state: WindowState, options: BuildOptions, window_items: list[ContextItem]
 ) -> Plan[dict[str, float] | None]:
     """With a query and a relevance scorer: the scores of the retrieved documents and working
     memory (item id -> score); else None (build order by priority alone)."""
-    if not options.query or settings.relevance_scorer is None or not options.include_relevant_memory:
+    if not scored(settings, options):
         return None
-    relevant = [i for i in window_items if i.type in RELEVANT_TYPES]
+    relevant = [i for i in window_items if is_scored(i)]
     got = yield from scores(settings, state, options.query, relevant)
     return {i.id or "": s for i, s in zip(relevant, got, strict=True)}
 
@@ -98,8 +110,7 @@ def cache_first(
     ``run`` answers None, having written nothing, and builds read first until a read finds the
     window unchanged: ``ItemCache.moving``), ``run`` on a read (``fits``: what a size probe of
     this build already found, ``cold_route``)."""
-    scored = bool(options.query) and settings.relevance_scorer is not None
-    cached = cached_for_build(settings, state) if not options.compact and not scored else None
+    cached = cached_for_build(settings, state) if not options.compact and not scored(settings, options) else None
     if cached is not None:
         try:
             done = yield from run(*cached)
@@ -130,9 +141,9 @@ def build(settings: Settings, state: WindowState, options: object = None) -> Pla
     facts, fits = yield from cold_route(settings, state, opts)
     if facts:
         got = yield from read_facts(state, partial(_history_read, opts), recent_for(opts))
-        found = (yield from read_offered(state, got)) if got is not None else None
-        if found is not None:
-            done = yield from run(found, build_inputs(found.meta))
+        whole = (yield from read_whole(state, got, lambda _: True)) if got is not None else None
+        if whole is not None:
+            done = yield from run(whole.found, build_inputs(whole.found.meta))
             if done is not None:
                 return done
     return (yield from cache_first(settings, state, opts, run, fits))
@@ -159,6 +170,7 @@ def _build(
     memo = found.cached.derived if found.cached is not None else None
     prompt.check_pinned(decoded, opts, budget, settings.joint_count, memo)
     freed, window_items = yield from compact_first(settings, state, found, decoded, budget, opts)
+    held = None if freed else held  # built on the read after the compaction
     relevance = yield from relevance_of(settings, state, opts, window_items)
     memos = found.cached.costs if found.cached is not None and not freed else None
     built = prompt.build(window_items, opts, budget, settings.counter, settings.joint_count, relevance, memos, memo)

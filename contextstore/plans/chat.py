@@ -22,8 +22,18 @@ from ..render import messages, prompt
 from ..render.select import Choice, Unit, choose, history_read, members, newest_with, ranked_key, units_for
 from ..types import BuildOptions, BuiltMessages, ContextItem
 from .base import Plan, Settings, WindowState
-from .build import budget_of, built_event, cache_first, compact_first, dropped_newest, relevance_of, seq_lookup
-from .cold import cold_route, read_bodies, read_facts, recent_for
+from .build import (
+    budget_of,
+    built_event,
+    cache_first,
+    compact_first,
+    dropped_newest,
+    is_scored,
+    relevance_of,
+    scored,
+    seq_lookup,
+)
+from .cold import cold_route, read_bodies, read_facts, read_whole, recent_for
 
 T = TypeVar("T")
 #: how a build from the facts reads the chosen items (``cold.read_bodies``): given their stubs
@@ -67,22 +77,27 @@ def build_messages(
     run = partial(_build_messages, settings, state, opts, fmt)
     facts, fits = yield from cold_route(settings, state, opts)
     if facts:
-        done = yield from _from_facts(state, opts, run)
+        done = yield from _from_facts(settings, state, opts, run)
         if done is not None:
             return done
     return (yield from cache_first(settings, state, opts, run, fits))
 
 
-def _from_facts(state: WindowState, options: BuildOptions, run: Callable[..., Plan[T | None]]) -> Plan[T | None]:
+def _from_facts(
+    settings: Settings, state: WindowState, options: BuildOptions, run: Callable[..., Plan[T | None]]
+) -> Plan[T | None]:
     """``run`` (``_build_messages``: the read, the meta its ``built`` event must find, how to
     read the bodies of the items it chose) on the facts a build with ``options`` can offer
-    (``cold.read_facts``: meta, pins, the ``:attrs`` of the items it may offer; no body),
-    reading the bodies of the chosen items only, with the ``built`` event, written only if the
+    (``cold.read_facts``: meta, pins, the ``:attrs`` of the items it may offer; no body but
+    those of the items relevance scores, ``cold.read_whole``), reading the bodies of the
+    chosen items only, with the ``built`` event, written only if the
     window still holds what the facts said (``Meta.BUILD_INPUTS``). None when the facts cannot
     serve (``read_facts``), the window moved on meanwhile, or a body disagrees with its letters
     (its event was written: the whole read writes another): the caller builds on a whole read
     then."""
     got = yield from read_facts(state, partial(_settled, options), recent_for(options))
+    if got is not None and scored(settings, options):
+        got = yield from read_whole(state, got, is_scored)
     if got is None:
         return None
     return (yield from run(got.found, build_inputs(got.found.meta), partial(read_bodies, state, got)))
@@ -122,6 +137,8 @@ def _build_messages(
     if budget is not None and pinned_need > budget:
         raise BudgetTooSmallError(pinned_need, budget)
     freed, window_items = yield from compact_first(settings, state, found, decoded, budget, opts)
+    if freed:  # built on the read after the compaction, whole
+        held, bodies = None, None
     usable, incomplete = _message_units(window_items, derived)
     relevance = yield from relevance_of(settings, state, opts, usable)
     choice = _chosen(opts, budget, usable, derived, relevance, cost, pinned_need)

@@ -5,7 +5,7 @@ plain commands; what is read follows what the build can offer, not the window's 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..core import facts, stored, wire
@@ -21,19 +21,18 @@ def cold_route(settings: Settings, state: WindowState, options: BuildOptions) ->
     whole, and whether the window fits one plain read when that was asked on the way (None: not
     asked; ``cached.read_for_build`` then asks itself). It reads the facts on a store that keeps no
     items between builds (``item_cache_bytes=0``: a stateless worker, whose every build starts
-    cold), with no compaction and no relevance scores (which read every body), for a build with a
-    budget of its own (``BuildOptions.max_tokens``) below the window's ``max_tokens``, or for a
-    window too large to read whole in one call (``reads.plain_ok``: its config bounds it, or one
-    ``HMGET`` of its counts says so). A window that fits, built within its own limit, is read whole:
-    that costs the shard less (docs/benchmarks.md). A store with an item cache reads a window it
+    cold), for a build with a budget of its own (``BuildOptions.max_tokens``) below the window's
+    ``max_tokens``, or for a window too large to read whole in one call (``reads.plain_ok``: its
+    config bounds it, or one ``HMGET`` of its counts says so); with compaction (``compact=True``:
+    after a compaction, the build reads the window whole) and relevance scores (which need the
+    texts of the items they score: ``read_whole``) too. A window that fits, built within its own
+    limit, is read whole: that costs the shard less (docs/benchmarks.md). A store with an item cache reads a window it
     does not hold whole instead, and keeps it: its next builds of that window then cost the shard
     next to nothing; a window last read too large for the cache to keep (``ItemCache.too_large``) is
     built from its facts, as by a stateless store."""
     limit = options.max_tokens
     cached = settings.item_cache_bytes and not settings.item_cache.too_large(state.keys.meta)
-    if cached or not state.plain_reads or options.compact:
-        return False, None
-    if options.query and settings.relevance_scorer is not None:
+    if cached or not state.plain_reads:
         return False, None
     if limit is not None and (state.config.max_tokens is None or limit < state.config.max_tokens):
         return True, None
@@ -56,6 +55,8 @@ class Facts:
 
     found: wire.ReadReply
     attrs: dict[str, str]
+    #: the items among ``found``'s read whole already (``read_whole``), by id
+    whole: dict[str, ContextItem] = field(default_factory=dict)
 
 
 #: ``:attrs`` fields the first round trip of a facts read scans: a small hash (a listpack, up to
@@ -219,40 +220,47 @@ def read_bodies(
     ``built`` event, written only while the window holds ``got``'s meta, so the bodies are
     ``got``'s too). None when the window moved on (nothing written), a body disagrees with its
     letters (the event is written: only corruption or another writer's letters can do that), or
-    the server is at maxmemory: the caller builds on a whole read then."""
-    ids = [s.id or "" for s in stubs]
+    the server is at maxmemory: the caller builds on a whole read then. Items ``got`` holds whole
+    already (``read_whole``) are not read again."""
+    ids = [s.id or "" for s in stubs if s.id not in got.whole]
     reads = (("HMGET", state.keys.items, *ids),) if ids else ()
     reply = yield PlainRead(reads, then=ScriptCall("event", state.keys, event))
     if reply is None or raise_for_reply(reply[-1]) != 1:
         return None
+    read = dict(zip(ids, reply[0] if ids else [], strict=True))
     out = []
-    for stub, json in zip(stubs, reply[0] if ids else [], strict=True):
-        attrs = got.attrs[stub.id or ""]
-        if json is None:
-            return None
-        item = stored.decode_item([stub.id, json, attrs, stub.pinned])
-        if facts.of_item(item) != facts.stored_letters(attrs):
+    for stub in stubs:
+        held = got.whole.get(stub.id or "")
+        item = held if held is not None else _decoded(got, stub, read[stub.id or ""])
+        if item is None or facts.of_item(item) != facts.stored_letters(got.attrs[stub.id or ""]):
             return None
         out.append(item)
     return out
 
 
-def read_offered(state: WindowState, got: Facts) -> Plan[wire.ReadReply | None]:
-    """The items ``got``'s facts name, whole (a text build chooses with its items' edges, which
-    only the bodies hold): one plain ``HMGET`` of their bodies, checked against the window's
-    epoch, seq and count in the same transaction. ``got.found`` with them decoded, in build
-    order; None when the window moved on, an item went, or the server is at maxmemory: the
-    caller builds on a whole read then."""
+def _decoded(got: Facts, stub: ContextItem, json: Any) -> ContextItem | None:
+    """The stored item ``stub`` stands for, from its body ``json`` (None: the item went)."""
+    return None if json is None else stored.decode_item([stub.id, json, got.attrs[stub.id or ""], stub.pinned])
+
+
+def read_whole(state: WindowState, got: Facts, which: Callable[[ContextItem], bool]) -> Plan[Facts | None]:
+    """``got`` with the items ``which`` picks read whole (a text build chooses with its items'
+    edges, and relevance scores need the texts they score, which only the bodies hold): one
+    plain ``HMGET`` of their bodies, checked against the window's epoch, seq and count in the
+    same transaction; they replace their stubs in ``got.found`` and are kept in ``got.whole``.
+    None when the window moved on, an item went, or the server is at maxmemory: the caller
+    builds on a whole read then."""
     stubs = got.found.decoded or []
-    ids = [s.id or "" for s in stubs]
+    ids = [s.id or "" for s in stubs if which(s)]
     bodies = (("HMGET", state.keys.items, *ids),) if ids else ()
     reply = yield PlainRead((("HMGET", state.keys.meta, *STAMP), *bodies))
     if reply is None or tuple(None if v is None else wire.text(v) for v in reply[0]) != stamp(got.found.meta):
         return None
-    out = []
-    for stub, json in zip(stubs, reply[1] if ids else [], strict=True):
-        if json is None:
-            return None
-        out.append(stored.decode_item([stub.id, json, got.attrs[stub.id or ""], stub.pinned]))
-    got.found.decoded = out
-    return got.found
+    read = dict(zip(ids, reply[1] if ids else [], strict=True))
+    for n, stub in enumerate(stubs):
+        if stub.id in read:
+            item = _decoded(got, stub, read[stub.id or ""])
+            if item is None:
+                return None
+            stubs[n] = got.whole[stub.id or ""] = item
+    return got
