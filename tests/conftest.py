@@ -74,14 +74,14 @@ def prefix() -> str:
 StoreFactory = Callable[..., Any]
 
 
-#: the modules whose store tests run on the asyncio API too: the calls, reads, builds, streams and
-#: retries each shell drives (the rest run on the sync API: both shells drive the same plans, and
-#: test_api_parity.py keeps their signatures and docstrings the same)
+#: the modules whose store tests run on the asyncio API too: the smoke set (every window method
+#: once), and the calls, reads, builds, streams, helpers and retries each shell drives in its own
+#: way (the rest run on the sync API: both shells drive the same plans, and test_api_parity.py
+#: keeps their signatures and docstrings the same)
 BOTH_APIS = {
-    "test_seed_000_get_context", "test_seed_001_window", "test_seed_002_contract", "test_seed_003_markdown",
-    "test_seed_004_overflow", "test_requests", "test_cold_builds", "test_plain_reads", "test_paged_reads",
-    "test_appended_reads", "test_events", "test_chat_builds", "test_replace", "test_summaries", "test_relevance",
-    "test_failures", "test_store_lifecycle", "test_metrics_stores", "test_build_paths",
+    "test_api_smoke", "test_requests", "test_cold_builds", "test_plain_reads", "test_paged_reads",
+    "test_appended_reads", "test_events", "test_summaries", "test_relevance", "test_failures",
+    "test_store_lifecycle", "test_metrics_stores", "test_build_paths",
 }  # fmt: skip
 
 

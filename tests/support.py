@@ -202,11 +202,18 @@ class SyncProxy:
                 result = self._loop.run_until_complete(result)
             if inspect.isasyncgen(result):  # an async iterator (events, consume): run it to its end
                 return self._loop.run_until_complete(_collect(result, self._loop))
-            if isinstance(result, (cs.AsyncContextWindow, cs.AsyncContextStore)):
+            if isinstance(result, (cs.AsyncContextWindow, cs.AsyncContextStore, cs.AsyncTurn)):
                 return SyncProxy(result, self._loop)
             return result
 
         return call
+
+    def __enter__(self) -> Any:
+        """``with``: an async context manager's ``async with`` (a turn), entered on the loop."""
+        return SyncProxy(self._loop.run_until_complete(self._obj.__aenter__()), self._loop)
+
+    def __exit__(self, *exc: Any) -> Any:
+        return self._loop.run_until_complete(self._obj.__aexit__(*exc))
 
     def __repr__(self) -> str:
         return f"SyncProxy({self._obj!r})"

@@ -354,7 +354,6 @@ def test_a_big_window_is_built_from_the_facts_of_what_the_build_can_offer(
 
 @pytest.mark.parametrize("kind", ["messages", "text"])
 @pytest.mark.parametrize("limit", [None, 20_000], ids=["no budget", "the window's own budget"])
-@pytest.mark.parametrize("api", ["sync"], indirect=True)
 def test_a_window_too_large_to_read_whole_is_built_from_its_facts_without_a_budget_of_its_own(
     make_store, redis_url, prefix, r, bodies_asked, monkeypatch, kind, limit
 ):
