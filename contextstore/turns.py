@@ -37,7 +37,7 @@ from .errors import (
 from .plans import items as item_plans
 from .plans.base import Plan, ScriptCall, WindowState
 from .plans.driver import AsyncDriver, SyncDriver
-from .types import ContextItem
+from .types import Content, ContextItem
 
 
 class _NamedWindow(Protocol):
@@ -194,7 +194,7 @@ class Turn(TurnCore):
                 raise
         self._metric("lost" if self.lost else "error" if et else "ok")
 
-    def add(self, content_or_item: str | ContextItem, **fields: Any) -> ContextItem:
+    def add(self, content_or_item: Content | ContextItem | None = None, **fields: Any) -> ContextItem:
         """Add one item as this turn (``TurnLostError`` once the lease is lost); renews the lease."""
         return self._took(self._call(self._write([(content_or_item, fields)])), 1)[0]
 
@@ -260,7 +260,7 @@ class AsyncTurn(TurnCore):
                 raise
         self._metric("lost" if self.lost else "error" if et else "ok")
 
-    async def add(self, content_or_item: str | ContextItem, **fields: Any) -> ContextItem:
+    async def add(self, content_or_item: Content | ContextItem | None = None, **fields: Any) -> ContextItem:
         """``Turn.add``."""
         return self._took(await self._call(self._write([(content_or_item, fields)])), 1)[0]
 

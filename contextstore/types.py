@@ -105,6 +105,11 @@ ROLE_TYPES: dict[str, ItemType] = {
 }
 
 
+#: an item's content: a str, or a list of content parts in OpenAI's or Anthropic's shape (text,
+#: images, audio, files, documents: ``core/parts.py``)
+Content = str | list[dict[str, Any]]
+
+
 class ContextItem(msgspec.Struct, frozen=True, kw_only=True):
     """One item of a context window.
 
@@ -112,7 +117,7 @@ class ContextItem(msgspec.Struct, frozen=True, kw_only=True):
     Items read back from the store always carry ``id``, ``seq``, ``added_at`` and ``token_count``.
     """
 
-    content: str
+    content: Content
     type: ItemType = ItemType.CODE
     priority: int = 50
     token_count: int = 0
@@ -303,7 +308,8 @@ class WindowOptions(TypedDict, total=False):
 
 
 class ItemFields(TypedDict, total=False):
-    """The keywords of ``add()`` (and of an ``add_many`` dict besides ``content``).
+    """The keywords of ``add()`` (and of an ``add_many`` dict besides ``content``; ``add()``
+    takes ``content=`` too, in place of its first argument).
 
     Defaults: ``type="code"`` (or the type a chat ``role`` implies: ``user`` → user_message,
     ``assistant`` → assistant_message, ``system`` / ``developer`` → system_prompt, ``tool`` →
@@ -313,6 +319,7 @@ class ItemFields(TypedDict, total=False):
     result's to the group of its call).
     """
 
+    content: Content
     type: ItemType | str
     priority: int
     pinned: bool

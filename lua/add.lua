@@ -93,7 +93,7 @@ local function parse_items(cfg, dropping, turn)
     local existing = it.id ~= '' and not cfg.new and not dropping.ids[it.id] and raw_item(it.id)
     if existing then
       unpack_attrs(existing[3], it.id)
-      if check_body(it.id, existing[2]).content ~= cjson.decode(it.body).content then
+      if not same_value(check_body(it.id, existing[2]).content, cjson.decode(it.body).content) then
         return nil, fail('DUPLICATE', it.id)
       end
       it.existing = existing

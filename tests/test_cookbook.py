@@ -105,3 +105,16 @@ def test_the_background_compactor_summarises_while_the_agent_adds(server):
         assert summary_id in ids and len(replaced) == int(count) > 0
         assert not ids & set(replaced), "a summarised note is still in the window"
         assert win.stats().compaction_count >= 1 and win.verify().ok
+
+
+def test_the_computer_use_loop_keeps_the_newest_screenshots_within_the_budget(server):
+    done = run_recipe("computer_use.py", CONTEXTSTORE_URL=server.url)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "12 screenshots stored; one counts 1372 tokens"  # 1280*800/750 and the text
+    kept = re.fullmatch(r"within 6000 tokens: the newest (\d+) screenshots, (\d+) tokens", lines[1])
+    assert kept and 1 < int(kept[1]) < 12 and int(kept[2]) <= 6000
+    assert "cannot carry (text only)" in lines[2]
+    with cs.ContextStore.from_url(server.url) as store:
+        shots = [i for i in store.window("computer-use", create=False).items() if i.type is cs.ItemType.TOOL_RESULT]
+        assert len(shots) == 12 and all(isinstance(i.content, list) for i in shots)

@@ -6,7 +6,7 @@ window, a refused operation), 2 a usage error (a bad option, argument or input v
 expected failure prints one line on stderr, never a traceback; ``-v`` shows the library's log.
 
 May import: the public package (``contextstore``), ``compactor``, ``turns``, ``render``,
-``relevance``, ``summarize``, ``events``, ``types``, ``errors``; never the drivers.
+``relevance``, ``summarize``, ``events``, ``core``, ``types``, ``errors``; never the drivers.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ from typing import Literal, cast
 import click
 from rich.console import Console
 
+from ..core import parts
 from ..events import KINDS as EVENT_KINDS
 from ..render.select import build_key
 from ..types import BuildOptions, ContextItem, ItemType
@@ -143,16 +144,45 @@ def show(
         console.print(line, markup=False)
 
 
+def _write_part(item: ContextItem, n: int | None, out: Path | None) -> None:
+    """``get --part N --out FILE``: the part's data to FILE (a text part's text may go to stdout)."""
+    if n is None:
+        raise BadInput("--out needs --part N (the content part to write)")
+    held = [] if isinstance(item.content, str) else item.content
+    if n >= len(held):
+        raise BadInput(f"item {item.id!r} has {len(held)} content part(s); --part {n} is not one")
+    chosen = held[n]
+    data, media_type = parts.data_of(chosen)
+    if chosen["type"] == "text":
+        data = chosen["text"].encode()
+    if data is None:
+        raise CommandFailed(f"part {n} holds no data of its own (a URL or a file id): {parts.label(chosen)}")
+    if out is None:
+        if chosen["type"] != "text":
+            raise BadInput(f"part {n} is {media_type or chosen['type']} data: give --out FILE to write it")
+        click.echo(visible(chosen["text"]))
+        return
+    out.write_bytes(data)
+    click.echo(f"wrote {len(data)} bytes of part {n} ({parts.label(chosen)}) to {out}")
+
+
 @cli.command("get")
 @window_argument
 @click.argument("item_id")
+@click.option("--part", type=click.IntRange(min=0), help="only content part N (0: the first), its data decoded")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="write --part to this file")
 @json_option
 @pass_env
-def get(env: Env, window: str, item_id: str, as_json: bool) -> None:
-    """Show one item whole: every field and its full content."""
+def get(env: Env, window: str, item_id: str, part: int | None, out: Path | None, as_json: bool) -> None:
+    """Show one item whole: every field and its full content (a part that is not text as a
+    label, e.g. ``[image/png 1280x800 312 KB]``). With --part N --out FILE, write that part's
+    data (an image's bytes, a text part's text) to FILE."""
     item = env.window(window).get(item_id)
     if item is None:
         raise CommandFailed(f"no item {item_id!r} in window {window!r}")
+    if part is not None or out is not None:
+        _write_part(item, part, out)
+        return
     if as_json:
         emit_json(item)
     else:

@@ -17,6 +17,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from ..core.parts import text_of
 from ..turns import TurnStatus
 from ..types import ContextItem, ContextWindowStats, ItemType
 
@@ -56,13 +57,13 @@ def summary_of(item: ContextItem) -> str:
     calls tools, the calls (``calls weather(city=Paris)``) before any text it has."""
     calls = (item.metadata or {}).get("tool_calls") if item.type is ItemType.ASSISTANT_MESSAGE else None
     if not isinstance(calls, list) or not calls:
-        return item.content
+        return text_of(item.content)
     named = []
     for call in calls:
         function = call.get("function", {}) if isinstance(call, dict) else {}
         arguments = " ".join(str(function.get("arguments", "")).split())
         named.append(f"{function.get('name', '?')}({arguments[:40]})")
-    text = first_line(item.content)
+    text = first_line(text_of(item.content))
     return "calls " + ", ".join(named) + (f": {text}" if text else "")
 
 
@@ -205,7 +206,7 @@ def item_view(item: ContextItem) -> RenderableType:
         fields.add_row(name, plain(value))
     if item.metadata:
         fields.add_row("metadata", plain(msgspec.json.encode(item.metadata).decode()))
-    return Group(fields, Text(""), plain(item.content or summary_of(item)))
+    return Group(fields, Text(""), plain(text_of(item.content) or summary_of(item)))
 
 
 def usage_bar(stats: ContextWindowStats, width: int = 40) -> RenderableType:

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..types import ContextItem
+from . import parts
 from .layout import Meta, order_score
 from .stored import decode_item
 
@@ -62,7 +63,7 @@ class CachedWindow:
 
 
 def _size(items: Sequence[ContextItem]) -> int:
-    return sum(len(i.content) for i in items)
+    return sum(len(i.content) if isinstance(i.content, str) else parts.size(i.content) for i in items)
 
 
 def listing_key(item: ContextItem) -> tuple[int, str]:

@@ -22,7 +22,7 @@ import msgspec
 
 from ..errors import InvalidItemError, corrupt_value
 from ..types import TYPE_RANKS, ContextItem, ItemType
-from . import toolcalls
+from . import parts, toolcalls
 from .layout import STORED_HEAD, order_score
 from .validate import NewItem
 
@@ -33,7 +33,7 @@ class ItemBody(msgspec.Struct, kw_only=True, omit_defaults=True):
     """The client-encoded part of a stored item. Fields that are None are left out (a window
     written by 0.1 spells them ``null``; both read the same)."""
 
-    content: str
+    content: str | list[dict[str, Any]]
     role: str | None = None
     source_ref: str | None = None
     metadata: dict[str, Any] | None = None
@@ -103,6 +103,8 @@ def decode_item(entry: Entry) -> ContextItem:
         added = datetime.fromtimestamp(body.added_at_us // 1_000_000, tz=timezone.utc).replace(
             microsecond=body.added_at_us % 1_000_000
         )
+        if not isinstance(body.content, str):
+            parts.check(body.content)  # parts as an add checked them
         toolcalls.calls_of(a.type, body.metadata)  # the shapes a build reads, as an add checked them
         toolcalls.result_call_id(a.type, body.role, body.metadata)
     except _UNREADABLE as exc:

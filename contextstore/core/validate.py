@@ -14,7 +14,7 @@ import msgspec
 
 from ..errors import ContextStoreError, InvalidItemError, InvalidOptionsError
 from ..types import ROLE_TYPES, ContextItem, ItemType
-from . import toolcalls
+from . import parts, toolcalls
 from .layout import CLEARED_KEY, MAX_PRIORITY
 
 MAX_CALLER_ID = 128
@@ -140,7 +140,7 @@ def limit(value: object) -> int:
 class NewItem(msgspec.Struct, kw_only=True):
     """A validated item on its way in (``token_count`` 0: still to count)."""
 
-    content: str
+    content: str | list[dict[str, Any]]
     type: ItemType
     priority: int
     pinned: bool
@@ -187,16 +187,17 @@ def _item_type(value: object) -> ItemType:
     raise InvalidItemError(f"type {value!r} is not an ItemType ({allowed})")
 
 
-def _check_values(value: object) -> None:
-    """Walk metadata without recursion: no NaN or infinity, at most ``MAX_METADATA_DEPTH`` levels."""
+def _check_values(value: object, name: str = "metadata") -> None:
+    """Walk metadata (or content parts: ``name``) without recursion: no NaN or infinity, at most
+    ``MAX_METADATA_DEPTH`` levels."""
     todo: list[tuple[object, int]] = [(value, 1)]
     while todo:
         node, depth = todo.pop()
         if isinstance(node, float) and not math.isfinite(node):
-            raise InvalidItemError("metadata may not hold NaN or infinity")
+            raise InvalidItemError(f"{name} may not hold NaN or infinity")
         if isinstance(node, (Mapping, list, tuple)):
             if depth > MAX_METADATA_DEPTH:
-                raise InvalidItemError(f"metadata nests deeper than {MAX_METADATA_DEPTH} levels")
+                raise InvalidItemError(f"{name} nests deeper than {MAX_METADATA_DEPTH} levels")
             todo.extend((child, depth + 1) for child in (node.values() if isinstance(node, Mapping) else node))
 
 
@@ -259,24 +260,36 @@ def caller_id(value: object) -> str:
     return value
 
 
-def _content(value: object, may_be_empty: bool) -> str:
+def _content(value: object, may_be_empty: bool) -> tuple[str | list[dict[str, Any]], int]:
+    """The content and its size in bytes (UTF-8; content parts as JSON)."""
     if value is None and may_be_empty:
         value = ""
+    if isinstance(value, list):
+        _check_values(value, "content")
+        checked = parts.check(_json_safe("content", value))
+        return checked, len(_json.encode(checked))
     if not isinstance(value, str):
-        raise InvalidItemError(f"content must be a str, not {type(value).__name__}")
+        raise InvalidItemError(f"content must be a str or a list of content parts, not {type(value).__name__}")
     if not value.strip() and not may_be_empty:
         raise InvalidItemError("content must not be empty or blank (only a tool call's may)")
-    _utf8("content", value)
-    return value
+    return value, len(_utf8("content", value))
 
 
-def _size(content: str, meta_bytes: int, source_ref: str | None, max_bytes: int) -> None:
-    """An item's size: its content in UTF-8, plus its metadata as JSON and its source_ref, at
-    most ``max_bytes`` (the store's ``max_content_bytes``)."""
-    size = len(content.encode()) + meta_bytes + len((source_ref or "").encode())
+def _json_safe(name: str, value: Any) -> Any:
+    """``value`` as JSON gives it back (``InvalidItemError`` when it does not encode)."""
+    try:
+        return msgspec.json.decode(_json.encode(value))
+    except (TypeError, ValueError, OverflowError, msgspec.MsgspecError) as exc:
+        raise InvalidItemError(f"{name} is not JSON-serialisable: {exc}") from exc
+
+
+def _size(content_bytes: int, meta_bytes: int, source_ref: str | None, max_bytes: int) -> None:
+    """An item's size: its content (UTF-8, or content parts as JSON), plus its metadata as JSON
+    and its source_ref, at most ``max_bytes`` (the store's ``max_content_bytes``)."""
+    size = content_bytes + meta_bytes + len((source_ref or "").encode())
     if size > max_bytes:
-        parts = "content" if size == len(content.encode()) else "content, metadata and source_ref"
-        raise InvalidItemError(f"{parts} of the item are {size} bytes in UTF-8; the limit is {max_bytes}")
+        what = "content" if size == content_bytes else "content, metadata and source_ref"
+        raise InvalidItemError(f"{what} of the item are {size} bytes in UTF-8; the limit is {max_bytes}")
 
 
 def _from_context_item(item: ContextItem) -> dict[str, Any]:
@@ -299,6 +312,10 @@ def _from_context_item(item: ContextItem) -> dict[str, Any]:
 def new_item(content_or_item: object, *, max_content_bytes: int, restoring: bool = False, **fields: Any) -> NewItem:
     """Check one item completely, before anything is written (``InvalidItemError``). Takes a
     str with ``add()``'s keywords, or a ``ContextItem`` (whose fields are used instead)."""
+    if "content" in fields:  # add(content=...)
+        if content_or_item is not None:
+            raise InvalidOptionsError("content is given twice: as the first argument and as content=")
+        content_or_item = fields.pop("content")
     known_names("item keyword", fields, ITEM_KEYWORDS)
     given = (
         _from_context_item(content_or_item)
@@ -318,9 +335,9 @@ def new_item(content_or_item: object, *, max_content_bytes: int, restoring: bool
     calls = toolcalls.calls_of(item_type, meta)
     group = given.get("group")
     group = group_name(group) if group is not None else (calls[0][1] if calls else None)
-    content = _content(given["content"], may_be_empty=bool(calls))
+    content, content_bytes = _content(given["content"], may_be_empty=bool(calls))
     source_ref = _optional_text("source_ref", given.get("source_ref"), 10_000)
-    _size(content, meta_bytes, source_ref, max_content_bytes)
+    _size(content_bytes, meta_bytes, source_ref, max_content_bytes)
     return NewItem(
         content=content,
         type=item_type,

@@ -15,7 +15,7 @@ import msgspec
 
 from ..errors import InvalidItemError
 from ..types import TYPE_RANKS, ItemType
-from . import facts, toolcalls
+from . import facts, parts, toolcalls
 from .layout import ARCHIVE_INDEX, ATTRS_FIELDS, CLEARED_KEY, Meta, meta_problems
 
 _TYPES = {t.value for t in TYPE_RANKS}
@@ -77,13 +77,7 @@ _FIELD_CHECKS: tuple[tuple[str, Callable[[dict[str, Any]], bool]], ...] = (
     ("token_count", lambda it: isinstance(it.get("token_count"), int) and it["token_count"] >= 1),
     ("priority", lambda it: isinstance(it.get("priority"), int) and 0 <= it["priority"] <= 100),
     ("type", lambda it: it.get("type") in _TYPES),
-    (
-        "content",
-        lambda it: (
-            isinstance(it.get("content"), str)
-            and (it["content"].strip() != "" or bool((it.get("metadata") or {}).get("tool_calls")))
-        ),
-    ),
+    ("content", lambda it: _content_ok(it)),
     ("group", lambda it: it.get("group") is None or isinstance(it["group"], str)),
 )
 
@@ -97,6 +91,18 @@ def _attrs_fields(value: str) -> dict[str, Any] | None:
     fields.update(type=parts[3], flags=parts[4] if len(parts) == 6 else "")
     fields["group"] = (parts[5] or None) if len(parts) == 6 else None
     return fields
+
+
+def _content_ok(it: dict[str, Any]) -> bool:
+    """Content as an add takes it: text not blank (but a tool call's), or content parts."""
+    content = it.get("content")
+    if isinstance(content, list):
+        try:
+            parts.check(content)
+        except InvalidItemError:
+            return False
+        return True
+    return isinstance(content, str) and (content.strip() != "" or bool((it.get("metadata") or {}).get("tool_calls")))
 
 
 def _whole_item(

@@ -32,6 +32,7 @@ from ..types import (
     BuiltMessages,
     CompactionPlan,
     CompactionStrategy,
+    Content,
     ContextItem,
     ContextSnapshot,
     ContextWindowStats,
@@ -190,12 +191,12 @@ class ContextWindow:
         return result
 
     def add(
-        self, content_or_item: str | ContextItem, *, request_id: str | None = None,
+        self, content_or_item: Content | ContextItem | None = None, *, request_id: str | None = None,
         expect_version: str | None = None, **fields: Unpack[ItemFields],
     ) -> ContextItem:  # fmt: skip
-        """Add one item; returns it as stored (id, seq, added_at, token_count filled in). Evicts
-        the oldest unpinned item at ``max_items`` and compacts at the token threshold; raises
-        ``ContextWindowFullError`` (window unchanged) if it still cannot fit."""
+        """Add one item (its content, a str or content parts, first or as ``content=``); returns it
+        as stored (id, seq, added_at, token_count filled in). Evicts the oldest unpinned item at
+        ``max_items``, compacts at the token threshold; ``ContextWindowFullError`` if it cannot fit."""
         entry = [(content_or_item, dict(fields))]
         plan = item_plans.add(self._settings, self._state, entry, request_id, expect_version=expect_version)
         return self._timed(plan, self._store._metrics.add_latency).items[0]

@@ -26,6 +26,7 @@ from typing import Any
 
 from .. import AsyncContextStore, ContextStore
 from ..core.layout import CLEARED_KEY
+from ..core.parts import text_of
 from ..errors import InvalidOptionsError
 from ..types import ContextItem
 from ._session import SessionWindow
@@ -78,9 +79,9 @@ def from_window_item(item: ContextItem) -> Message:
     """The message back, as added (a cleared tool result's text is its placeholder)."""
     raw = (item.metadata or {}).get(RAW)
     if raw is None:  # an item some other writer added to the window
-        return Message(role=item.role or "user", contents=[item.content])
+        return Message(role=item.role or "user", contents=[text_of(item.content)])
     if (item.metadata or {}).get(CLEARED_KEY):
-        return Message(role=raw.get("role", "tool"), contents=[item.content])
+        return Message(role=raw.get("role", "tool"), contents=[text_of(item.content)])
     return Message.from_dict(raw)
 
 

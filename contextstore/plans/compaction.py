@@ -9,6 +9,7 @@ import math
 from .. import logs
 from ..core import validate, wire
 from ..core.layout import Meta
+from ..core.parts import text_of
 from ..core.stored import Entry, entry_digest
 from ..errors import CommitConflict, HelperError, InvalidOptionsError, StrategyUnavailableError, raise_for_reply
 from ..types import HISTORY_TYPES, CompactionPlan, CompactionStrategy, ContextItem, ItemType, PlannedItem
@@ -140,7 +141,7 @@ def _by_relevance(
     first. The query defaults to the most recent user message."""
     if query is None:
         users = [it for it in every if it.type is ItemType.USER_MESSAGE]
-        query = users[-1].content if users else None
+        query = text_of(users[-1].content) if users else None
     flat = [c[0] for u in units for c in u]
     got = yield from scores(settings, state, query, flat)
     by_id = dict(zip((it.id for it in flat), got, strict=True))
@@ -168,7 +169,7 @@ def _summary(settings: Settings, chosen: list[Candidate]) -> Plan[validate.NewIt
         priority=max(i.priority for i in items),
         metadata={"summary_of": [i.id for i in items]},
     )
-    summary.token_count = max(1, settings.counter.count(summary.content))
+    summary.token_count = max(1, settings.counter.count(text_of(summary.content)))
     return summary
 
 

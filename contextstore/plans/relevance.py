@@ -7,6 +7,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from ..core.parts import text_of
 from ..errors import HelperError
 from ..relevance.embedding import EmbeddingScorer, Vector, cosine
 from ..types import ContextItem
@@ -48,10 +49,10 @@ def _embedding_scores(
         return [0.0] * len(items)
     ids = [i.id or "" for i in items]
     cached = yield ScriptCall("vectors", state.keys, ["get", *ids])
-    vectors: list[Vector | None] = [scorer.decode(v, i.content) for v, i in zip(cached, items, strict=True)]
+    vectors: list[Vector | None] = [scorer.decode(v, text_of(i.content)) for v, i in zip(cached, items, strict=True)]
     missing = [n for n, v in enumerate(vectors) if v is None]
     query_vector = scorer.query_vector(query)
-    texts = ([query] if query_vector is None else []) + [items[n].content for n in missing]
+    texts = ([query] if query_vector is None else []) + [text_of(items[n].content) for n in missing]
     if texts:
         async_embed = scorer.embed if scorer.is_async else None
         got = scorer.checked((yield External(scorer.embed, (texts,), "relevance scorer", async_embed)), len(texts))
@@ -61,7 +62,7 @@ def _embedding_scores(
         pairs: list[str] = []
         for n, vector in zip(missing, got, strict=True):
             vectors[n] = vector
-            pairs += [ids[n], scorer.encode(vector, items[n].content)]
+            pairs += [ids[n], scorer.encode(vector, text_of(items[n].content))]
         if pairs:
             yield ScriptCall("vectors", state.keys, ["put", *pairs])
     if query_vector is None or any(v is None or len(v) != len(query_vector) for v in vectors):

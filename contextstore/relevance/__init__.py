@@ -3,7 +3,7 @@
 function; vectors cached in Redis per item). Anything with ``score(query, items) -> list[float]``
 (or an async one) works.
 
-May import: ``types``, ``errors``.
+May import: ``core``, ``types``, ``errors``.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ..core.parts import text_of
 from ..errors import InvalidOptionsError
 from ..types import ContextItem
 
@@ -41,7 +42,9 @@ class BM25Scorer:
         if not items or not query or not query.strip():
             return [0.0] * len(items)
         retriever = self._bm25s.BM25(k1=self.k1, b=self.b)
-        retriever.index(self._tokens([f"{i.source_ref or ''} {i.content}" for i in items], True), show_progress=False)
+        retriever.index(
+            self._tokens([f"{i.source_ref or ''} {text_of(i.content)}" for i in items], True), show_progress=False
+        )
         known = [t for t in self._tokens([query], False)[0] if t in retriever.vocab_dict]
         if not known:
             return [0.0] * len(items)

@@ -17,6 +17,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..core.parts import text_of
 from ..errors import HelperError, InvalidOptionsError
 from ..types import ContextItem
 
@@ -96,7 +97,7 @@ class EmbeddingScorer:
             return [0.0] * len(items)
         if self.is_async:
             raise InvalidOptionsError("an async embed needs AsyncContextStore")
-        vectors = self.checked(self.embed([query, *(i.content for i in items)]), len(items) + 1)
+        vectors = self.checked(self.embed([query, *(text_of(i.content) for i in items)]), len(items) + 1)
         return [cosine(vectors[0], v) for v in vectors[1:]]
 
     def __repr__(self) -> str:

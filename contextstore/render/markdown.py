@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import PurePosixPath
 from typing import Any
 
+from ..core.parts import text_of
 from ..errors import InvalidOptionsError
 from ..types import ContextItem, ItemType
 
@@ -66,8 +67,7 @@ def render(items: Sequence[ContextItem], language: str | None = None) -> str:
         raise InvalidOptionsError(f"language must be a word without spaces or backticks: {language!r}")
     parts = ["## Context\n\n"]
     for item in items:
-        f = fence(item.content)
-        parts.append(
-            f"### {heading(item.type)}{source_note(item)}\n{f}{language_of(item, language)}\n{item.content}\n{f}\n\n"
-        )
+        text = text_of(item.content)
+        f = fence(text)
+        parts.append(f"### {heading(item.type)}{source_note(item)}\n{f}{language_of(item, language)}\n{text}\n{f}\n\n")
     return "".join(parts)

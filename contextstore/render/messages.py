@@ -14,7 +14,9 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ..core import facts
+from ..core import facts, parts
+from ..core.parts import text_of
+from ..errors import InvalidItemError
 from ..types import BuildOptions, ContextItem, ItemType
 from .select import Unit, ranked_key
 
@@ -51,7 +53,7 @@ def context_header(item: ContextItem) -> str:
 
 def context_text(item: ContextItem) -> str:
     """A context item as text: its header, then its content."""
-    return context_header(item) + item.content
+    return context_header(item) + text_of(item.content)
 
 
 def complete(unit: Unit) -> bool:
@@ -108,14 +110,31 @@ def openai(ordered: Sequence[ContextItem]) -> list[dict[str, Any]]:
         if role == "context":
             out.append({"role": "system", "content": context_text(item)})
         elif role == "system":
-            out.append({"role": "developer" if item.role == "developer" else "system", "content": item.content})
+            system_role = "developer" if item.role == "developer" else "system"
+            out.append({"role": system_role, "content": _openai_content(item, system_role)})
         elif role == "tool":
-            out.append({"role": "tool", "tool_call_id": _meta(item)["tool_call_id"], "content": item.content})
+            call_id = _meta(item)["tool_call_id"]
+            out.append({"role": "tool", "tool_call_id": call_id, "content": _openai_content(item, "tool")})
         elif item.metadata and calls_in(item):
-            out.append({"role": "assistant", "content": item.content or None, "tool_calls": calls_in(item)})
+            content = _openai_content(item, "assistant") or None
+            out.append({"role": "assistant", "content": content, "tool_calls": calls_in(item)})
         else:
-            out.append({"role": role, "content": item.content})
+            out.append({"role": role, "content": _openai_content(item, role)})
     return out
+
+
+def _openai_content(item: ContextItem, role: str) -> str | list[dict[str, Any]]:
+    """An item's content as an OpenAI message in ``role`` takes it: a str as it is; parts in
+    OpenAI's shape (``parts.for_format``), text parts only but in a user message."""
+    if isinstance(item.content, str):
+        return item.content
+    converted = parts.for_format(item.content, "openai")
+    if role != "user" and not parts.only_text(converted):
+        kind = next(p["type"] for p in converted if p["type"] != "text")
+        raise InvalidItemError(
+            f"item {item.id!r} holds a part of type {kind!r}, which an OpenAI {role} message cannot carry (text only)"
+        )
+    return converted
 
 
 def _tool_use(call: dict[str, Any]) -> dict[str, Any]:
@@ -134,12 +153,40 @@ def _tool_use(call: dict[str, Any]) -> dict[str, Any]:
 def _blocks(item: ContextItem, role: str) -> tuple[str, list[dict[str, Any]]]:
     """An item as (Anthropic role, content blocks)."""
     if role == "tool":
-        return "user", [{"type": "tool_result", "tool_use_id": _meta(item)["tool_call_id"], "content": item.content}]
-    text = context_text(item) if role == "context" else item.content
-    blocks = [{"type": "text", "text": text}] if text.strip() else []
+        result = item.content if isinstance(item.content, str) else _anthropic_parts(item, "a tool result")
+        return "user", [{"type": "tool_result", "tool_use_id": _meta(item)["tool_call_id"], "content": result}]
+    if role != "context" and not isinstance(item.content, str):
+        blocks = _anthropic_parts(item, "" if role == "user" else "an assistant message")
+    else:
+        text = context_text(item) if role == "context" else text_of(item.content)
+        blocks = [{"type": "text", "text": text}] if text.strip() else []
     if role == "assistant":
         return "assistant", blocks + [_tool_use(c) for c in calls_in(item)]
     return "user", blocks
+
+
+#: the part types each place of an Anthropic request takes (a user turn: every type)
+_ANTHROPIC_TAKES = {"a tool result": ("text", "image"), "an assistant message": ("text",), "a system block": ("text",)}
+
+
+def _anthropic_parts(item: ContextItem, where: str) -> list[dict[str, Any]]:
+    """An item's parts as Anthropic content blocks (``parts.for_format``), refusing a part that
+    ``where`` (a key of ``_ANTHROPIC_TAKES``, or "" for a user turn) cannot carry."""
+    assert not isinstance(item.content, str)
+    converted = parts.for_format(item.content, "anthropic")
+    for p in converted:
+        if where and p["type"] not in _ANTHROPIC_TAKES[where]:
+            raise InvalidItemError(f"item {item.id!r} holds a part of type {p['type']!r}, which {where} cannot carry")
+    return converted
+
+
+def _system_blocks(item: ContextItem) -> list[dict[str, Any]]:
+    """An item of Anthropic's system block as its text blocks."""
+    if role_of(item) == "context":
+        return [{"type": "text", "text": context_text(item)}]
+    if isinstance(item.content, str):
+        return [{"type": "text", "text": item.content}]
+    return _anthropic_parts(item, "a system block")
 
 
 def _turns(ordered: Sequence[ContextItem]) -> list[dict[str, Any]]:
@@ -179,9 +226,7 @@ def anthropic(ordered: Sequence[ContextItem], options: BuildOptions) -> dict[str
     ``cache_control=True``."""
     in_system = _system_roles(options)
     head = [i for i in ordered if role_of(i) in in_system]
-    system: list[dict[str, Any]] = [
-        {"type": "text", "text": context_text(i) if role_of(i) == "context" else i.content} for i in head
-    ]
+    system = [block for i in head for block in _system_blocks(i)]
     turns = _turns([i for i in ordered if role_of(i) not in in_system])
     if options.cache_control:
         for blocks in (system, turns[-1]["content"] if turns else []):

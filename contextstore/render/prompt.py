@@ -14,6 +14,7 @@ from typing import Any
 import msgspec
 
 from ..core.config import checked
+from ..core.parts import text_of
 from ..core.tokens import TokenCounter
 from ..core.validate import text
 from ..errors import BudgetTooSmallError, InvalidOptionsError
@@ -113,14 +114,14 @@ class JointCosts:
     def render(self, item: ContextItem) -> str:
         """The item as it appears in the prompt (with its role's prefix and suffix)."""
         if item.role is None:
-            return item.content
+            return text_of(item.content)
         pre, post = self._affixes(item.role)
-        return pre + item.content + post
+        return pre + text_of(item.content) + post
 
     def joint(self, left: ContextItem | None, text: str, right: ContextItem | None) -> int:
         """Tokens that ``text`` between ``left`` and ``right`` adds to their stored counts."""
-        tail = left.content[-EDGE:] if left is not None else ""
-        head = right.content[:EDGE] if right is not None else ""
+        tail = text_of(left.content)[-EDGE:] if left is not None else ""
+        head = text_of(right.content)[:EDGE] if right is not None else ""
         if not text and not (tail and head):
             return 0
         n: int = self.count(tail + text + head)

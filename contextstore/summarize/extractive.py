@@ -15,6 +15,7 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 
+from ..core.parts import text_of
 from ..core.tokens import TokenCounter, resolve_counter
 from ..errors import InvalidOptionsError
 from ..types import ContextItem
@@ -98,7 +99,7 @@ class ExtractiveSummarizer:
 
     def budget(self, items: Sequence[ContextItem]) -> int:
         """The token budget of the summary of ``items``."""
-        total = sum(i.token_count or self.counter.count(i.content) for i in items)
+        total = sum(i.token_count or self.counter.count(text_of(i.content)) for i in items)
         return max(1, min(self.max_tokens, int(total * self.ratio)))
 
     def summarize(self, items: Sequence[ContextItem]) -> str:
@@ -140,7 +141,7 @@ def _sentences(items: Sequence[ContextItem]) -> list[_Sentence]:
     for n, item in enumerate(items):
         who = speaker(item)
         calls = calls_text(item)
-        texts = [p.strip() for p in _SENTENCE_END.split(item.content) if p.strip()]
+        texts = [p.strip() for p in _SENTENCE_END.split(text_of(item.content)) if p.strip()]
         if calls:
             texts.append(f"Called {calls}.")
         out += [_Sentence(len(out) + k, n, who, t) for k, t in enumerate(texts)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
+from ..core.parts import text_of
 from ..types import ContextItem, ItemType
 
 _ROLES = {ItemType.USER_MESSAGE: "user", ItemType.ASSISTANT_MESSAGE: "assistant"}
@@ -31,7 +32,7 @@ def calls_text(item: ContextItem) -> str:
 
 def line(item: ContextItem) -> str:
     """One item as a transcript line: ``[speaker] content`` (and the tools it calls)."""
-    text = item.content.strip()
+    text = text_of(item.content).strip()
     calls = calls_text(item)
     if calls:
         text = f"{text} (calls {calls})" if text else f"calls {calls}"

@@ -154,13 +154,37 @@ local function raw_items(ids, wholes)
   return out, bad
 end
 
+-- Whether `content` (decoded) is a string, or a list of objects with a string type (content
+-- parts: the client checks the rest of their shape).
+local function content_ok(content)
+  if type(content) == 'string' then return true end
+  if type(content) ~= 'table' or #content == 0 then return false end
+  for k, part in pairs(content) do
+    if type(k) ~= 'number' or type(part) ~= 'table' or type(part.type) ~= 'string' then return false end
+  end
+  return true
+end
+
 -- An item body (`json`, stored under :items field `id`) a call hands back after writing (pop, a
 -- retried caller id), checked as the client will decode it: a JSON object of UTF-8 text whose
--- content is a string; corrupt() otherwise, before the call writes anything.
+-- content is a string or content parts (``content_ok``); corrupt() otherwise, before the call
+-- writes anything.
 local function check_body(id, json)
   local doc = stored_object(K_ITEMS, id, json)
-  if type(doc.content) ~= 'string' or not is_utf8(json) then corrupt(K_ITEMS, id, 'not an item body') end
+  if not content_ok(doc.content) or not is_utf8(json) then corrupt(K_ITEMS, id, 'not an item body') end
   return doc
+end
+
+-- Whether two decoded JSON values are equal (content parts compare by value).
+local function same_value(a, b)
+  if type(a) ~= 'table' or type(b) ~= 'table' then return a == b end
+  for k, v in pairs(a) do
+    if not same_value(v, b[k]) then return false end
+  end
+  for k in pairs(b) do
+    if a[k] == nil then return false end
+  end
+  return true
 end
 
 -- The entry of one item (nil when the window does not hold it).
@@ -398,6 +422,26 @@ local function string_end(json, from)
   end
 end
 
+-- The index of the ']' or '}' that closes the JSON array or object opening at `from`.
+local function value_end(json, from)
+  local depth, p = 0, from
+  while true do
+    local q = string.find(json, '[%[%]{}"]', p)
+    if not q then return nil end
+    local c = string.sub(json, q, q)
+    if c == '"' then
+      q = string_end(json, q + 1)
+      if not q then return nil end
+    elseif c == '[' or c == '{' then
+      depth = depth + 1
+    else
+      depth = depth - 1
+      if depth == 0 then return q end
+    end
+    p = q + 1
+  end
+end
+
 -- A tool result's stored JSON (either layout; `a` its attrs) in the lean layout with its content
 -- replaced by the placeholder and metadata[CLEARED_KEY] = {tokens = its tokens before}; nil if
 -- it is in no known layout. metadata is the body's last field when it is set.
@@ -406,6 +450,10 @@ local function cleared_json(json, a)
   if not lean then return nil end
   local s, e = string.find(lean, '^{"added_at_us":%d+,"content":"')
   local close = s and string_end(lean, e + 1)
+  if not s then  -- content parts
+    s, e = string.find(lean, '^{"added_at_us":%d+,"content":%[')
+    close = s and value_end(lean, e)
+  end
   if not close then return nil end
   local rest = string.sub(lean, close + 1)
   local ms, me = string.find(rest, ',"metadata":', 1, true)

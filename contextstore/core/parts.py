@@ -1,0 +1,322 @@
+"""Content parts: an item's content as a list of parts in OpenAI's or Anthropic's shape (images,
+audio, files, documents beside text). What a part may be (``check``), the text a part stands for
+where only text goes (``text_of``), what it costs in tokens (``tokens``: an image by the
+dimensions its header gives, as the providers charge), and a part in the other format
+(``for_format``). No I/O.
+
+May import: ``types``, ``errors``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import math
+import re
+import struct
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ..errors import InvalidItemError
+
+#: the part types of each format ("text" is both)
+OPENAI_TYPES = frozenset({"text", "image_url", "input_audio", "file"})
+ANTHROPIC_TYPES = frozenset({"text", "image", "document"})
+#: at most this many parts in one item
+MAX_PARTS = 256
+#: the image media types whose dimensions are read from their header
+IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
+#: an image whose dimensions are not known (by URL or file id): the most either provider charges
+UNKNOWN_IMAGE_TOKENS = 1600
+#: a part with no rule of its own (audio, a file, a document): a token per this many bytes of data
+BYTES_PER_TOKEN = 4
+#: the least such a part counts (also what one known only by URL or file id counts)
+MIN_PART_TOKENS = 85
+
+_DATA_URL = re.compile(r"data:(?P<type>[\w.+-]+/[\w.+-]+);base64,(?P<data>.*)", re.DOTALL)
+Say = Callable[[str], None]
+
+
+def check(value: object) -> list[dict[str, Any]]:
+    """``value`` as content parts (``InvalidItemError`` naming the part otherwise): a non-empty
+    list of at most ``MAX_PARTS`` dicts, each of a type of either format in that type's shape,
+    base64 that decodes, and an image's header that agrees with its media type."""
+    if not isinstance(value, list) or not value:
+        raise InvalidItemError("content must be a str or a non-empty list of content parts")
+    if len(value) > MAX_PARTS:
+        raise InvalidItemError(f"content has {len(value)} parts; at most {MAX_PARTS}")
+    for n, part in enumerate(value):
+        _check_part(n, part)
+    return value
+
+
+def _check_part(n: int, part: object) -> None:
+    if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+        raise InvalidItemError(f"content part {n} must be a dict with a 'type'")
+    kind = part["type"]
+    if kind not in OPENAI_TYPES | ANTHROPIC_TYPES:
+        known = ", ".join(sorted(OPENAI_TYPES | ANTHROPIC_TYPES))
+        raise InvalidItemError(f"content part {n} has an unknown type {kind!r} (known: {known})")
+
+    def bad(what: str) -> InvalidItemError:
+        return InvalidItemError(f"content part {n} ({kind!r}) {what}")
+
+    if kind == "text":
+        if not isinstance(part.get("text"), str):
+            raise bad("needs 'text', a str")
+    elif kind == "image_url":
+        image = part.get("image_url")
+        if not isinstance(image, dict) or not isinstance(image.get("url"), str):
+            raise bad("needs 'image_url': {'url': str}")
+        if image.get("detail", "auto") not in ("auto", "low", "high"):
+            raise bad("has a 'detail' other than 'auto', 'low' or 'high'")
+        _check_url(image["url"], bad)
+    elif kind == "input_audio":
+        audio = part.get("input_audio")
+        if not isinstance(audio, dict) or not isinstance(audio.get("format"), str):
+            raise bad("needs 'input_audio': {'data': base64, 'format': str}")
+        _decoded(audio.get("data"), bad)
+    elif kind == "file":
+        file = part.get("file")
+        if not isinstance(file, dict) or not any(isinstance(file.get(k), str) for k in ("file_id", "file_data")):
+            raise bad("needs 'file' with 'file_id' or 'file_data'")
+        if isinstance(file.get("file_data"), str):
+            _check_url(file["file_data"], bad)
+    else:  # image, document
+        _check_source(part.get("source"), kind, bad)
+
+
+def _check_url(url: str, bad: Callable[[str], InvalidItemError]) -> None:
+    """A ``data:`` URL whose base64 decodes (and an image's header agrees), or any other URL."""
+    if not url.startswith("data:"):
+        if not url.strip():
+            raise bad("has an empty URL")
+        return
+    found = _DATA_URL.fullmatch(url)
+    if found is None:
+        raise bad("has a data: URL that is not data:<media type>;base64,<data>")
+    _check_image(found["type"], _decoded(found["data"], bad), bad)
+
+
+def _check_source(source: object, kind: str, bad: Callable[[str], InvalidItemError]) -> None:
+    if not isinstance(source, dict) or not isinstance(source.get("type"), str):
+        raise bad("needs a 'source' with a 'type'")
+    how = source["type"]
+    if how == "base64":
+        if not isinstance(source.get("media_type"), str):
+            raise bad("has a base64 source without a 'media_type'")
+        _check_image(source["media_type"] if kind == "image" else "", _decoded(source.get("data"), bad), bad)
+    elif how == "url":
+        if not isinstance(source.get("url"), str) or not source["url"].strip():
+            raise bad("has a url source without a 'url'")
+    elif how == "file":
+        if not isinstance(source.get("file_id"), str):
+            raise bad("has a file source without a 'file_id'")
+    elif not (kind == "document" and how in ("text", "content")):
+        raise bad(f"has a source of unknown type {how!r}")
+
+
+def _decoded(data: object, bad: Callable[[str], InvalidItemError]) -> bytes:
+    if not isinstance(data, str) or not data:
+        raise bad("needs base64 'data'")
+    try:
+        return base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        raise bad("holds data that is not valid base64") from None
+
+
+def _check_image(media_type: str, data: bytes, bad: Callable[[str], InvalidItemError]) -> None:
+    """An image of a type whose header is read must have that header, with its dimensions."""
+    found = header(data) if media_type in IMAGE_TYPES else None
+    if media_type in IMAGE_TYPES and (found is None or found[0] != media_type):
+        raise bad(f"says {media_type} but its data has no {media_type} header with the image's size")
+
+
+# -- dimensions --------------------------------------------------------------------------------
+
+
+def dimensions(data: bytes) -> tuple[int, int] | None:
+    """(width, height) from a PNG, GIF, JPEG or WebP header, without decoding the image; None
+    when ``data`` is none of those or its header does not say."""
+    found = header(data)
+    return None if found is None else found[1:]
+
+
+def header(data: bytes) -> tuple[str, int, int] | None:
+    """(media type, width, height) of a PNG, GIF, JPEG or WebP image, from its header."""
+    got: tuple[int, int] | None = None
+    kind = ""
+    if data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR" and len(data) >= 24:
+        kind, got = "image/png", struct.unpack(">II", data[16:24])
+    elif data[:6] in (b"GIF87a", b"GIF89a") and len(data) >= 10:
+        kind, got = "image/gif", struct.unpack("<HH", data[6:10])
+    elif data[:2] == b"\xff\xd8":
+        kind, got = "image/jpeg", _jpeg_size(data)
+    elif data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        kind, got = "image/webp", _webp_size(data)
+    return (kind, *got) if got is not None and got[0] > 0 and got[1] > 0 else None
+
+
+def _jpeg_size(data: bytes) -> tuple[int, int] | None:
+    at = 2
+    while at + 9 <= len(data):
+        if data[at] != 0xFF:
+            return None
+        marker, length = data[at + 1], struct.unpack(">H", data[at + 2 : at + 4])[0]
+        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):  # a start of frame
+            height, width = struct.unpack(">HH", data[at + 5 : at + 9])
+            return width, height
+        at += 2 + length
+    return None
+
+
+def _webp_size(data: bytes) -> tuple[int, int] | None:
+    chunk = data[12:16]
+    if chunk == b"VP8 " and len(data) >= 30:
+        w, h = struct.unpack("<HH", data[26:30])
+        return w & 0x3FFF, h & 0x3FFF
+    if chunk == b"VP8L" and len(data) >= 25:
+        bits = int.from_bytes(data[21:25], "little")
+        return (bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1
+    if chunk == b"VP8X" and len(data) >= 30:
+        return int.from_bytes(data[24:27], "little") + 1, int.from_bytes(data[27:30], "little") + 1
+    return None
+
+
+# -- tokens ------------------------------------------------------------------------------------
+
+
+def image_tokens(width: int, height: int, detail: str = "auto") -> int:
+    """What an image costs, the more of the two providers' rules: OpenAI's tiles (fit in
+    2048x2048, shortest side to 768, 170 a 512-pixel tile plus 85; 85 at ``detail="low"``) and
+    Anthropic's (fit in 1568 pixels a side and 1.15 megapixels, then width * height / 750)."""
+    openai = 85
+    if detail != "low":
+        scale = min(1.0, 2048 / max(width, height))
+        w, h = width * scale, height * scale
+        scale = min(1.0, 768 / min(w, h))
+        w, h = w * scale, h * scale
+        openai += 170 * math.ceil(w / 512) * math.ceil(h / 512)
+    scale = min(1.0, 1568 / max(width, height), math.sqrt(1_150_000 / (width * height)))
+    anthropic = math.ceil(width * scale * (height * scale) / 750)
+    return max(openai, anthropic)
+
+
+def tokens(parts: list[dict[str, Any]], count_text: Callable[[str], int]) -> int:
+    """The tokens of ``parts``: text by ``count_text``; an image by its dimensions
+    (``image_tokens``; ``UNKNOWN_IMAGE_TOKENS`` by URL or file id); anything else a token per
+    ``BYTES_PER_TOKEN`` bytes of its data, at least ``MIN_PART_TOKENS``."""
+    total = 0
+    for part in parts:
+        if part["type"] == "text":
+            total += count_text(part["text"])
+            continue
+        data, media_type = data_of(part)
+        size = dimensions(data) if data is not None and media_type.startswith("image/") else None
+        if size is not None:
+            total += image_tokens(*size, str((part.get("image_url") or {}).get("detail", "auto")))
+        elif _is_image(part):
+            total += UNKNOWN_IMAGE_TOKENS
+        else:
+            total += max(MIN_PART_TOKENS, len(data or b"") // BYTES_PER_TOKEN)
+    return total
+
+
+def _is_image(part: Mapping[str, Any]) -> bool:
+    return part["type"] in ("image", "image_url")
+
+
+def data_of(part: Mapping[str, Any]) -> tuple[bytes | None, str]:
+    """A part's data and media type, when it holds them inline ((None, "") otherwise)."""
+    url = ""
+    if part["type"] == "image_url":
+        url = part["image_url"]["url"]
+    elif part["type"] == "file":
+        url = part["file"].get("file_data") or ""
+    elif part["type"] == "input_audio":
+        return base64.b64decode(part["input_audio"]["data"]), "audio/" + part["input_audio"]["format"]
+    elif part["type"] in ("image", "document") and part["source"]["type"] == "base64":
+        return base64.b64decode(part["source"]["data"]), part["source"]["media_type"]
+    found = _DATA_URL.fullmatch(url) if url.startswith("data:") else None
+    return (base64.b64decode(found["data"]), found["type"]) if found else (None, "")
+
+
+# -- text --------------------------------------------------------------------------------------
+
+
+def label(part: Mapping[str, Any]) -> str:
+    """A part that is not text, in words: ``[image/png 1280x800 312 KB]``, ``[file]``."""
+    data, media_type = data_of(part)
+    kind = media_type or ("image" if _is_image(part) else part["type"])
+    words = [kind]
+    size = dimensions(data) if data is not None and media_type.startswith("image/") else None
+    if size is not None:
+        words.append(f"{size[0]}x{size[1]}")
+    if data is not None:
+        words.append(_bytes(len(data)))
+    return "[" + " ".join(words) + "]"
+
+
+def _bytes(n: int) -> str:
+    """A size in words: ``57 B``, ``312 KB``, ``4.2 MB``."""
+    if n < 1024:
+        return f"{n} B"
+    return f"{round(n / 1024)} KB" if n < 1 << 20 else f"{n / (1 << 20):.1f} MB"
+
+
+def text_of(content: str | list[dict[str, Any]]) -> str:
+    """The text ``content`` stands for where only text goes (a text build, markdown, a summary,
+    a relevance score, the CLI): a str as it is; parts as their text, each other part as its
+    ``label``, one a line."""
+    if isinstance(content, str):
+        return content
+    return "\n".join(p["text"] if p["type"] == "text" else label(p) for p in content)
+
+
+# -- formats -----------------------------------------------------------------------------------
+
+
+def for_format(parts: list[dict[str, Any]], fmt: str) -> list[dict[str, Any]]:
+    """``parts`` as a build in ``fmt`` ("openai" or "anthropic") sends them: a part of that
+    format as stored (no key added); one of the other converted where it has an equivalent
+    (text; an image by base64 or URL), else ``InvalidItemError`` naming it."""
+    native = OPENAI_TYPES if fmt == "openai" else ANTHROPIC_TYPES
+    return [p if p["type"] in native else _converted(n, p, fmt) for n, p in enumerate(parts)]
+
+
+def _converted(n: int, part: dict[str, Any], fmt: str) -> dict[str, Any]:
+    kind = part["type"]
+    if fmt == "anthropic" and kind == "image_url":
+        url = part["image_url"]["url"]
+        found = _DATA_URL.fullmatch(url) if url.startswith("data:") else None
+        if found is not None:
+            return {"type": "image", "source": {"type": "base64", "media_type": found["type"], "data": found["data"]}}
+        if url.startswith("https://"):
+            return {"type": "image", "source": {"type": "url", "url": url}}
+    if fmt == "openai" and kind == "image":
+        source = part["source"]
+        if source["type"] == "base64":
+            return {"type": "image_url", "image_url": {"url": f"data:{source['media_type']};base64,{source['data']}"}}
+        if source["type"] == "url":
+            return {"type": "image_url", "image_url": {"url": source["url"]}}
+    other = "Anthropic" if fmt == "anthropic" else "OpenAI"
+    raise InvalidItemError(f"content part {n} ({kind!r}) has no {other} equivalent: build it in the format it came in")
+
+
+def size(parts: list[dict[str, Any]]) -> int:
+    """About what ``parts`` hold, in characters: their strings' lengths."""
+    total, todo = 0, list(parts)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, str):
+            total += len(node)
+        elif isinstance(node, dict):
+            todo.extend(node.values())
+        elif isinstance(node, list):
+            todo.extend(node)
+    return total
+
+
+def only_text(parts: list[dict[str, Any]]) -> bool:
+    """Whether every part is text."""
+    return all(p["type"] == "text" for p in parts)

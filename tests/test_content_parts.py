@@ -1,0 +1,256 @@
+"""Content parts (images, audio, files, documents beside text): stored and given back as they
+came, built as each chat API takes them, converted to the other format where an equivalent
+exists and refused by name where none does; an image counted by its size, not its encoding."""
+
+from __future__ import annotations
+
+import base64
+import json
+import struct
+import zlib
+from typing import Any
+
+import pytest
+
+import contextstore as cs
+from contextstore.core import parts
+
+from support import dump_window
+
+
+def png(width: int, height: int) -> bytes:
+    """A PNG's signature and header (IHDR) for an image of that size, and an empty image chunk."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"")) + chunk(b"IEND", b"")
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+SHOT = b64(png(1280, 800))
+OPENAI_PARTS: list[dict[str, Any]] = [
+    {"type": "text", "text": "What is in this picture?"},
+    {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{SHOT}", "detail": "high"}},
+]
+ANTHROPIC_PARTS: list[dict[str, Any]] = [
+    {"type": "text", "text": "And this one?"},
+    {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": SHOT}},
+]
+
+
+def test_parts_of_either_format_come_back_as_they_were_given(store):
+    w = store.window("parts", max_tokens=50_000)
+    a = w.add(OPENAI_PARTS, role="user")
+    w.add("a cat", role="assistant")
+    w.add_many([{"role": "user", "content": ANTHROPIC_PARTS}])
+    assert w.get(a.id).content == OPENAI_PARTS
+    assert [i.content for i in w.items()] == [OPENAI_PARTS, "a cat", ANTHROPIC_PARTS]
+    copy = store.window("parts-copy")
+    copy.restore(w.snapshot())
+    assert [i.content for i in copy.items()] == [OPENAI_PARTS, "a cat", ANTHROPIC_PARTS]
+    assert w.add(content=ANTHROPIC_PARTS, role="user").content == ANTHROPIC_PARTS  # content= as a keyword
+    with pytest.raises(cs.InvalidOptionsError, match="content is given twice"):
+        w.add("text", content=ANTHROPIC_PARTS, role="user")
+
+
+def test_a_build_sends_its_own_formats_parts_as_stored_and_converts_the_others(store):
+    w = store.window("built", max_tokens=50_000)
+    w.add(OPENAI_PARTS, role="user")
+    w.add("a cat", role="assistant")
+    w.add(ANTHROPIC_PARTS, role="user")
+    opts = cs.BuildOptions(reserve_for_response=0)
+    openai = w.build_messages(opts)
+    assert openai[0]["content"] == OPENAI_PARTS  # as stored: no key added
+    assert openai[2]["content"] == [
+        {"type": "text", "text": "And this one?"},
+        {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{SHOT}"}},
+    ]
+    anthropic = w.build_messages(opts, format="anthropic")["messages"]
+    assert anthropic[0]["content"] == [
+        {"type": "text", "text": "What is in this picture?"},
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": SHOT}},
+    ]
+    assert anthropic[2]["content"] == ANTHROPIC_PARTS
+    assert "[image/png 1280x800" in w.build(opts)  # a text build names what it cannot show
+
+
+@pytest.mark.parametrize(
+    "part, fmt",
+    [
+        ({"type": "input_audio", "input_audio": {"data": b64(b"RIFF...."), "format": "wav"}}, "anthropic"),
+        ({"type": "file", "file": {"file_id": "file-abc"}}, "anthropic"),
+        ({"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": b64(b"%PDF")}},
+         "openai"),
+        ({"type": "image_url", "image_url": {"url": "http://example.com/a.png"}}, "anthropic"),  # not https
+    ],
+    ids=["audio", "file", "document", "plain http image"],
+)  # fmt: skip
+def test_a_part_without_an_equivalent_is_refused_by_name(store, part, fmt):
+    w = store.window("refused", max_tokens=50_000)
+    w.add([{"type": "text", "text": "look"}, part], role="user")
+    w.build_messages(cs.BuildOptions(reserve_for_response=0), format="openai" if fmt == "anthropic" else "anthropic")
+    with pytest.raises(cs.InvalidItemError, match=repr(part["type"])):
+        w.build_messages(cs.BuildOptions(reserve_for_response=0), format=fmt)
+
+
+def test_a_tool_result_holds_an_image_for_anthropic_and_text_for_openai(store):
+    w = store.window("tool-image", max_tokens=50_000)
+    call = {"id": "shot_1", "type": "function", "function": {"name": "screenshot", "arguments": "{}"}}
+    w.add("take a screenshot", role="user")
+    w.add_many([
+        {"content": "", "role": "assistant", "metadata": {"tool_calls": [call]}},
+        {"content": ANTHROPIC_PARTS, "role": "tool", "metadata": {"tool_call_id": "shot_1"}},
+    ])  # fmt: skip
+    opts = cs.BuildOptions(reserve_for_response=0)
+    turns = w.build_messages(opts, format="anthropic")["messages"]
+    result = turns[-1]["content"][0]
+    assert result["type"] == "tool_result" and result["content"] == ANTHROPIC_PARTS
+    with pytest.raises(cs.InvalidItemError, match="type 'image_url', which an OpenAI tool message cannot carry"):
+        w.build_messages(opts)
+
+
+BAD_PARTS = {
+    "unknown type": [{"type": "hologram", "data": "x"}],
+    "not a dict": ["just text"],
+    "empty list": [],
+    "malformed base64": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,@@@"}}],
+    "a header that lies": [{"type": "image", "source": {"type": "base64", "media_type": "image/jpeg", "data": SHOT}}],
+    "no header at all": [
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": b64(b"not an image")}}
+    ],
+    "text without text": [{"type": "text"}],
+    "NaN": [{"type": "text", "text": "x", "weight": float("nan")}],
+    "too large": [{"type": "text", "text": "x" * (2 << 20)}],  # over max_content_bytes (1 MiB)
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_PARTS))
+def test_bad_parts_are_refused_with_nothing_written(store, r, prefix, name):
+    w = store.window("bad", max_tokens=50_000)
+    w.add("before", role="user")
+    before = dump_window(r, prefix, "bad")
+    with pytest.raises(cs.InvalidItemError):
+        w.add(BAD_PARTS[name], role="user")
+    with pytest.raises(cs.InvalidItemError):
+        w.add_many(["fine", {"content": BAD_PARTS[name], "role": "user"}])
+    assert dump_window(r, prefix, "bad") == before
+
+
+@pytest.mark.parametrize(
+    "size, detail, expected",
+    [
+        ((1024, 1024), "auto", 1399),  # Anthropic's 1024*1024/750 beats OpenAI's 4 tiles (765)
+        ((512, 512), "low", 350),  # 512*512/750 beats OpenAI's 85
+        ((4000, 1000), "high", 820),  # Anthropic's 1568x392 beats OpenAI's 2048x512 in 4 tiles (765)
+    ],
+)
+def test_an_image_counts_what_the_providers_charge_for_its_size(store, size, detail, expected):
+    w = store.window("tokens", max_tokens=50_000)
+    image = {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{b64(png(*size))}", "detail": detail}}
+    assert w.add([image], role="user").token_count == expected == parts.image_tokens(*size, detail)
+    by_url = w.add([{"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}}], role="user")
+    assert by_url.token_count == parts.UNKNOWN_IMAGE_TOKENS
+    assert w.stats().current_tokens == expected + parts.UNKNOWN_IMAGE_TOKENS
+
+
+def test_a_tool_result_of_parts_is_cleared_and_a_retried_add_is_not_a_duplicate(store):
+    w = store.window("clearing", max_tokens=50_000)
+    call = {"id": "c1", "type": "function", "function": {"name": "look", "arguments": "{}"}}
+    w.add("look", role="user")
+    items = [
+        {"content": "", "role": "assistant", "metadata": {"tool_calls": [call]}},
+        {"content": OPENAI_PARTS, "role": "tool", "metadata": {"tool_call_id": "c1"}, "id": "shot"},
+    ]
+    w.add_many(items)
+    assert w.add_many(items[1:]) == 0  # the same caller id and parts: a safe retry, nothing added
+    w.add("and now?", role="user")
+    assert w.compact("clear_tool_results", target_percent=1) > 0
+    cleared = w.get("shot")
+    assert isinstance(cleared.content, str) and cleared.metadata["tool_call_id"] == "c1"
+    assert w.verify().ok
+
+
+def test_stored_parts_no_add_would_take_are_a_corrupt_window(store, r, prefix):
+    w = store.window("corrupt-parts", max_tokens=50_000)
+    item = w.add(OPENAI_PARTS, role="user")
+    key = f"{prefix}:{{corrupt-parts}}:items"
+    body = json.loads(r.hget(key, item.id))
+    body["content"] = [{"type": "hologram"}]
+    r.hset(key, item.id, json.dumps(body))
+    with pytest.raises(cs.CorruptWindowError):
+        w.items()
+
+
+def test_verify_takes_sound_parts_and_reports_bad_ones(store, r, prefix):
+    w = store.window("verified-parts", max_tokens=50_000)
+    item = w.add(ANTHROPIC_PARTS, role="user")
+    assert w.verify().ok
+    key = f"{prefix}:{{verified-parts}}:items"
+    body = json.loads(r.hget(key, item.id))
+    body["content"] = [{"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "@@"}}]
+    r.hset(key, item.id, json.dumps(body))
+    assert any("bad field(s) content" in p for p in w.verify().problems)
+
+
+def test_a_pop_of_stored_parts_in_no_shape_an_add_writes_removes_nothing(store, r, prefix):
+    w = store.window("pop-parts", max_tokens=50_000)
+    w.add("older", role="user")
+    item = w.add(OPENAI_PARTS, role="user")
+    key = f"{prefix}:{{pop-parts}}:items"
+    body = json.loads(r.hget(key, item.id))
+    body["content"] = {"type": "text", "text": "an object, not a list"}
+    r.hset(key, item.id, json.dumps(body))
+    before = dump_window(r, prefix, "pop-parts")
+    with pytest.raises(cs.CorruptWindowError):
+        w.pop()
+    assert dump_window(r, prefix, "pop-parts") == before
+
+
+@pytest.mark.parametrize("api", ["sync"], indirect=True)  # the command runs the sync API
+def test_the_command_shows_a_part_as_a_label_and_writes_its_data(store, redis_url, prefix, tmp_path, capsys):
+    from contextstore import cli
+
+    w = store.window("shown", max_tokens=50_000)
+    item = w.add(OPENAI_PARTS, role="user")
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        code = cli.main(["--url", redis_url, "--prefix", prefix, *argv])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    code, out, _ = run("show", "shown")
+    assert code == 0 and "What is in this picture?" in out and "[image/png" not in out  # the first line only
+    code, out, _ = run("get", "shown", item.id or "")
+    assert code == 0 and f"[image/png 1280x800 {len(png(1280, 800))} B]" in out and SHOT not in out
+    target = tmp_path / "shot.png"
+    code, out, _ = run("get", "shown", item.id or "", "--part", "1", "--out", str(target))
+    assert code == 0 and target.read_bytes() == png(1280, 800)
+    code, out, _ = run("get", "shown", item.id or "", "--part", "0")
+    assert code == 0 and out == "What is in this picture?\n"
+    code, _, err = run("get", "shown", item.id or "", "--part", "1")
+    assert code == 2 and "give --out FILE" in err
+    code, _, err = run("get", "shown", item.id or "", "--part", "5", "--out", str(target))
+    assert code == 2 and "has 2 content part(s)" in err
+
+
+def test_a_message_that_takes_text_only_refuses_other_parts_by_name(store):
+    w = store.window("text-only", max_tokens=50_000)
+    w.add("draw me a cat", role="user")
+    w.add(ANTHROPIC_PARTS, role="assistant")
+    opts = cs.BuildOptions(reserve_for_response=0)
+    with pytest.raises(cs.InvalidItemError, match="part of type 'image', which an assistant message cannot carry"):
+        w.build_messages(opts, format="anthropic")
+    with pytest.raises(cs.InvalidItemError, match="part of type 'image_url', which an OpenAI assistant message"):
+        w.build_messages(opts)
+    text_only = store.window("text-parts", max_tokens=50_000)
+    text_only.add([{"type": "text", "text": "be brief"}], role="system")
+    text_only.add([{"type": "text", "text": "hi"}], role="assistant")
+    text_only.add("hello", role="user")
+    assert text_only.build_messages(opts)[0] == {"role": "system", "content": [{"type": "text", "text": "be brief"}]}
+    built = text_only.build_messages(opts, format="anthropic")
+    assert built["system"] == [{"type": "text", "text": "be brief"}]
