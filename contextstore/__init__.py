@@ -57,6 +57,7 @@ from .types import (
     ContextWindowStats,
     ItemFields,
     ItemType,
+    Lineage,
     PlannedItem,
     WindowOptions,
 )
@@ -96,6 +97,7 @@ __all__ = [
     "InvalidWindowIdError",
     "ItemFields",
     "ItemType",
+    "Lineage",
     "NoConversationError",
     "OpenAISummarizer",
     "OtherEvent",

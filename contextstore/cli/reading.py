@@ -43,27 +43,51 @@ ChatFormat = Literal["openai", "anthropic"]
 
 
 @cli.command("ls")
+@click.option("--tree", is_flag=True, help="each fork under the window it was made from (--json: with its parent)")
 @json_option
 @pass_env
-def ls(env: Env, as_json: bool) -> None:
+def ls(env: Env, tree: bool, as_json: bool) -> None:
     """List windows with items, tokens and usage."""
     store = env.store()
+    ids = store.windows()
+    parents = {wid: store.window(wid, create=False).lineage().parent for wid in ids} if tree else {}
     rows = []
-    for wid in store.windows():
+    for wid, depth in tree_order(ids, parents) if tree else [(wid, 0) for wid in ids]:
         stats = store.window(wid, create=False).stats()
-        rows.append(
-            {
-                "window_id": wid,
-                "items": stats.total_items,
-                "tokens": stats.current_tokens,
-                "max_tokens": stats.max_tokens,
-                "usage_percent": stats.usage_percent,
-            }
-        )
+        row = {
+            "window_id": wid,
+            "items": stats.total_items,
+            "tokens": stats.current_tokens,
+            "max_tokens": stats.max_tokens,
+            "usage_percent": stats.usage_percent,
+        }
+        rows.append({**row, "parent": parents[wid], "depth": depth} if tree else row)
     if as_json:
         emit_json(rows)
     else:
         Console().print(windows_table(rows))
+
+
+def tree_order(ids: list[str], parents: dict[str, str | None]) -> list[tuple[str, int]]:
+    """``ids`` as a tree: each window whose parent is not listed (sorted), then the forks made
+    from it, deeper by one; with each its depth. A window no root leads to (stored lineage that
+    loops) is listed as a root."""
+    children: dict[str | None, list[str]] = {}
+    for wid in sorted(ids):
+        parent = parents.get(wid)
+        children.setdefault(parent if parent in parents else None, []).append(wid)
+    out: list[tuple[str, int]] = []
+    seen: set[str] = set()
+    for root in [*children.get(None, []), *sorted(ids)]:
+        todo = [(root, 0)]
+        while todo:
+            wid, depth = todo.pop()
+            if wid in seen:
+                continue
+            seen.add(wid)
+            out.append((wid, depth))
+            todo += [(child, depth + 1) for child in reversed(children.get(wid, []))]
+    return out
 
 
 @cli.command("windows", hidden=True)
@@ -142,6 +166,8 @@ def show(
         )
     for line in turn_lines(win.turn_status()):
         console.print(line, markup=False)
+    if console.is_terminal and (lineage := win.lineage()).parent:
+        console.print(visible(f"forked from {lineage.parent} at {lineage.fork_point}"), markup=False, highlight=False)
 
 
 def _write_part(item: ContextItem, n: int | None, out: Path | None) -> None:

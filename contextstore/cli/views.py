@@ -252,7 +252,7 @@ def windows_table(rows: Iterable[dict[str, Any]]) -> Table:
     for row in rows:
         limit = row["max_tokens"]
         table.add_row(
-            plain(row["window_id"]),
+            plain("  " * (row.get("depth", 1) - 1) + "└ " + row["window_id"] if row.get("depth") else row["window_id"]),
             str(row["items"]),
             str(row["tokens"]),
             "-" if limit is None else str(limit),

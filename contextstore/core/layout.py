@@ -141,6 +141,11 @@ class Meta:
     #: calls that removed items by hand (remove, pop): a replayed add whose items are all gone
     #: runs again when one came since its record (lib/requests.lua), not after an eviction
     REMOVED_BY_CALLER = "removed_by_caller"
+    #: lineage (§19): the window a fork was made from and the item it was made at (on the fork),
+    #: and the forks made from a window, space-separated (on the window they were made from)
+    PARENT = "parent"
+    FORK_POINT = "fork_point"
+    FORKS = "forks"
 
     #: what a window's ``version`` is made of (``window_version``): its lifetime (``created_us``;
     #: 0 for a window made before it was kept, until its next lifetime), the last seq handed out

@@ -302,14 +302,22 @@ def _check_side_keys(turn: dict[str, str], replies: dict[str, Any], archive: dic
             continue
         try:
             rows = msgspec.json.decode(entry).get("items")
-            ok = isinstance(rows, list) and all(
-                isinstance(r, list) and len(r) in (2, 3) and all(isinstance(x, str) for x in r) and _attrs_fields(r[1])
-                for r in rows
-            )
+            ok = isinstance(rows, list) and all(_archived_row(r) for r in rows)
         except (msgspec.DecodeError, RecursionError, UnicodeDecodeError, AttributeError):
             ok = False
         if not ok:
-            say(f":archive field {sid!r} is not the items a summary replaced")
+            say(f":archive field {sid!r} is not the items a summary or a rewind took")
+
+
+def _archived_row(row: object) -> bool:
+    """An archive row as the scripts write it: [stored JSON, attrs(, id(, "p": pinned))]."""
+    return (
+        isinstance(row, list)
+        and len(row) in (2, 3, 4)
+        and all(isinstance(x, str) for x in row)
+        and (len(row) < 4 or row[3] == "p")
+        and _attrs_fields(row[1]) is not None
+    )
 
 
 def inspect_window(window_id: str, reply: Sequence[Any]) -> VerifyReport:

@@ -7,7 +7,6 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from functools import cached_property, partial
-from types import TracebackType
 from typing import Any, BinaryIO, Literal, TypeVar
 
 import redis.asyncio
@@ -23,7 +22,9 @@ from ..events import Event, OtherEvent
 from ..plans import build as build_plans
 from ..plans import chat as chat_plans
 from ..plans import compaction as compaction_plans
+from ..plans import fork as fork_plans
 from ..plans import items as item_plans
+from ..plans import rewind as rewind_plans
 from ..plans import snapshot as snapshot_plans
 from ..plans import summaries as summary_plans
 from ..plans import window as window_plans
@@ -39,6 +40,7 @@ from ..types import (
     ContextSnapshot,
     ContextWindowStats,
     ItemFields,
+    Lineage,
     WindowConfig,
     WindowOptions,
 )
@@ -110,12 +112,9 @@ class AsyncContextStore(StoreBase):
     async def window(
         self, window_id: str, *, create: bool = True, **config: Unpack[WindowOptions]
     ) -> AsyncContextWindow:
-        """Attach to ``window_id``, creating it with the given config if it does not exist;
-        ``create=False`` raises ``WindowNotFoundError`` for a missing window instead.
-
-        Only the options passed (not None) are compared with the stored config; a difference
-        raises ``ConfigConflictError``. A new window without limits is a 50-item sliding window;
-        its threshold defaults to 85.0 and its strategy to REMOVE_LOW_PRIORITY."""
+        """Attach to ``window_id``, creating it with the given config if missing (``create=False``:
+        ``WindowNotFoundError`` instead). The options passed (not None) must match the stored config
+        (``ConfigConflictError``). A new window without limits is a 50-item sliding window."""
         state = await self._run(window_plans.open_window(self._settings, window_id, dict(config), create))
         return AsyncContextWindow(self, state)
 
@@ -152,9 +151,8 @@ class AsyncContextStore(StoreBase):
         missing, starting at the oldest event kept): each event goes to one consumer of the
         group; events another consumer left unacknowledged for ``claim_after_ms`` are handed
         over. Call ``await batch.ack()`` when handled. ``block_ms``: see ``ContextWindow.events``."""
-        group, plan = streams.consumer(
-            self._settings.prefix, self._cluster, window_ids, group, consumer, block_ms, count, claim_after_ms
-        )
+        where = (self._settings.prefix, self._cluster, window_ids)
+        group, plan = streams.consumer(*where, group, consumer, block_ms, count, claim_after_ms)
         return streaming.abatches(self._driver, group, plan)
 
     async def run_compactor(
@@ -162,11 +160,10 @@ class AsyncContextStore(StoreBase):
         group: str = compactor.COMPACTOR_GROUP, consumer: str | None = None, lease_ms: int = 120_000,
         claim_after_ms: int = 30_000, block_ms: int = 1000,
     ) -> None:  # fmt: skip
-        """Compact windows (None: every window under the prefix) in the background until
-        ``stop`` is set: at ``warn_percent`` with their default strategy, down to 15 points
-        below it, one compactor per window at a time (a lease of ``lease_ms``, longer than your
-        slowest summary). See ``contextstore.compactor``. Summaries are awaited: give the store
-        an async summarizer (``OpenAISummarizer`` has one)."""
+        """Compact windows (None: every window under the prefix) in the background until ``stop``
+        is set: at ``warn_percent``, with their default strategy, one compactor per window at a time
+        (a lease of ``lease_ms``, longer than your slowest summary); ``contextstore.compactor``.
+        Summaries are awaited: give the store an async summarizer (``OpenAISummarizer`` has one)."""
         job = compactor.new_job(windows, group, consumer, lease_ms, claim_after_ms, block_ms)
         await compacting.arun(self._driver, job, stop)
 
@@ -180,9 +177,7 @@ class AsyncContextStore(StoreBase):
     async def __aenter__(self) -> AsyncContextStore:
         return self
 
-    async def __aexit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
 
@@ -323,6 +318,24 @@ class AsyncContextWindow:
         ``DuplicateItemError``) with nothing changed if they no longer fit or cannot come back."""
         return await self._store._run(summary_plans.undo_summary(self._state, summary_id, request_id))
 
+    async def rewind(self, to: str, *, expect_version: str | None = None, request_id: str | None = None) -> str:
+        """Remove every item added after item ``to``, pinned too; the rewind id ``undo_rewind`` takes."""
+        return await self._store._run(rewind_plans.rewind(self._state, to, expect_version, request_id))
+
+    async def undo_rewind(self, rewind_id: str, *, expect_version: str | None = None,
+                          request_id: str | None = None) -> int:  # fmt: skip
+        """Put back what rewind ``rewind_id`` took, as it was; how many items came back."""
+        return await self._store._run(rewind_plans.undo_rewind(self._state, rewind_id, expect_version, request_id))
+
+    async def fork(self, new_id: str, *, at: str | None = None) -> AsyncContextWindow:
+        """A new window ``new_id`` with this one's items up to item ``at`` (or version ``at``, or now)."""
+        state = await self._store._run(fork_plans.fork(self._settings, self._state, new_id, at))
+        return AsyncContextWindow(self._store, state)
+
+    async def lineage(self) -> Lineage:
+        """Where this window was forked from, and the forks made from it."""
+        return await self._store._run(fork_plans.lineage(self._state))
+
     async def build(self, options: BuildOptions | None = None) -> str:
         """The prompt within the token budget (see ``build_structured``)."""
         return (await self.build_structured(options)).content
@@ -361,10 +374,8 @@ class AsyncContextWindow:
         return await self._store._run(snapshot_plans.snapshot(self._state))
 
     async def write_snapshot(self, fp: BinaryIO) -> int:
-        """Write ``snapshot()``'s JSON (what ``msgspec.json.encode`` makes of it) to ``fp``, a binary
-        file open for writing that can seek, a page of items at a time: a window of any size in
-        bounded memory. The pages count only while the window holds still; if it changes, the
-        file is written again from where it stood. Returns how many items were written."""
+        """Write ``snapshot()``'s JSON to ``fp`` (binary, seekable) a page of items at a time, in bounded
+        memory; written again from where it stood if the window changes. How many items it wrote."""
         return await self._store._run(snapshot_plans.write_snapshot(self._state, FileSink(fp)))
 
     async def restore(self, snapshot: ContextSnapshot, *, request_id: str | None = None, dry_run: bool = False) -> None:

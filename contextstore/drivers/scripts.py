@@ -40,7 +40,7 @@ T = TypeVar("T")
 SCRIPT_NAMES = (
     "add", "remove", "pin", "priority", "clear", "compact", "commit", "restore",
     "configure", "ensure", "delete", "event", "undo", "lease", "vectors", "pop", "turn", "acl",
-    "list", "build_read", "fetch", "peek", "archived", "dump",
+    "list", "build_read", "fetch", "peek", "archived", "dump", "rewind", "forked",
 )  # fmt: skip
 
 #: the scripts that read a window, each for one job (lib/reads.lua: what they share)

@@ -21,7 +21,9 @@ from ..events import Event, OtherEvent
 from ..plans import build as build_plans
 from ..plans import chat as chat_plans
 from ..plans import compaction as compaction_plans
+from ..plans import fork as fork_plans
 from ..plans import items as item_plans
+from ..plans import rewind as rewind_plans
 from ..plans import snapshot as snapshot_plans
 from ..plans import summaries as summary_plans
 from ..plans import window as window_plans
@@ -37,6 +39,7 @@ from ..types import (
     ContextSnapshot,
     ContextWindowStats,
     ItemFields,
+    Lineage,
     WindowConfig,
     WindowOptions,
 )
@@ -99,13 +102,9 @@ class ContextStore(StoreBase):
         return self._scripts.run(request.name, list(request.keys), request.argv())
 
     def window(self, window_id: str, *, create: bool = True, **config: Unpack[WindowOptions]) -> ContextWindow:
-        """Attach to ``window_id``, creating it with the given config if it does not exist;
-        ``create=False`` raises ``WindowNotFoundError`` for a missing window instead.
-
-        Only the options passed (not None) are compared with the stored config; a difference
-        raises ``ConfigConflictError``. A new window without limits is a 50-item sliding window;
-        its threshold defaults to 85.0 and its strategy to REMOVE_LOW_PRIORITY.
-        """
+        """Attach to ``window_id``, creating it with the given config if missing (``create=False``:
+        ``WindowNotFoundError`` instead). The options passed (not None) must match the stored config
+        (``ConfigConflictError``). A new window without limits is a 50-item sliding window."""
         return ContextWindow(self, self._run(window_plans.open_window(self._settings, window_id, dict(config), create)))
 
     def handle(self, window_id: str, **config: Unpack[WindowOptions]) -> ContextWindow:
@@ -151,10 +150,9 @@ class ContextStore(StoreBase):
         group: str = compactor.COMPACTOR_GROUP, consumer: str | None = None, lease_ms: int = 120_000,
         claim_after_ms: int = 30_000, block_ms: int = 1000,
     ) -> None:  # fmt: skip
-        """Compact windows (None: every window under the prefix) in the background until
-        ``stop`` is set: at ``warn_percent`` with their default strategy, down to 15 points
-        below it, one compactor per window at a time (a lease of ``lease_ms``, longer than your
-        slowest summary). See ``contextstore.compactor``."""
+        """Compact windows (None: every window under the prefix) in the background until ``stop``
+        is set: at ``warn_percent``, with their default strategy, one compactor per window at a time
+        (a lease of ``lease_ms``, longer than your slowest summary); ``contextstore.compactor``."""
         job = compactor.new_job(windows, group, consumer, lease_ms, claim_after_ms, block_ms)
         compacting.run(self._driver, job, stop)
 
@@ -296,6 +294,22 @@ class ContextWindow:
         ``DuplicateItemError``) with nothing changed if they no longer fit or cannot come back."""
         return self._run(summary_plans.undo_summary(self._state, summary_id, request_id))
 
+    def rewind(self, to: str, *, expect_version: str | None = None, request_id: str | None = None) -> str:
+        """Remove every item added after item ``to``, pinned too; the rewind id ``undo_rewind`` takes."""
+        return self._run(rewind_plans.rewind(self._state, to, expect_version, request_id))
+
+    def undo_rewind(self, rewind_id: str, *, expect_version: str | None = None, request_id: str | None = None) -> int:
+        """Put back what rewind ``rewind_id`` took, as it was; how many items came back."""
+        return self._run(rewind_plans.undo_rewind(self._state, rewind_id, expect_version, request_id))
+
+    def fork(self, new_id: str, *, at: str | None = None) -> ContextWindow:
+        """A new window ``new_id`` with this one's items up to item ``at`` (or version ``at``, or now)."""
+        return ContextWindow(self._store, self._run(fork_plans.fork(self._settings, self._state, new_id, at)))
+
+    def lineage(self) -> Lineage:
+        """Where this window was forked from, and the forks made from it."""
+        return self._run(fork_plans.lineage(self._state))
+
     def build(self, options: BuildOptions | None = None) -> str:
         """The prompt within the token budget (see ``build_structured``)."""
         return self.build_structured(options).content
@@ -332,10 +346,8 @@ class ContextWindow:
         return self._run(snapshot_plans.snapshot(self._state))
 
     def write_snapshot(self, fp: BinaryIO) -> int:
-        """Write ``snapshot()``'s JSON (what ``msgspec.json.encode`` makes of it) to ``fp``, a binary
-        file open for writing that can seek, a page of items at a time: a window of any size in
-        bounded memory. The pages count only while the window holds still; if it changes, the
-        file is written again from where it stood. Returns how many items were written."""
+        """Write ``snapshot()``'s JSON to ``fp`` (binary, seekable) a page of items at a time, in bounded
+        memory; written again from where it stood if the window changes. How many items it wrote."""
         return self._run(snapshot_plans.write_snapshot(self._state, FileSink(fp)))
 
     def restore(self, snapshot: ContextSnapshot, *, request_id: str | None = None, dry_run: bool = False) -> None:

@@ -31,8 +31,8 @@ from typing import Any
 
 from .. import AsyncContextStore, ContextStore
 from ..core.layout import CLEARED_KEY
-from ..errors import VersionConflictError
-from ..types import ContextItem
+from ..errors import InvalidOptionsError, VersionConflictError
+from ..types import ContextItem, ItemType
 from ._session import SessionWindow
 from ._turns import asession_turn
 
@@ -164,6 +164,52 @@ class ContextStoreSession(SessionABC):
         given = [input] if isinstance(input, (str, dict)) else list(input or [])
         entries = [to_window_item({"role": "user", "content": i} if isinstance(i, str) else dict(i)) for i in given]
         return asession_turn(self._session, policy=policy, lease_ms=lease_ms, input=entries or None, owner=owner)
+
+    async def create_branch_from_turn(self, turn_number: int, branch_name: str | None = None) -> str:
+        """A branch of the conversation, as ``AdvancedSQLiteSession`` makes one: a fork of the
+        current branch (``win.fork()``) holding what came before user turn ``turn_number`` (1:
+        the first user message), so that the turn can go another way; it becomes the current
+        branch. Returns its id (``branch_name``, or ``turn_<n>_<k>``); its window is
+        ``<session_id>/branch/<id>``."""
+        stored = await self._session.acall("items")
+        turns = [n for n, i in enumerate(stored) if i.role == "user" and i.type is not ItemType.TOOL_RESULT]
+        if isinstance(turn_number, bool) or not isinstance(turn_number, int) or not 1 <= turn_number <= len(turns):
+            raise InvalidOptionsError(
+                f"turn_number must be from 1 to {len(turns)} (the user turns), not {turn_number!r}"
+            )
+        forks = (await self._session.acall("lineage")).forks
+        branch = branch_name or f"turn_{turn_number}_{len(forks) + 1}"
+        wid, before = self._branch_window(branch), turns[turn_number - 1]
+        child = await self._session.acall("fork", wid, at=stored[before - 1].id if before else None)
+        if not before:  # nothing came before the first turn: the branch starts empty
+            await self._session.acall("clear", True, _on=child)
+        self._session.window = child
+        return branch
+
+    async def switch_to_branch(self, branch_id: str) -> None:
+        """Make ``branch_id`` (``"main"``: the session's own window) the branch every call of
+        this session reads and writes; ``InvalidOptionsError`` when there is no such branch."""
+        window = self._session.store.handle(self._branch_window(branch_id), **self._session.config)
+        if branch_id != "main" and not (await self._session.acall("stats", _on=window)).version:
+            raise InvalidOptionsError(f"session {self.session_id!r} has no branch {branch_id!r}")
+        self._session.window = window
+
+    async def list_branches(self) -> list[dict[str, Any]]:
+        """Every branch of the session, ``"main"`` first then as they were made (branches of
+        branches too), each with ``branch_id``, ``message_count`` and ``is_current``."""
+        out, todo, prefix = [], ["main"], f"{self.session_id}/branch/"
+        while todo:
+            branch = todo.pop(0)
+            window = self._session.store.handle(self._branch_window(branch), **self._session.config)
+            stats = await self._session.acall("stats", _on=window)
+            current = self._session.window.window_id == window.window_id
+            out.append({"branch_id": branch, "message_count": stats.total_items, "is_current": current})
+            forks = (await self._session.acall("lineage", _on=window)).forks
+            todo += [f.removeprefix(prefix) for f in forks if f.startswith(prefix)]
+        return out
+
+    def _branch_window(self, branch_id: str) -> str:
+        return self.session_id if branch_id == "main" else f"{self.session_id}/branch/{branch_id}"
 
     async def pop_item(self) -> Any | None:
         """Remove and return the newest item (None when the session is empty), atomically."""

@@ -25,7 +25,12 @@ def snapshot(state: WindowState) -> Plan[ContextSnapshot]:
     """The window's config and items (arrival order, with ids, seq, added_at, pins), and the
     archive entries of the summaries among them."""
     found = yield from read(state, "fifo")
-    items = found.items()
+    return (yield from snapshot_from(state, found, found.items()))
+
+
+def snapshot_from(state: WindowState, found: wire.ReadReply, items: list[ContextItem]) -> Plan[ContextSnapshot]:
+    """A snapshot of ``items`` (of the read ``found``, arrival order) with the archive entries of
+    the summaries among them."""
     archive = yield from _archive(state, {i.id or "" for i in items})
     return _snapshot_of(state, found.config(state.config), items, archive)
 
@@ -246,14 +251,21 @@ def _restored_archive(settings: Settings, snap: ContextSnapshot, rows: list[Row]
 
 
 def restore(
-    settings: Settings, state: WindowState, snap: object, request_id: object = None, dry_run: object = False
+    settings: Settings,
+    state: WindowState,
+    snap: object,
+    request_id: object = None,
+    dry_run: object = False,
+    fork: tuple[str, str] | None = None,
 ) -> Plan[None]:
     """Replace the window's items and config with the snapshot's, atomically, keeping ids,
     order and a seq counter ahead of every restored seq; limits are not re-applied. Every item
     is checked as an add checks it (and its id against its seq, its tool links against the
     others') before anything is sent; ``dry_run`` stops there. The snapshot's archive entries
     come back with their expiry; those whose expiry passed (by the server's clock) are dropped,
-    so ``undo_summary`` refuses them as if they had expired here."""
+    so ``undo_summary`` refuses them as if they had expired here. ``fork``: (the window it is
+    made from, the item it is made at): the window is a new fork, refused if it exists
+    (``plans/fork.py``)."""
     request = new_request("restore", request_id)
     dry = validate.flag("dry_run", dry_run)
     if not isinstance(snap, ContextSnapshot):
@@ -263,6 +275,7 @@ def restore(
     target = _snapshot_config(snap, state.config.item_limit)
     rows = _restored_items(settings, snap, state.config.item_limit)
     args = wire.restore_args(state.config, target, rows, _restored_archive(settings, snap, rows))
+    args += ["fork", *fork] if fork is not None else []
     if dry:
         return None
     raise_for_reply((yield ScriptCall("restore", state.keys, args, request)), InvalidOptionsError)
