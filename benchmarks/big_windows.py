@@ -196,8 +196,23 @@ def one_size(url: str, n: int) -> dict[str, dict[str, float]]:
     server = measured(r, lambda: screen.update(show(url, prefix, terminal=True)))
     out["contextstore show, terminal"] = {**server, **screen}
     with cold() as s:
+        out.update(_branching(r, s.handle("big")))
+        s.handle("big-fork").delete()
         out["delete"] = measured(r, s.handle("big").delete)
     r.close()
+    return out
+
+
+def _branching(r: redis.Redis, w: cs.ContextWindow) -> dict[str, dict[str, float]]:
+    """A fork of the whole window (and the memory it adds), a rewind of its last 100 items and
+    the undo."""
+    used = int(r.info("memory")["used_memory"])
+    out = {"fork (whole window)": measured(r, lambda: w.fork("big-fork"))}
+    out["fork (whole window)"]["added_mb"] = (int(r.info("memory")["used_memory"]) - used) / 1e6
+    to = w.items(limit=101)[0].id or ""
+    rewound: list[str] = []
+    out["rewind 100 items"] = measured(r, lambda: rewound.append(w.rewind(to)))
+    out["undo_rewind 100 items"] = measured(r, lambda: w.undo_rewind(rewound[0]))
     return out
 
 
@@ -219,10 +234,11 @@ def main() -> int:
     for op in ops:
         for n in sizes:
             m = results[n][op]
-            mem = f"{m['rss_mb']:.0f}" if "rss_mb" in m else ""
+            mem = f"{m['rss_mb']:.0f}" if "rss_mb" in m else f"+{m['added_mb']:.1f} (Redis)" if "added_mb" in m else ""
             rows.append([op, f"{n:,}", f"{m['client_ms']:.1f}", f"{m['server_ms']:.1f}",
                          f"{m['bytes'] / 1024:,.0f}", f"{m['commands']:.0f}", mem])  # fmt: skip
-    print(table(["operation", "items", "client ms", "server CPU ms", "KB sent", "commands", "peak MB"], rows))
+    headers = ["operation", "items", "client ms", "server CPU ms", "KB sent", "commands", "peak MB / MB added"]
+    print(table(headers, rows))
     print("\n### The cold build of the last 100 messages against what it returns\n")
     first = results[sizes[0]]["build, cold, 100 messages"]
     rows = []

@@ -4,11 +4,12 @@
 --   when the window does not exist yet).
 -- ARGV[N_CONFIG + 1..2 * N_CONFIG]: the snapshot's config, in layout.Meta.CONFIG order (its
 --   item_limit is ignored: a window keeps its own).
--- ARGV[2 * N_CONFIG + 1]: n; then n groups of 10: id, stored JSON, seq, token_count, priority, type,
---   pinned, flags, group, tool link (as in add.lua);
---   then m, the snapshot's archive entries, each: summary id, server ms it expires, k, and k
---   groups of 8 (id, stored JSON, seq, token_count, priority, type, flags, group): the items
---   the summary replaced, in arrival order; then, for a fork (§19), 'fork', the window it is made
+-- ARGV[2 * N_CONFIG + 1]: n; then n items, each one argument, a JSON array of 10 strings: id,
+--   stored JSON, seq, token_count, priority, type, pinned, flags, group, tool link (as in add.lua)
+--   (one argument an item: a window of 200,000 items stays far below the 1,048,576 arguments a
+--   command may have); then m, the snapshot's archive entries, each: summary id, server ms it
+--   expires, k, and k items, each a JSON array of 8 strings (id, stored JSON, seq, token_count,
+--   priority, type, flags, group): the items the summary replaced, in arrival order; then, for a fork (§19), 'fork', the window it is made
 --   from and the item it is made at ('' for none): the window must not exist ({'!', 'EXISTS'}
 --   otherwise, nothing written), it keeps its lineage in :meta (parent, fork_point) and its
 --   event is 'forked' (parent, fork_point, items), not 'restored'.
@@ -19,16 +20,26 @@
 -- It counts as a removal by hand: an add whose items it did not bring back runs again when
 -- replayed (one whose items it restored replays).
 -- Reply: number of items restored.
-local A, ROW, AROW = 2 * N_CONFIG + 1, 10, 8
+local A = 2 * N_CONFIG + 1
+
+-- ARGV[at] as the fields of an item: a JSON array of `width` strings, or nil.
+local function packed(at, width)
+  local ok, row = pcall(cjson.decode, ARGV[at] or '')
+  if not ok or type(row) ~= 'table' or #row ~= width then return nil end
+  for k = 1, width do
+    if type(row[k]) ~= 'string' then return nil end
+  end
+  return row
+end
 
 local function parse_rows(n)
   local items, seen, max_seq = {}, {}, 0
   for i = 1, n do
-    local b = A + (i - 1) * ROW
-    local it = {id = ARGV[b + 1], json = ARGV[b + 2], seq = tonumber(ARGV[b + 3]),
-      tokens = tonumber(ARGV[b + 4]), priority = tonumber(ARGV[b + 5]), type = ARGV[b + 6],
-      pinned = ARGV[b + 7] == '1', flags = ARGV[b + 8], group = ARGV[b + 9], calls = {}}
-    local link = ARGV[b + 10]
+    local f = packed(A + i, 10)
+    if not f then return nil, i end
+    local it = {id = f[1], json = f[2], seq = tonumber(f[3]), tokens = tonumber(f[4]), priority = tonumber(f[5]),
+      type = f[6], pinned = f[7] == '1', flags = f[8], group = f[9], calls = {}}
+    local link = f[10]
     if it.id == '' or seen[it.id] or not RANK[it.type] or not is_int(it.seq, 1, MAX_SEQ)
         or not is_int(it.tokens, 1, MAX_TOKENS) or not is_int(it.priority, 0, MAX_PRIORITY)
         or not string.find(it.flags or '', '^%a*$') or string.sub(it.json, 1, #STORED_HEAD) ~= STORED_HEAD then
@@ -71,18 +82,19 @@ local function parse_archive(at)
     if not id or id == '' or not is_int(expires, 0, 1e15) or not is_int(k, 1, MAX_ITEM_LIMIT) then return nil end
     local rows = {}
     for j = 1, k do
-      local b = at + 3 + (j - 1) * AROW
-      local a = {seq = tonumber(ARGV[b + 2]), tokens = tonumber(ARGV[b + 3]), priority = tonumber(ARGV[b + 4]),
-        type = ARGV[b + 5], flags = ARGV[b + 6], group = ARGV[b + 7]}
-      if not ARGV[b + 7] or ARGV[b] == '' or not RANK[a.type] or not is_int(a.seq, 1, MAX_SEQ)
+      local f = packed(at + 2 + j, 8)
+      if not f then return nil end
+      local a = {seq = tonumber(f[3]), tokens = tonumber(f[4]), priority = tonumber(f[5]), type = f[6], flags = f[7],
+        group = f[8]}
+      if f[1] == '' or not RANK[a.type] or not is_int(a.seq, 1, MAX_SEQ)
           or not is_int(a.tokens, 1, MAX_TOKENS) or not is_int(a.priority, 0, MAX_PRIORITY)
-          or not string.find(a.flags, '^%a*$') or string.sub(ARGV[b + 1], 1, #STORED_HEAD) ~= STORED_HEAD then
+          or not string.find(a.flags, '^%a*$') or string.sub(f[2], 1, #STORED_HEAD) ~= STORED_HEAD then
         return nil
       end
-      rows[j] = {ARGV[b + 1], pack_attrs(a), ARGV[b]}
+      rows[j] = {f[2], pack_attrs(a), f[1]}
     end
     entries[e] = {id, expires, rows}
-    at = at + 3 + k * AROW
+    at = at + 3 + k
   end
   return entries, at
 end
@@ -116,10 +128,10 @@ local c = config_of(ARGV, N_CONFIG)
 c.item_limit = cfg.item_limit
 if not valid_config(c) then return fail('BADARG', 'snapshot config') end
 local n = tonumber(ARGV[A])
-if not is_int(n, 0, c.item_limit) or #ARGV < A + ROW * n + 1 then return fail('BADARG', 'items') end
+if not is_int(n, 0, c.item_limit) or #ARGV < A + n + 1 then return fail('BADARG', 'items') end
 local items, max_seq = parse_rows(n)
 if not items then return fail('BADARG', 'item ' .. max_seq) end
-local archive, tail = parse_archive(A + ROW * n + 1)
+local archive, tail = parse_archive(A + n + 1)
 if not archive then return fail('BADARG', 'archive') end
 local fork = nil  -- {parent, fork point}
 if tail == #ARGV - 2 and ARGV[tail] == 'fork' and ARGV[tail + 1] ~= '' then

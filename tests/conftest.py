@@ -79,7 +79,7 @@ StoreFactory = Callable[..., Any]
 #: way (the rest run on the sync API: both shells drive the same plans, and test_api_parity.py
 #: keeps their signatures and docstrings the same)
 BOTH_APIS = {
-    "test_api_smoke", "test_content_parts", "test_requests", "test_cold_builds", "test_plain_reads", "test_paged_reads",
+    "test_api_smoke", "test_requests", "test_cold_builds", "test_plain_reads", "test_paged_reads",
     "test_appended_reads", "test_events", "test_summaries", "test_relevance", "test_failures",
     "test_store_lifecycle", "test_metrics_stores", "test_build_paths",
 }  # fmt: skip

@@ -18,6 +18,11 @@ def test_every_window_method_answers_on_each_api(store):
         {"content": "42", "role": "tool", "metadata": {"tool_call_id": "c1"}},
     ]) == 2  # fmt: skip
     assert w.get(first.id).content == "hello"
+    parts = [
+        {"type": "text", "text": "what is this?"},
+        {"type": "image_url", "image_url": {"url": "https://x.test/a.png"}},
+    ]
+    assert w.get(w.add(parts, role="user", id="parts").id).content == parts and w.remove("parts")
     assert [i.content for i in w.pinned_items()] == ["be brief"]
     assert len(w.items()) == len(list(w.iter_items())) == len(w.ordered_items()) == 4
     assert w.update_priority(first.id, 90) and w.pin(first.id) and w.unpin(first.id)
@@ -47,5 +52,7 @@ def test_every_window_method_answers_on_each_api(store):
     rid = w.rewind(w.items()[-2].id or "")
     assert w.items()[-1].content == "in a turn" and w.undo_rewind(rid) == 1
     assert w.items()[-1].content == "and an answer"
+    branch = w.fork("smoke-branch", at=w.items()[0].id)
+    assert len(branch.items()) == 1 and branch.lineage().parent == "smoke" and w.lineage().forks == ["smoke-branch"]
     assert w.clear(include_pinned=True) == 2 and w.stats().total_items == 0
     assert w.delete() and "smoke" not in store.windows()

@@ -86,10 +86,12 @@ def test_big_windows_smoke_prints_every_operation_at_each_size():
     rows = [[c.strip() for c in line.split("|")[1:-1]] for line in text.splitlines() if line.count("|") == 8]
     got = {(r[0], r[1]): r[2:] for r in rows if r[0] != "operation" and not r[0].startswith("-")}
     for op in ("add one message", "stats", "build, cold", "build, warm (unchanged)", "snapshot", "verify",
-               "contextstore show", "contextstore show, terminal", "delete"):  # fmt: skip
+               "contextstore show", "contextstore show, terminal", "fork (whole window)", "rewind 100 items",
+               "undo_rewind 100 items", "delete"):  # fmt: skip
         for size in ("200", "2,000"):
             assert float(got[(op, size)][0]) > 0, (op, size, text)
     assert int(got[("build, cold", "2,000")][3]) > 0 and float(got[("build, cold", "2,000")][2].replace(",", "")) > 0
     assert float(got[("contextstore show", "2,000")][4]) > 0
     screen, whole = got[("contextstore show, terminal", "2,000")], got[("contextstore show", "2,000")]
     assert float(screen[4]) > 0 and int(screen[3]) < int(whole[3])  # one screen: fewer commands than every item
+    assert float(got[("fork (whole window)", "2,000")][4].strip("+ (Redis)")) > 0  # the memory a fork adds

@@ -118,3 +118,26 @@ def test_the_computer_use_loop_keeps_the_newest_screenshots_within_the_budget(se
     with cs.ContextStore.from_url(server.url) as store:
         shots = [i for i in store.window("computer-use", create=False).items() if i.type is cs.ItemType.TOOL_RESULT]
         assert len(shots) == 12 and all(isinstance(i.content, list) for i in shots)
+
+
+def test_retry_from_here_branches_and_rewinds(server):
+    model = FakeChatServer().start()
+    model.mode = "chat"
+    try:
+        done = run_recipe(
+            "retry_from_here.py", CONTEXTSTORE_URL=server.url, OPENAI_BASE_URL=model.base_url, OPENAI_API_KEY="x"
+        )
+    finally:
+        model.stop()
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "branch: seen 4 messages; re: Rewrite it as a formal itinerary."
+    assert lines[1] == "main:   seen 4 messages; re: Make it cheaper."
+    assert lines[2] == "main holds 5 items, the branch 5"
+    assert lines[3] == "lineage: ['trip/formal'] trip ctx-3"
+    assert lines[4] == "after the rewind, main ends with: seen 4 messages; re: Make it cheaper."
+    assert lines[5] == "put back: 2 items"
+    with cs.ContextStore.from_url(server.url) as store:
+        trip, formal = store.window("trip", create=False), store.window("trip/formal", create=False)
+        assert [i.id for i in formal.items()][:3] == [i.id for i in trip.items()][:3]
+        assert trip.stats().total_items == 7 and trip.verify().ok and formal.verify().ok

@@ -8,6 +8,7 @@ import hashlib
 from datetime import datetime, timezone
 from typing import Any
 
+import msgspec
 import pytest
 
 import contextstore as cs
@@ -296,3 +297,20 @@ def test_a_conflicting_commit_reads_and_decides_again():
 def test_summarize_without_a_summarizer_is_refused_before_any_io():
     with pytest.raises(cs.StrategyUnavailableError):
         next(compaction_plans.compact(settings(), state(max_tokens=100), "summarize"))
+
+
+def test_a_restore_sends_one_argument_an_item_so_a_big_window_fits_one_command():
+    """A command takes at most 1,048,576 arguments: ten an item stopped restore (and so fork) of
+    a window over ~100,000 items; one an item (a JSON array of its fields) reaches any size."""
+    from contextstore.plans import snapshot as snapshot_plans
+
+    items = [cs.ContextItem(content=f"message {n}", id=f"ctx-{n}", seq=n, token_count=2, role="user",
+                            type=cs.ItemType.USER_MESSAGE) for n in range(1, 301)]  # fmt: skip
+    snap = cs.ContextSnapshot(
+        window_id="w", created_at=datetime.now(timezone.utc), max_tokens=10_000, max_items=500, items=items
+    )
+    sent, _ = drive(snapshot_plans.restore(settings(), state(), snap), [1])
+    argv = sent[0].argv()[1:]  # after the request id
+    config = 2 * len(layout.Meta.CONFIG)
+    assert len(argv) == config + 1 + 300 + 1 and argv[config] == "300"
+    assert msgspec.json.decode(argv[config + 1])[0] == "ctx-1"

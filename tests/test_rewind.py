@@ -213,3 +213,70 @@ def test_tree_order_puts_each_fork_under_its_parent_and_survives_a_loop():
     assert tree_order(list(parents), parents) == [
         ("a", 0), ("a/1", 1), ("a/1/x", 2), ("a/2", 1), ("b", 0), ("loop1", 0), ("loop2", 1),
     ]  # fmt: skip
+
+
+@pytest.mark.parametrize("api", ["sync"], indirect=True)  # writers in threads of their own
+def test_a_fork_taken_while_four_writers_add_is_a_prefix_of_the_window(make_store):
+    import threading
+
+    w = make_store().window("busy", max_tokens=1_000_000, max_items=1000)
+    w.add("You are terse.", role="system", pinned=True)
+    stop = threading.Event()
+
+    def writer(n: int) -> None:
+        mine = make_store().window("busy")
+        k = 0
+        while not stop.is_set() and k < 200:
+            mine.add(f"writer {n} message {k}", role="user" if k % 2 else "assistant")
+            k += 1
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    forks = []
+    for n in range(3):
+        time.sleep(0.05)
+        forks.append(w.fork(f"busy-{n}").items())
+    stop.set()
+    for t in threads:
+        t.join()
+    final = w.items()
+    for got in forks:
+        assert 1 < len(got) <= len(final)
+        _same(got, final[: len(got)])  # what the window held at one moment, whole
+    assert len({len(f) for f in forks}) > 1  # the writers moved the window on between the forks
+
+
+def test_a_fork_refuses_a_foreign_version_and_a_bad_id_with_nothing_written(store, r, prefix):
+    w = store.window("src-ids", max_tokens=10_000)
+    _conversation(w)
+    other = store.window("elsewhere", max_tokens=10_000)
+    other.add("hello", role="user")
+    foreign = other.stats().version  # another window's version: another lifetime
+    before = dump_window(r, prefix, "src-ids")
+    with pytest.raises(cs.InvalidOptionsError, match="nor one of its versions"):
+        w.fork("fresh", at=foreign)
+    with pytest.raises(cs.InvalidWindowIdError):
+        w.fork("two words")
+    assert dump_window(r, prefix, "src-ids") == before and not store.window("fresh").items()
+
+
+def test_a_client_that_dies_after_writing_the_fork_leaves_it_whole(store, monkeypatch):
+    """The fork is one script on its own slot; a client that dies before the parent notes it
+    leaves a whole fork that names its parent (the parent does not list it)."""
+    from contextstore.plans import fork as fork_plans
+
+    w = store.window("src-dies", max_tokens=10_000)
+    before = _conversation(w)
+    real = fork_plans.restore
+
+    def restore_then_die(*args, **kwargs):
+        yield from real(*args, **kwargs)
+        raise KeyboardInterrupt("the client died")
+
+    monkeypatch.setattr(fork_plans, "restore", restore_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        w.fork("src-dies-fork")
+    child = store.window("src-dies-fork", create=False)
+    _same(child.items(), before)
+    assert child.lineage().parent == "src-dies" and w.lineage().forks == []

@@ -20,6 +20,8 @@ from .layout import CLEARED_KEY, Meta, meta_text
 from .stored import body_json, decode_item
 from .validate import NewItem
 
+_json = msgspec.json.Encoder()
+
 Args = list[str | bytes]
 
 #: how many arguments ``config_args`` gives (the first ARGV of the scripts of ``TAKES_CONFIG``)
@@ -332,19 +334,24 @@ def _stored_fields(item: ContextItem, raw: bytes, pinned: Args) -> Args:
 def restore_args(
     cfg: WindowConfig, snap_config: WindowConfig, items: Sequence[RestoredRow], archive: Sequence[ArchiveEntry] = ()
 ) -> Args:
-    """restore.lua's ARGV: the snapshot's config, then (id, stored JSON, seq, tokens, priority,
-    type, pinned, flags, group, tool link) per item, then the archive entries (summary id,
-    expiry ms, item count, then id, stored JSON, seq, tokens, priority, type, flags, group per
-    item)."""
+    """restore.lua's ARGV: the snapshot's config, then per item one argument, the JSON array of
+    its (id, stored JSON, seq, tokens, priority, type, pinned, flags, group, tool link), then the
+    archive entries (summary id, expiry ms, item count, then per item the JSON array of its id,
+    stored JSON, seq, tokens, priority, type, flags, group). One argument an item keeps a window
+    of any size below the arguments a command may have (1,048,576)."""
     args = [*config_args(cfg), *config_args(snap_config), str(len(items))]
     for item, raw, checked in items:
-        args += [*_stored_fields(item, raw, ["1" if item.pinned else "0"]), tool_link(checked)]
+        args.append(_packed([*_stored_fields(item, raw, ["1" if item.pinned else "0"]), tool_link(checked)]))
     args.append(str(len(archive)))
     for summary_id, expires_ms, rows in archive:
         args += [summary_id, str(expires_ms), str(len(rows))]
-        for item, raw, _ in rows:
-            args += _stored_fields(item, raw, [])
+        args += [_packed(_stored_fields(item, raw, [])) for item, raw, _ in rows]
     return args
+
+
+def _packed(fields: Args) -> bytes:
+    """An item's fields as one argument: a JSON array of strings."""
+    return _json.encode([f.decode() if isinstance(f, bytes) else f for f in fields])
 
 
 def event_args(name: str, fields: dict[str, str], held: dict[str, str] | None = None) -> Args:

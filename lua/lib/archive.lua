@@ -150,6 +150,15 @@ local function fifo_with(items, leaving)
   return out
 end
 
+-- Whether `items` (in seq order) all come after every item of :fifo and nothing leaves: then
+-- store_item's appends keep :fifo in arrival order, with no rewrite (a rewind undone before
+-- anything was added: O(items back), not O(window)).
+local function appended(items, leaving)
+  if leaving then return false end
+  local last = redis.call('LINDEX', K_FIFO, -1)
+  return #items == 0 or not last or unpack_attrs(redis.call('HGET', K_ATTRS, last), last).seq < items[1].seq
+end
+
 local function write_fifo(ids)
   redis.call('DEL', K_FIFO)
   for i = 1, #ids, 500 do redis.call('RPUSH', K_FIFO, unpack(ids, i, math.min(i + 499, #ids))) end
@@ -177,13 +186,13 @@ local function put_back(cfg, entry_id, rows, leaving)
   end
   local what, name = archived_in_use(items)
   if what then return nil, fail('INUSE', what, name) end
-  local fifo = fifo_with(items, leaving and leaving.id or '')
+  local fifo = not appended(items, leaving) and fifo_with(items, leaving and leaving.id or '')
   if leaving then remove_many({leaving.id}, 'undo', removal({leaving.id})) end
   for _, it in ipairs(items) do
     store_item(it, it.json)
     count_added(it)
   end
-  write_fifo(fifo)
+  if fifo then write_fifo(fifo) end
   new_epoch()  -- the items come back with their old seqs
   archive_drop(entry_id)
   return items
