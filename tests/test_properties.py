@@ -219,9 +219,11 @@ class WindowMachine(RuleBasedStateMachine):
 
 @pytest.mark.parametrize("api_kind", ["sync", "async"])
 def test_window_state_machine(redis_url, prefix, api_kind):
+    # the model's breadth on the sync API; the asyncio shell drives the same plans: fewer runs
+    examples = 30 if api_kind == "sync" else 10
     run_state_machine_as_test(
         lambda: WindowMachine(redis_url, prefix, api_kind),
         settings=settings(
-            max_examples=30, stateful_step_count=25, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+            max_examples=examples, stateful_step_count=25, deadline=None, suppress_health_check=[HealthCheck.too_slow]
         ),
     )
