@@ -37,6 +37,15 @@ def redis_binary(request: pytest.FixtureRequest) -> str:
     return find_redis_server()
 
 
+@pytest.fixture
+def one_server(request: pytest.FixtureRequest) -> None:
+    """For a test whose subject does not differ by server (a multi-process run of an
+    integration, the demo): it runs on the first server of the matrix only; the scripts it
+    drives run on every server in the other tests."""
+    if request.node.callspec.params.get("redis_binary", SERVERS[0]) != SERVERS[0]:
+        pytest.skip(f"runs on one server ({SERVERS[0]}): its subject does not differ by server")
+
+
 @pytest.fixture(scope="session")
 def redis_url(redis_binary: str, request: pytest.FixtureRequest) -> Iterator[str]:
     if os.environ.get("REDIS_URL"):

@@ -109,7 +109,7 @@ def _append(url: str, prefix: str, worker: int, n: int) -> None:
     asyncio.run(go())
 
 
-def test_four_processes_append_to_one_session(redis_url, prefix):
+def test_four_processes_append_to_one_session(redis_url, prefix, one_server):
     run_processes(_append, [(redis_url, prefix, w, 50) for w in range(4)])
     with cs.ContextStore.from_url(redis_url, prefix=prefix) as store:
         got = [m.text for m in asyncio.run(ContextStoreChatMessageStore(store).get_messages("shared"))]

@@ -78,7 +78,7 @@ def _append(url: str, prefix: str, worker: int, n: int, key: str = "shared") -> 
             chat.add_message(key, ChatMessage(role=MessageRole.USER, content=f"w{worker} {i}"))
 
 
-def test_four_processes_append_to_one_key(redis_url, prefix):
+def test_four_processes_append_to_one_key(redis_url, prefix, one_server):
     run_processes(_append, [(redis_url, prefix, w, 50) for w in range(4)])
     with cs.ContextStore.from_url(redis_url, prefix=prefix) as store:
         got = [m.content for m in ContextStoreChatStore(store).get_messages("shared")]
@@ -178,7 +178,7 @@ def test_an_insertion_that_never_wins_the_race_gives_up_with_a_typed_error(redis
         assert [m.content for m in chat.get_messages("busy")] == ["first"] + [f"other {n}" for n in range(1, 5)]
 
 
-def test_inserting_and_appending_at_once_loses_nothing(redis_url, prefix):
+def test_inserting_and_appending_at_once_loses_nothing(redis_url, prefix, one_server):
     """Two processes insert at the front while two append: every message is there once, each
     writer's in its order (inserts at the front come out newest first)."""
     run_processes(_insert_or_append, [(redis_url, prefix, w, 30) for w in range(4)], timeout=120)

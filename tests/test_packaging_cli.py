@@ -65,7 +65,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.slow
-def test_cli_demo_and_inspection(redis_url, prefix):
+def test_cli_demo_and_inspection(redis_url, prefix, one_server):
     res = _cli("--url", redis_url, "--prefix", prefix, "demo", "--workers", "2", "--items", "6")  # the old name
     assert res.returncode == 0, res.stderr
     assert "verify(): OK; within budget: yes" in res.stdout
