@@ -40,15 +40,18 @@ def run_recipe(name: str, *args: str, **env: str) -> subprocess.CompletedProcess
     )
 
 
-def test_the_chat_loop_shares_each_conversation_among_workers(server):
+def run_with_chat_model(name: str, server: RedisProcess) -> subprocess.CompletedProcess[str]:
+    """``run_recipe`` against ``server`` with the local chat model standing in for OpenAI."""
     model = FakeChatServer().start()
     model.mode = "chat"
     try:
-        done = run_recipe(
-            "chat_loop.py", CONTEXTSTORE_URL=server.url, OPENAI_BASE_URL=model.base_url, OPENAI_API_KEY="x"
-        )
+        return run_recipe(name, CONTEXTSTORE_URL=server.url, OPENAI_BASE_URL=model.base_url, OPENAI_API_KEY="x")
     finally:
         model.stop()
+
+
+def test_the_chat_loop_shares_each_conversation_among_workers(server):
+    done = run_with_chat_model("chat_loop.py", server)
     assert done.returncode == 0, done.stderr
     turns = re.findall(r"^(\w+) turn (\d) \(worker (\d+)\): seen (\d+) messages; re: (.*)$", done.stdout, re.M)
     assert len(turns) == 9
@@ -121,14 +124,7 @@ def test_the_computer_use_loop_keeps_the_newest_screenshots_within_the_budget(se
 
 
 def test_retry_from_here_branches_and_rewinds(server):
-    model = FakeChatServer().start()
-    model.mode = "chat"
-    try:
-        done = run_recipe(
-            "retry_from_here.py", CONTEXTSTORE_URL=server.url, OPENAI_BASE_URL=model.base_url, OPENAI_API_KEY="x"
-        )
-    finally:
-        model.stop()
+    done = run_with_chat_model("retry_from_here.py", server)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0] == "branch: seen 4 messages; re: Rewrite it as a formal itinerary."
