@@ -222,6 +222,21 @@ def tokens(parts: list[dict[str, Any]], count_text: Callable[[str], int]) -> int
     return total
 
 
+def counted_text(content: str | list[dict[str, Any]]) -> str:
+    """What a token counter counts of ``content``: a str, or its text parts' text (the other
+    parts count by ``media_tokens``)."""
+    if isinstance(content, str):
+        return content
+    return "\n".join(p["text"] for p in content if p["type"] == "text")
+
+
+def media_tokens(content: str | list[dict[str, Any]], count_text: Callable[[str], int]) -> int:
+    """The tokens of the parts of ``content`` that are not text (``tokens``; 0 for a str)."""
+    if isinstance(content, str):
+        return 0
+    return tokens([p for p in content if p["type"] != "text"], count_text)
+
+
 def _is_image(part: Mapping[str, Any]) -> bool:
     return part["type"] in ("image", "image_url")
 

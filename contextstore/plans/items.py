@@ -64,24 +64,10 @@ def _checked(settings: Settings, batch: Sequence[Entry]) -> list[validate.NewIte
     _link_results(items)
     todo = [i for i, it in enumerate(items) if it.token_count == 0]
     if todo:
-        texts = [_text(items[i]) + toolcalls.calls_text(items[i].metadata) for i in todo]
+        texts = [parts.counted_text(items[i].content) + toolcalls.calls_text(items[i].metadata) for i in todo]
         for i, n in zip(todo, settings.counter.count_many(texts), strict=True):
-            items[i].token_count = max(1, n + _media_tokens(settings, items[i].content))
+            items[i].token_count = max(1, n + parts.media_tokens(items[i].content, settings.counter.count))
     return items
-
-
-def _text(item: validate.NewItem) -> str:
-    """What the counter counts of an item's content: a str, or its parts' text."""
-    if isinstance(item.content, str):
-        return item.content
-    return "\n".join(p["text"] for p in item.content if p["type"] == "text")
-
-
-def _media_tokens(settings: Settings, content: str | list[dict[str, Any]]) -> int:
-    """The tokens of the parts that are not text (``parts.tokens``: an image by its size)."""
-    if isinstance(content, str):
-        return 0
-    return parts.tokens([p for p in content if p["type"] != "text"], settings.counter.count)
 
 
 def _link_results(items: list[validate.NewItem]) -> None:

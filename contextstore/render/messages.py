@@ -15,7 +15,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..core import facts, parts
-from ..core.parts import text_of
 from ..errors import InvalidItemError
 from ..types import BuildOptions, ContextItem, ItemType
 from .select import Unit, ranked_key
@@ -53,7 +52,7 @@ def context_header(item: ContextItem) -> str:
 
 def context_text(item: ContextItem) -> str:
     """A context item as text: its header, then its content."""
-    return context_header(item) + text_of(item.content)
+    return context_header(item) + parts.text_of(item.content)
 
 
 def complete(unit: Unit) -> bool:
@@ -158,7 +157,7 @@ def _blocks(item: ContextItem, role: str) -> tuple[str, list[dict[str, Any]]]:
     if role != "context" and not isinstance(item.content, str):
         blocks = _anthropic_parts(item, "" if role == "user" else "an assistant message")
     else:
-        text = context_text(item) if role == "context" else text_of(item.content)
+        text = context_text(item) if role == "context" else parts.text_of(item.content)
         blocks = [{"type": "text", "text": text}] if text.strip() else []
     if role == "assistant":
         return "assistant", blocks + [_tool_use(c) for c in calls_in(item)]
