@@ -59,6 +59,7 @@ from .types import (
     ItemType,
     Lineage,
     PlannedItem,
+    UsageTotals,
     WindowOptions,
 )
 
@@ -120,6 +121,7 @@ __all__ = [
     "TurnBusyError",
     "TurnLostError",
     "TurnQueuedError",
+    "UsageTotals",
     "VerifyReport",
     "VersionConflictError",
     "WindowNotFoundError",

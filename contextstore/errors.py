@@ -59,7 +59,8 @@ class ContextWindowFullError(ContextStoreError):
     ``requested`` is what the rejected add needed. For an add refused for tokens,
     ``pinned_tokens`` and ``kept_tokens`` say what no compaction could touch: the pinned items,
     and the ``keep_recent`` newest conversation units besides them (unpinning, a lower
-    ``keep_recent`` or a larger ``max_tokens`` frees room).
+    ``keep_recent`` or a larger ``max_tokens`` frees room). For tokens, ``max`` is the window's
+    limit in estimated tokens: ``max_tokens`` through its token calibration (``record_usage``).
     """
 
     def __init__(
@@ -296,6 +297,10 @@ SCRIPT_ERRORS: dict[str, ErrorFactory] = {
     "EXISTS": lambda d, _: InvalidOptionsError("a window with the fork's id exists already: fork into a new id"),
     "SPLIT": lambda d, _: InvalidOptionsError(
         f"that would cut tool-call group {d[0]!r} apart: go back to an item before or after the whole group"
+    ),
+    "NOTVERSION": lambda d, _: InvalidOptionsError(
+        f"version {d[0]!r} is not one this window reported (another window's, or from before it was made "
+        f"again): pass the version of a build of this window"
     ),
     "NOREWIND": lambda d, _: InvalidOptionsError(
         f"no rewind {d[0]!r} to undo: unknown, undone already, or its archive_ttl_seconds passed"

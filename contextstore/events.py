@@ -139,6 +139,23 @@ class Built(Event, frozen=True, kw_only=True, tag="built"):
     was_compacted: bool
     build_time_ms: float | None = None
     format: str | None = None
+    #: the window's version the build was made from (what ``record_usage`` names)
+    version: str | None = None
+
+
+class UsageRecorded(Event, frozen=True, kw_only=True, tag="usage_recorded"):
+    """``record_usage()`` stored what the provider reported for the build of ``version``;
+    ``estimated_tokens`` is what that build estimated (None: its ``built`` event was not found,
+    so the calibration stayed), ``token_calibration`` the window's after it."""
+
+    version: str
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    model: str = ""
+    estimated_tokens: int | None = None
+    token_calibration: float
 
 
 class UsageWarning(Event, frozen=True, kw_only=True, tag="usage_warning"):
@@ -248,8 +265,8 @@ class OtherEvent(msgspec.Struct, frozen=True, kw_only=True):
 
 AnyEvent = Union[  # noqa: UP007 - a Union msgspec decodes by tag
     ItemAdded, ItemRemoved, ItemCleared, Compacted, Cleared, PriorityChanged, Pinned, Unpinned, Restored,
-    Configured, Built, UsageWarning, SummaryUndone, Rewound, RewindUndone, Forked, TurnStarted, TurnEnded,
-    TurnConflict, TurnInterrupted, TurnRolledBack,
+    Configured, Built, UsageRecorded, UsageWarning, SummaryUndone, Rewound, RewindUndone, Forked, TurnStarted,
+    TurnEnded, TurnConflict, TurnInterrupted, TurnRolledBack,
 ]  # fmt: skip
 KINDS = frozenset(c.__struct_config__.tag for c in AnyEvent.__args__)  # type: ignore[attr-defined]
 

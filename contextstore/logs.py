@@ -31,6 +31,11 @@ def rewound(window_id: str, item_id: str, rewind_id: str) -> None:
     log.info("Rewound context for agent %s to item %s (%s)", window_id, item_id, rewind_id)
 
 
+def usage_recorded(window_id: str, version: str, calibration: float) -> None:
+    """DEBUG, per report of usage."""
+    log.debug("Recorded usage for agent %s at version %s: calibration %.4f", window_id, version, calibration)
+
+
 def built(window_id: str, items: int, tokens: int) -> None:
     """DEBUG, per build."""
     log.debug("Built context: %d items, %d tokens for agent %s", items, tokens, window_id)

@@ -247,8 +247,24 @@ class ContextSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     archive: list[ArchivedSummary] = []
 
 
+class UsageTotals(msgspec.Struct, frozen=True, kw_only=True):
+    """What the provider reported for a window's builds (``record_usage``), summed: its token
+    counts, each kept apart (``input_tokens`` excludes the cached ones, as Anthropic reports them),
+    and how many reports made them."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    records: int = 0
+
+
 class ContextWindowStats(msgspec.Struct, frozen=True, kw_only=True):
-    """Counters of a window, read in O(1) from what the scripts maintain."""
+    """Counters of a window, read in O(1) from what the scripts maintain.
+
+    ``current_tokens`` are estimates (the items' ``token_count``); ``usage_percent`` and
+    ``available_tokens`` are calibrated: through ``token_calibration``, what the provider counts
+    per estimated token (``record_usage``; 1.0 until usage is recorded)."""
 
     window_id: str
     total_items: int
@@ -266,6 +282,10 @@ class ContextWindowStats(msgspec.Struct, frozen=True, kw_only=True):
     total_tokens_freed: int
     #: the window's version (see ``BuiltContext.version``; "" when the window does not exist)
     version: str = ""
+    #: what the provider reported for the window's builds (``record_usage``)
+    usage: UsageTotals = UsageTotals()
+    #: provider tokens per estimated token (clamped to 0.5-4.0; 1.0 until usage is recorded)
+    token_calibration: float = 1.0
 
 
 class WindowConfig(msgspec.Struct, frozen=True, kw_only=True):

@@ -189,7 +189,7 @@ local function may_defer(cfg, plan, it, target)
     if redis.call('HEXISTS', K_GROUPS, group) == 1 then return false end
   end
   if redis.call('SCARD', K_PINNED) > 1000 then return false end
-  return math.max(target, untouchable_tokens(cfg, plan)) + it.tokens <= cfg.max_tokens
+  return math.max(target, untouchable_tokens(cfg, plan)) + it.tokens <= token_limit(cfg)
 end
 
 -- Plan room for one item: evict whole units at max_items, compact at the threshold; FULL if it
@@ -204,10 +204,11 @@ local function make_room(cfg, plan, it, oldest)
     plan.actions[#plan.actions + 1] = {'evict', ids}
   end
   if cfg.max_tokens == 0 then return nil end
+  local limit = token_limit(cfg)
   plan.incoming = it  -- keep_recent counts the units after this add (lib/compaction.lua kept_units)
-  if (plan.tokens + it.tokens) * 100 > cfg.threshold * cfg.max_tokens then
+  if (plan.tokens + it.tokens) * 100 > cfg.threshold * limit then
     local percent = math.max(0, cfg.threshold - 15)
-    local target = math.floor(cfg.max_tokens * percent / 100)
+    local target = math.floor(limit * percent / 100)
     local defer = may_defer(cfg, plan, it, target)
     local acts, freed = plan_compaction(plan.strategy, plan.tokens, target, plan, cfg, plan.placeholder,
       defer and plan.defer_after or nil, true)
@@ -228,9 +229,9 @@ local function make_room(cfg, plan, it, oldest)
       plan.compactions, plan.tokens = plan.compactions + 1, plan.tokens - freed
     end
   end
-  if plan.tokens + it.tokens > cfg.max_tokens then
+  if plan.tokens + it.tokens > limit then
     local by_pins, by_kept = held_tokens(cfg, plan)
-    return fail('FULL', 'tokens', current, cfg.max_tokens, it.tokens, fmt(by_pins), fmt(by_kept))
+    return fail('FULL', 'tokens', current, limit, it.tokens, fmt(by_pins), fmt(by_kept))
   end
   plan.incoming = nil
   return nil
@@ -303,7 +304,7 @@ local function apply(cfg, plan, dropped)
       remove_many(act[2], 'eviction', act.removal)
     elseif act[1] == 'compact' then
       local removed, cleared, freed = apply_compaction(act[2], plan.placeholder, nil, act.removal)
-      record_compaction(plan.strategy, removed, freed, act[3], cfg.max_tokens, false, cleared)
+      record_compaction(plan.strategy, removed, freed, act[3], token_limit(cfg), false, cleared)
     else
       act[2].ts = ts
       act[2].json = insert_item(act[2])

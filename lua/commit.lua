@@ -91,6 +91,6 @@ if summary then
 else
   remove_many(ids, 'compaction', gone)
 end
-record_compaction(strategy, #ids, freed, before, cfg.max_tokens, false, 0, summary_id)
+record_compaction(strategy, #ids, freed, before, token_limit(cfg), false, 0, summary_id)
 rearm_ttl(cfg)
 return {freed, summary_id}

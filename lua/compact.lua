@@ -17,7 +17,7 @@ if not SERVER_SIDE[strategy] then return fail('BADARG', 'strategy') end
 if not target_pct or target_pct < 0 or target_pct > 100 then return fail('BADARG', 'target') end
 if not is_int(limit, 1, 1e6) or not is_int(placeholder, 1, MAX_TOKENS) then return fail('BADARG', 'limit') end
 if not cfg or cfg.max_tokens == 0 then return {0, 0} end
-local target = math.floor(cfg.max_tokens * target_pct / 100)
+local target = math.floor(token_limit(cfg) * target_pct / 100)
 local state = {stored = true, removed = {}, cleared = {}}
 local actions, freed = plan_compaction(strategy, cfg.tokens, target, state, cfg, placeholder, limit, false)
 
@@ -38,6 +38,6 @@ if #actions == 0 then return {0, 0} end
 local n = 0
 for _, act in ipairs(actions) do n = n + (act[1] == 'clear' and 1 or #act[2].ids) end
 local removed, cleared, got = apply_compaction(actions, placeholder)
-record_compaction(strategy, removed, got, cfg.tokens, cfg.max_tokens, ARGV[4] == '1', cleared)
+record_compaction(strategy, removed, got, cfg.tokens, token_limit(cfg), ARGV[4] == '1', cleared)
 rearm_ttl(cfg)
 return {got, (n >= limit and cfg.tokens - got > target) and 1 or 0}

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import io
 
+import contextstore as cs
+
 
 def test_every_window_method_answers_on_each_api(store):
     w = store.window("smoke", max_tokens=2000)
@@ -52,6 +54,9 @@ def test_every_window_method_answers_on_each_api(store):
     rid = w.rewind(w.items()[-2].id or "")
     assert w.items()[-1].content == "in a turn" and w.undo_rewind(rid) == 1
     assert w.items()[-1].content == "and an answer"
+    built = w.build_structured(cs.BuildOptions(reserve_for_response=0))
+    assert w.record_usage(built.version, input_tokens=2 * built.total_tokens, output_tokens=3) == 2.0
+    assert w.stats().usage.output_tokens == 3 and w.stats().token_calibration == 2.0
     branch = w.fork("smoke-branch", at=w.items()[0].id)
     assert len(branch.items()) == 1 and branch.lineage().parent == "smoke" and w.lineage().forks == ["smoke-branch"]
     assert w.clear(include_pinned=True) == 2 and w.stats().total_items == 0

@@ -107,7 +107,14 @@ def test_tables_show_the_items_stats_and_windows(capsys, redis_url, prefix, fill
     assert "You review code." in rows[0] and "question 5 abo" in out
     code, out, _ = run(capsys, redis_url, prefix, "stats", "w")
     assert code == 0 and "/4000 tokens" in out and "user_message" in out and "tool_result" in out
-    assert "w" in run(capsys, redis_url, prefix, "ls")[1]
+    assert "w" in run(capsys, redis_url, prefix, "ls")[1] and "reported usage" not in out
+    win = filled[1]
+    built = win.build_structured(cs.BuildOptions(reserve_for_response=0))
+    win.record_usage(built.version, input_tokens=built.total_tokens * 2 - 5, output_tokens=7, cache_read_tokens=5)
+    out = run(capsys, redis_url, prefix, "stats", "w")[1]
+    assert "x2.00 calibrated" in out and f"({win.stats().usage_percent:.1f}%" in out
+    assert f"reported usage (1 reports): input {built.total_tokens * 2 - 5}, output 7, cache read 5" in out
+    assert json.loads(run(capsys, redis_url, prefix, "stats", "w", "--json")[1])["token_calibration"] == 2.0
 
 
 def test_edits_do_what_the_library_calls_do(capsys, redis_url, prefix, filled):

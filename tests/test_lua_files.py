@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from contextstore.core.layout import lua_constants
+from contextstore.core.layout import SCRIPT_CALLS, command_name, lua_constants
 from contextstore.drivers import scripts
 from contextstore.errors import ContextStoreError
 
@@ -164,3 +164,13 @@ def test_a_scripts_header_names_each_argument_it_reads_by_place(name):
     read = set(re.findall(r"ARGV\[((?:N_CONFIG \+ )?\d+)\]", _COMMENT.sub("", body)))
     named = set(re.findall(r"ARGV\[((?:N_CONFIG \+ )?\d+)(?:\]|\.\.)", header))
     assert read <= named, f"lua/{name}.lua reads {sorted(read - named)} without naming them in its header"
+
+
+def test_every_command_the_scripts_run_is_one_the_permission_check_asks_for():
+    # acl.lua asks the server for each of layout.SCRIPT_CALLS: a command missing there would pass
+    # the check and then stop a script part-way for a tenant whose rules deny it
+    calls = re.compile(r"redis\.p?call\(\s*'(\w+)'")
+    bodies = [(BASE / f"{name}.lua").read_text(encoding="utf-8") for name in scripts.SCRIPT_NAMES]
+    run = {m.lower() for body in [*bodies, *LIBS.values()] for m in calls.findall(body)}
+    asked = {command_name(c).split("|")[0] for c in SCRIPT_CALLS}
+    assert run and run <= asked, f"layout.SCRIPT_CALLS lacks {sorted(run - asked)}"

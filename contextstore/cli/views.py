@@ -210,16 +210,20 @@ def item_view(item: ContextItem) -> RenderableType:
 
 
 def usage_bar(stats: ContextWindowStats, width: int = 40) -> RenderableType:
-    """The window's token usage as a bar with its numbers (items when it has no token limit)."""
+    """The window's token usage as a bar with its numbers (items when it has no token limit;
+    tokens as the provider counts them when usage was recorded: ``token_calibration``)."""
+    calibrated = ""
     if stats.max_tokens:
-        used, limit, unit = stats.current_tokens, stats.max_tokens, "tokens"
+        used, limit, unit, share = stats.current_tokens, stats.max_tokens, "tokens", stats.usage_percent
+        if stats.token_calibration != 1.0:
+            calibrated = f", x{stats.token_calibration:.2f} calibrated"
     else:
         used, limit, unit = stats.total_items, stats.max_items, "items"
-    share = 100.0 * used / limit if limit else 0.0
+        share = 100.0 * used / limit if limit else 0.0
     style = "red" if share >= stats.compaction_threshold else "yellow" if share >= 75 else "green"
-    bar = ProgressBar(total=limit or 1, completed=min(used, limit or 1), width=width, complete_style=style)
+    bar = ProgressBar(total=100, completed=min(share, 100), width=width, complete_style=style)
     line = Table.grid(padding=(0, 1))
-    line.add_row(bar, Text(f"{used}/{limit} {unit} ({share:.1f}%)", style=style))
+    line.add_row(bar, Text(f"{used}/{limit} {unit} ({share:.1f}%{calibrated})", style=style))
     return line
 
 
@@ -231,6 +235,12 @@ def stats_view(stats: ContextWindowStats) -> RenderableType:
         f"strategy {stats.default_strategy.value}\n"
         f"compactions {stats.compaction_count}, tokens freed {stats.total_tokens_freed}"
     )
+    used = stats.usage
+    if used.records:
+        head.append(
+            f"\nreported usage ({used.records} reports): input {used.input_tokens}, output {used.output_tokens}, "
+            f"cache read {used.cache_read_tokens}, cache write {used.cache_write_tokens}"
+        )
     by_type = Table(expand=False, pad_edge=False)
     by_type.add_column("type")
     by_type.add_column("items", justify="right")

@@ -10,6 +10,7 @@ Lua side never spells one of them itself.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
@@ -28,6 +29,13 @@ MAX_PRIORITY = 100
 MAX_TOKENS = 10**12
 #: largest ``ttl_seconds``
 MAX_TTL_SECONDS = 10**9
+#: a window's token calibration (reported usage, §20) stays within these bounds: what the
+#: provider counts per estimated token
+CALIBRATION_MIN, CALIBRATION_MAX = 0.5, 4.0
+#: the calibration is the largest of the last this many ratios (reported / estimated)
+CALIBRATION_SAMPLES = 8
+#: how many of the newest events usage.lua reads back for the ``built`` event of a version
+USAGE_LOOKBACK = 256
 #: largest store ``item_limit`` (and so ``max_items``)
 MAX_ITEM_LIMIT = 200_000
 #: largest store ``max_content_bytes``
@@ -61,8 +69,8 @@ SCRIPT_CALLS = (
     "hkeys K", "hlen K", "hmget K f", "hscan K 0", "hset K f v", "lindex K 0", "linsert K BEFORE p v", "llen K",
     "lpop K", "lpos K v", "lrange K 0 1", "lrem K 1 v", "lset K 0 v", "ltrim K 0 1", "object encoding K", "persist K",
     "pexpire K 1", "pttl K", "rpush K v", "sadd K v", "scard K", "set K v", "sismember K v", "smembers K",
-    "smismember K v", "srem K v", "sscan K 0", "time", "type K", "unlink K", "xadd K * f v", "zadd K 1 m", "zcard K",
-    "zrange K 0 1", "zrangebyscore K 0 1", "zrem K m", "zrevrangebyscore K 1 0", "zscore K m",
+    "smismember K v", "srem K v", "sscan K 0", "time", "type K", "unlink K", "xadd K * f v", "xrevrange K + -",
+    "zadd K 1 m", "zcard K", "zrange K 0 1", "zrangebyscore K 0 1", "zrem K m", "zrevrangebyscore K 1 0", "zscore K m",
 )  # fmt: skip
 
 
@@ -146,6 +154,16 @@ class Meta:
     PARENT = "parent"
     FORK_POINT = "fork_point"
     FORKS = "forks"
+    #: reported usage (§20, lua/usage.lua): the provider's token totals and how many reports
+    #: made them; the window's calibration (absent: 1.0) and the recent ratios it is the largest
+    #: of, space-separated (reported / estimated tokens of one build's prompt)
+    USED_INPUT = "used_input"
+    USED_OUTPUT = "used_output"
+    USED_CACHE_READ = "used_cache_read"
+    USED_CACHE_WRITE = "used_cache_write"
+    USAGE_RECORDS = "usage_records"
+    CALIBRATION = "calibration"
+    RATIOS = "ratios"
 
     #: what a window's ``version`` is made of (``window_version``): its lifetime (``created_us``;
     #: 0 for a window made before it was kept, until its next lifetime), the last seq handed out
@@ -164,7 +182,10 @@ class Meta:
     #: the counters a script keeps (besides the per-type ones, ITEMS_OF and TOKENS_OF + a type)
     COUNTERS: ClassVar[tuple[str, ...]] = (
         TOKENS, ITEMS, SEQ, COMPACTIONS, FREED, CREATED_MS, CREATED_US, WARNED, SUMMARIES, EPOCH, REMOVED_BY_CALLER,
+        USED_INPUT, USED_OUTPUT, USED_CACHE_READ, USED_CACHE_WRITE, USAGE_RECORDS,
     )  # fmt: skip
+    #: the usage totals, in ``UsageTotals`` order (its fields, less ``records``)
+    USAGE: ClassVar[tuple[str, ...]] = (USED_INPUT, USED_OUTPUT, USED_CACHE_READ, USED_CACHE_WRITE)
     #: config fields stored as text / as floats (the others are integers)
     TEXT = (STRATEGY, CLEAR_EXCLUDE)
     FLOAT = (THRESHOLD, WARN_PERCENT)
@@ -197,6 +218,24 @@ def _percent(raw: str) -> bool:
     return 0 < value <= 100  # NaN compares False
 
 
+def _ratio(raw: str) -> bool:
+    try:
+        value = float(raw)
+    except ValueError:
+        return False
+    return CALIBRATION_MIN <= value <= CALIBRATION_MAX  # NaN compares False
+
+
+def calibration_of(meta: Mapping[str, str]) -> float:
+    """A window's token calibration from its (checked) :meta hash: 1.0 until usage was recorded."""
+    return float(meta.get(Meta.CALIBRATION) or 1.0)
+
+
+def calibrated(limit: int, calibration: float) -> int:
+    """Estimated tokens within ``limit`` tokens as the provider counts them (at least 1)."""
+    return max(1, math.floor(limit / calibration)) if calibration != 1.0 else limit
+
+
 def meta_problems(meta: Mapping[str, str]) -> list[tuple[str, str]]:
     """Each field of a window's :meta hash (as read, text) that holds what no script writes, with
     what is wrong: a config value out of its range, a counter that is not a count. Fields this
@@ -211,6 +250,9 @@ def meta_problems(meta: Mapping[str, str]) -> list[tuple[str, str]]:
                 found.append((field, "not a compaction strategy"))
         elif field == Meta.CLEAR_EXCLUDE:
             continue
+        elif field in (Meta.CALIBRATION, Meta.RATIOS):
+            if not all(_ratio(r) for r in raw.split(" ")) or (field == Meta.CALIBRATION and " " in raw):
+                found.append((field, f"not a ratio from {CALIBRATION_MIN} to {CALIBRATION_MAX}"))
         elif field.startswith((Meta.ITEMS_OF, Meta.TOKENS_OF)) and field.partition(":")[2] not in _TYPES:
             found.append((field, "the counter of a type there is not"))
         elif field in _INT_RANGES or field in _COUNTERS or field.startswith((Meta.ITEMS_OF, Meta.TOKENS_OF)):
@@ -299,6 +341,8 @@ def lua_constants() -> str:
             f"local CLEARED_PLACEHOLDER, CLEARED_KEY = '{CLEARED_PLACEHOLDER}', '{CLEARED_KEY}'",
             f"local STORED_HEAD = '{STORED_HEAD}'",
             f"local ITEM_ARGS = {ITEM_ARGS}",
+            f"local CALIBRATION_MIN, CALIBRATION_MAX, CALIBRATION_SAMPLES, USAGE_LOOKBACK = "
+            f"{CALIBRATION_MIN}, {CALIBRATION_MAX}, {CALIBRATION_SAMPLES}, {USAGE_LOOKBACK}",
             f"local PENDING_MAX_INPUTS, PENDING_MAX_BYTES = {PENDING_MAX_INPUTS}, {PENDING_MAX_BYTES}",
             "",
         ]

@@ -27,6 +27,7 @@ from ..plans import items as item_plans
 from ..plans import rewind as rewind_plans
 from ..plans import snapshot as snapshot_plans
 from ..plans import summaries as summary_plans
+from ..plans import usage as usage_plans
 from ..plans import window as window_plans
 from ..plans.base import External, PlainRead, Plan, ScriptCall, WindowState
 from ..types import (
@@ -331,6 +332,16 @@ class AsyncContextWindow:
         """A new window ``new_id`` with this one's items up to item ``at`` (or version ``at``, or now)."""
         state = await self._store._run(fork_plans.fork(self._settings, self._state, new_id, at))
         return AsyncContextWindow(self._store, state)
+
+    async def record_usage(
+        self, version: str, *, input_tokens: int, output_tokens: int = 0, cache_read_tokens: int = 0,
+        cache_write_tokens: int = 0, model: str | None = None, request_id: str | None = None,
+    ) -> float:  # fmt: skip
+        """Record what the provider reported for the build of ``version`` (once per request id);
+        the window's token calibration after it (``stats().token_calibration``)."""
+        usage = {"input_tokens": input_tokens, "output_tokens": output_tokens,
+                 "cache_read_tokens": cache_read_tokens, "cache_write_tokens": cache_write_tokens}  # fmt: skip
+        return await self._store._run(usage_plans.record_usage(self._state, version, usage, model, request_id))
 
     async def lineage(self) -> Lineage:
         """Where this window was forked from, and the forks made from it."""

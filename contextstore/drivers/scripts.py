@@ -41,6 +41,7 @@ SCRIPT_NAMES = (
     "add", "remove", "pin", "priority", "clear", "compact", "commit", "restore",
     "configure", "ensure", "delete", "event", "undo", "lease", "vectors", "pop", "turn", "acl",
     "list", "build_read", "fetch", "peek", "archived", "dump", "rewind", "forked",
+    "usage",
 )  # fmt: skip
 
 #: the scripts that read a window, each for one job (lib/reads.lua: what they share)

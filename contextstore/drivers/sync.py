@@ -26,6 +26,7 @@ from ..plans import items as item_plans
 from ..plans import rewind as rewind_plans
 from ..plans import snapshot as snapshot_plans
 from ..plans import summaries as summary_plans
+from ..plans import usage as usage_plans
 from ..plans import window as window_plans
 from ..plans.base import External, PlainRead, Plan, ScriptCall, WindowState
 from ..types import (
@@ -305,6 +306,16 @@ class ContextWindow:
     def fork(self, new_id: str, *, at: str | None = None) -> ContextWindow:
         """A new window ``new_id`` with this one's items up to item ``at`` (or version ``at``, or now)."""
         return ContextWindow(self._store, self._run(fork_plans.fork(self._settings, self._state, new_id, at)))
+
+    def record_usage(
+        self, version: str, *, input_tokens: int, output_tokens: int = 0, cache_read_tokens: int = 0,
+        cache_write_tokens: int = 0, model: str | None = None, request_id: str | None = None,
+    ) -> float:  # fmt: skip
+        """Record what the provider reported for the build of ``version`` (once per request id);
+        the window's token calibration after it (``stats().token_calibration``)."""
+        usage = {"input_tokens": input_tokens, "output_tokens": output_tokens,
+                 "cache_read_tokens": cache_read_tokens, "cache_write_tokens": cache_write_tokens}  # fmt: skip
+        return self._run(usage_plans.record_usage(self._state, version, usage, model, request_id))
 
     def lineage(self) -> Lineage:
         """Where this window was forked from, and the forks made from it."""

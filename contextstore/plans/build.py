@@ -10,7 +10,7 @@ from typing import TypeVar
 
 from .. import logs
 from ..core import validate, wire
-from ..core.layout import Meta, build_inputs, window_version
+from ..core.layout import Meta, build_inputs, calibrated, calibration_of, window_version
 from ..errors import BudgetTooSmallError, InvalidOptionsError, NoConversationError, raise_for_reply
 from ..render import markdown, prompt
 from ..render.select import RELEVANT_TYPES, history_read, units_for
@@ -29,10 +29,11 @@ T = TypeVar("T")
 COMPACT_ON_BUILD_PERCENT = 70.0
 
 
-def budget_of(options: BuildOptions, cfg: WindowConfig, window_id: str) -> int | None:
-    """Tokens the prompt may take: the limit (this build's, else the window's) minus the
-    reserve; None without a limit. A reserve that leaves no room at all is an error naming
-    both options, not an empty prompt."""
+def budget_of(options: BuildOptions, found: wire.ReadReply, cfg: WindowConfig, window_id: str) -> int | None:
+    """Estimated tokens the prompt may take: the limit (this build's, else the window's) minus
+    the reserve, through the window's token calibration (``record_usage``: the prompt stays
+    within the limit as the provider counts it); None without a limit. A reserve that leaves no
+    room at all is an error naming both options, not an empty prompt."""
     limit = options.max_tokens if options.max_tokens is not None else cfg.max_tokens
     if limit is None:
         return None
@@ -45,7 +46,7 @@ def budget_of(options: BuildOptions, cfg: WindowConfig, window_id: str) -> int |
             f"is {limit}; pass BuildOptions(reserve_for_response=N) with N < {limit} "
             f"(tokens kept free for the model's answer), or a larger max_tokens"
         )
-    return limit - options.reserve_for_response
+    return calibrated(limit - options.reserve_for_response, calibration_of(found.meta))
 
 
 def compact_first(
@@ -165,7 +166,7 @@ def _build(
 ) -> Plan[BuiltContext | None]:
     """``build`` from ``found``; None when ``held`` no longer holds (``cache_first``)."""
     cfg = found.config(state.config)
-    budget = budget_of(opts, cfg, state.window_id)
+    budget = budget_of(opts, found, cfg, state.window_id)
     decoded = found.items()
     memo = found.cached.derived if found.cached is not None else None
     prompt.check_pinned(decoded, opts, budget, settings.joint_count, memo)
@@ -182,6 +183,7 @@ def _build(
         "total_tokens": str(built.total_tokens),
         "was_compacted": "1" if freed else "0",
         "build_time_ms": f"{ms:.3f}",
+        "version": window_version(found.meta),
     }
     if not (yield from built_event(state, fields, held)):
         return None

@@ -129,7 +129,7 @@ def _build_messages(
 ) -> Plan[BuiltMessages | None]:
     """``build_messages`` from ``found``; None when ``held`` no longer holds (``cache_first``)
     or ``bodies`` cannot read the chosen items (``_from_facts``: ``found`` holds their facts)."""
-    budget = budget_of(opts, found.config(state.config), state.window_id)
+    budget = budget_of(opts, found, found.config(state.config), state.window_id)
     decoded, cost = found.items(), _message_cost(settings, found)
     # one memo for this build at least: the question's unit must be the very unit choosing offers
     derived = found.cached.derived if found.cached is not None else {}
@@ -147,6 +147,7 @@ def _build_messages(
     delivered = yield from _delivered(state, ordered, fmt, opts, held, bodies, {
         "format": fmt, "items_included": str(len(ordered)), "items_excluded": str(len(choice.excluded)),
         "items_omitted": str(len(omitted)), "total_tokens": str(choice.used), "was_compacted": "1" if freed else "0",
+        "version": window_version(found.meta),
     })  # fmt: skip
     if delivered is None:
         return None

@@ -8,7 +8,7 @@ import math
 
 from .. import logs
 from ..core import validate, wire
-from ..core.layout import Meta
+from ..core.layout import Meta, calibrated, calibration_of
 from ..core.parts import text_of
 from ..core.stored import Entry, entry_digest
 from ..errors import CommitConflict, HelperError, InvalidOptionsError, StrategyUnavailableError, raise_for_reply
@@ -181,7 +181,8 @@ def _choose(
     cfg = found.config(state.config)
     if not found.exists or cfg.max_tokens is None:
         return None
-    tokens, target = found.counter(Meta.TOKENS), math.floor(cfg.max_tokens * target_percent / 100)
+    limit = calibrated(cfg.max_tokens, calibration_of(found.meta))
+    tokens, target = found.counter(Meta.TOKENS), math.floor(limit * target_percent / 100)
     if tokens <= target:
         return None
     every = found.items()
@@ -293,5 +294,6 @@ def plan_compaction(
                 )
             )
         freed = choice[1] if choice else 0
-    after = 0.0 if not cfg.max_tokens else (tokens - freed) * 100.0 / cfg.max_tokens
+    limit = calibrated(cfg.max_tokens, calibration_of(found.meta)) if cfg.max_tokens else 0
+    after = 0.0 if not limit else (tokens - freed) * 100.0 / limit
     return CompactionPlan(strategy=chosen, items=items, tokens_freed=freed, usage_percent_after=after)

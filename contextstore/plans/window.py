@@ -8,13 +8,14 @@ from .. import logs
 from ..core import wire
 from ..core.config import config_values, creation_config
 from ..core.keys import validate_window_id, window_keys
-from ..core.layout import Meta, window_version
+from ..core.layout import Meta, calibrated, calibration_of, window_version
 from ..core.validate import flag
 from ..core.verify import VerifyReport, inspect_window
 from ..errors import ConfigConflictError, InvalidOptionsError, WindowNotFoundError, raise_for_reply
 from ..types import ContextWindowStats, ItemType, WindowConfig
 from .base import Plan, ScriptCall, Settings, WindowState, new_request
 from .reads import ATTEMPTS, raw_stamp, read
+from .usage import totals_of
 
 
 def open_window(
@@ -82,7 +83,8 @@ def stats(state: WindowState) -> Plan[ContextWindowStats]:
     found = yield from read(state, "meta")
     cfg = found.config(state.config)
     tokens = found.counter(Meta.TOKENS)
-    limit = cfg.max_tokens
+    limit, calibration = cfg.max_tokens, calibration_of(found.meta)
+    within = None if limit is None else calibrated(limit, calibration)
     return ContextWindowStats(
         window_id=state.window_id,
         total_items=found.counter(Meta.ITEMS),
@@ -90,8 +92,8 @@ def stats(state: WindowState) -> Plan[ContextWindowStats]:
         current_tokens=tokens,
         max_tokens=limit,
         max_items=cfg.max_items,
-        available_tokens=None if limit is None else max(0, limit - tokens),
-        usage_percent=0.0 if not limit else tokens * 100.0 / limit,
+        available_tokens=None if within is None else max(0, within - tokens),
+        usage_percent=0.0 if not within else tokens * 100.0 / within,
         compaction_threshold=cfg.compaction_threshold,
         default_strategy=cfg.default_strategy,
         items_by_type=_by_type(found.meta, Meta.ITEMS_OF),
@@ -99,6 +101,8 @@ def stats(state: WindowState) -> Plan[ContextWindowStats]:
         compaction_count=found.counter(Meta.COMPACTIONS),
         total_tokens_freed=found.counter(Meta.FREED),
         version=window_version(found.meta),
+        usage=totals_of(found.meta),
+        token_calibration=calibration,
     )
 
 

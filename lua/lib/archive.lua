@@ -178,8 +178,9 @@ local function put_back(cfg, entry_id, rows, leaving)
   end
   table.sort(items, function(x, y) return x.seq < y.seq end)
   local out_tokens, out_items = leaving and leaving.tokens or 0, leaving and 1 or 0
-  if cfg.max_tokens > 0 and cfg.tokens - out_tokens + tokens > cfg.max_tokens then
-    return nil, fail('FULL', 'tokens', cfg.tokens, cfg.max_tokens, tokens - out_tokens)
+  local limit = token_limit(cfg)
+  if limit > 0 and cfg.tokens - out_tokens + tokens > limit then
+    return nil, fail('FULL', 'tokens', cfg.tokens, limit, tokens - out_tokens)
   end
   if cfg.items - out_items + #items > cfg.max_items then
     return nil, fail('FULL', 'items', cfg.items, cfg.max_items, #items - out_items)

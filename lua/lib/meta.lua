@@ -134,11 +134,15 @@ local COUNTER_MAX = {2 ^ 53, 2 ^ 53, MAX_SEQ, 2 ^ 53, 1, 2 ^ 53}
 -- never make a window read: they take no caller config).
 local function stored_config()
   local m = redis.call('HMGET', K_META, F.TOKENS, F.ITEMS, F.SEQ, F.EPOCH, F.WARNED, F.REMOVED_BY_CALLER,
-    unpack(CONFIG_FIELDS))
-  if m[8] then
-    local c = config_of(m, 6)
+    F.CALIBRATION, unpack(CONFIG_FIELDS))
+  if m[9] then
+    local c = config_of(m, 7)
     local bad = bad_config(c)
     if bad then corrupt(K_META, bad, 'not a valid config value') end
+    c.calibration = tonumber(m[7] or 1)
+    if not (c.calibration and c.calibration >= CALIBRATION_MIN and c.calibration <= CALIBRATION_MAX) then
+      corrupt(K_META, F.CALIBRATION, 'not a ratio from ' .. CALIBRATION_MIN .. ' to ' .. CALIBRATION_MAX)
+    end
     -- the counters, as counts (m[1..6]: COUNTER_FIELDS; a missing one is 0): every mutation reads
     -- them, so checked here with no call per field
     for i = 1, 6 do
@@ -163,10 +167,19 @@ local function read_config()
   local c = stored_config()
   if c then return c end
   c = config_of(ARGV, 0)
-  c.tokens, c.items, c.seq, c.new = 0, 0, 0, true
+  c.tokens, c.items, c.seq, c.new, c.calibration = 0, 0, 0, true, 1
   if not valid_config(c) then return nil end
   CFG = c
   return c
+end
+
+-- The window's token limit in estimated tokens (0: none): max_tokens as the provider counts them,
+-- through the calibration its reported usage made (usage.lua; 1 until then). Budgets, thresholds
+-- and usage percents all apply to it. (A config a caller passes, as restore's, has none: 1.)
+local function token_limit(c)
+  local calibration = c.calibration or 1
+  if c.max_tokens == 0 or calibration == 1 then return c.max_tokens end
+  return math.max(1, math.floor(c.max_tokens / calibration))
 end
 
 -- Write phase: give a new window its meta hash (a new lifetime: ids start again).
@@ -208,10 +221,10 @@ end
 local function check_usage()
   local c = CFG
   if not c or c.new or not c.max_tokens or c.max_tokens == 0 then return end
-  local tokens = meta_get(F.TOKENS)
-  local over, warned = tokens * 100 >= c.warn_percent * c.max_tokens, meta_get(F.WARNED) == 1
+  local tokens, limit = meta_get(F.TOKENS), token_limit(c)
+  local over, warned = tokens * 100 >= c.warn_percent * limit, meta_get(F.WARNED) == 1
   if over and not warned then
-    event('usage_warning', 'usage_percent', pct(tokens, c.max_tokens), 'warn_percent', tostring(c.warn_percent),
+    event('usage_warning', 'usage_percent', pct(tokens, limit), 'warn_percent', tostring(c.warn_percent),
       'total_tokens', fmt(tokens))
     meta_set(F.WARNED, 1)
   elseif warned and not over then
