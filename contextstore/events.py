@@ -127,6 +127,7 @@ class Configured(Event, frozen=True, kw_only=True, tag="configured"):
     warn_percent: float | None = None
     events_maxlen: int | None = None
     archive_ttl: int | None = None
+    target: float | None = None
 
 
 class Built(Event, frozen=True, kw_only=True, tag="built"):

@@ -245,6 +245,7 @@ class ContextSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     events_maxlen: int = DEFAULT_EVENTS_MAXLEN
     archive_ttl_seconds: int = DEFAULT_ARCHIVE_TTL_SECONDS
     archive: list[ArchivedSummary] = []
+    compaction_target: float | None = None
 
 
 class UsageTotals(msgspec.Struct, frozen=True, kw_only=True):
@@ -309,6 +310,9 @@ class WindowConfig(msgspec.Struct, frozen=True, kw_only=True):
     events_maxlen: int = DEFAULT_EVENTS_MAXLEN
     #: the items a summary replaced stay in the window's archive this long
     archive_ttl_seconds: int = DEFAULT_ARCHIVE_TTL_SECONDS
+    #: a compaction at the threshold brings usage down to this percent (None: 15 points below
+    #: ``compaction_threshold``; never above it)
+    compaction_target: float | None = None
 
 
 class WindowOptions(TypedDict, total=False):
@@ -319,7 +323,8 @@ class WindowOptions(TypedDict, total=False):
     store's ``item_limit`` when ``max_tokens`` is set), ``compaction_threshold=85.0``,
     ``default_strategy=REMOVE_LOW_PRIORITY``, ``ttl_seconds=None`` (no expiry),
     ``keep_recent=0``, ``clear_at_least=0``, ``clear_exclude_tools=()``, ``warn_percent=75.0``,
-    ``events_maxlen=10000`` and ``archive_ttl_seconds=86400``. To
+    ``events_maxlen=10000``, ``archive_ttl_seconds=86400`` and ``compaction_target=None`` (15
+    points below the threshold). To
     ``configure()``, only the options passed change; ``max_tokens=None`` removes the token limit
     and ``ttl_seconds=None`` the expiry.
     """
@@ -335,6 +340,7 @@ class WindowOptions(TypedDict, total=False):
     warn_percent: float | None
     events_maxlen: int | None
     archive_ttl_seconds: int | None
+    compaction_target: float | None
 
 
 class ItemFields(TypedDict, total=False):

@@ -207,7 +207,7 @@ local function make_room(cfg, plan, it, oldest)
   local limit = token_limit(cfg)
   plan.incoming = it  -- keep_recent counts the units after this add (lib/compaction.lua kept_units)
   if (plan.tokens + it.tokens) * 100 > cfg.threshold * limit then
-    local percent = math.max(0, cfg.threshold - 15)
+    local percent = compaction_target(cfg)
     local target = math.floor(limit * percent / 100)
     local defer = may_defer(cfg, plan, it, target)
     local acts, freed = plan_compaction(plan.strategy, plan.tokens, target, plan, cfg, plan.placeholder,

@@ -3,7 +3,8 @@
 -- KEYS: the window keys (lib/core.lua). ARGV[1..N_CONFIG]: caller config (used if the window does not exist).
 -- ARGV[N_CONFIG + 1..]: field/value pairs among max_tokens (0 = none), max_items, threshold,
 --   strategy, ttl (0 = none), keep_recent, clear_at_least, clear_exclude (tool names),
---   warn_percent, events_maxlen, archive_ttl (every config field but item_limit).
+--   warn_percent, events_maxlen, archive_ttl, target (0 = 15 below threshold) (every config field but
+--   item_limit).
 -- Lowering max_items below the item count evicts the oldest whole units (a group, or an
 -- ungrouped item; reason eviction); if pinned items alone keep it above: {'!', 'FULL', 'items',
 -- count, max_items, 0}, nothing written. Lowering max_tokens compacts nothing now: the next add

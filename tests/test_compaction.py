@@ -147,3 +147,30 @@ def test_commit_refuses_items_changed_meanwhile(make_store, redis_url, r, prefix
     assert freed > 0
     check_invariants(r, prefix, "c-race")
     other_store.close()
+
+
+@pytest.mark.parametrize("target", [None, 40.0])
+def test_a_compaction_at_the_threshold_brings_usage_down_to_the_windows_target(store, target):
+    w = store.window(f"target-{target}", max_tokens=2_000, compaction_threshold=85.0, compaction_target=target,
+                     default_strategy="remove_oldest")  # fmt: skip
+    assert w.snapshot().compaction_target == target
+    lows = []
+    for i in range(60):
+        before = w.stats().compaction_count
+        item = w.add(f"message {i} " + "word " * 60, role="user")
+        if w.stats().compaction_count > before:
+            lows.append(w.stats().current_tokens - item.token_count)
+    assert lows and all(low * 100 / 2_000 <= (target or 70.0) for low in lows)
+    assert max(lows) * 100 / 2_000 > (target or 70.0) - 5  # and not much below it
+    assert w.snapshot().compaction_target == target
+
+
+def test_the_compaction_target_is_a_window_option_like_the_others(store):
+    w = store.window("target-opt", max_tokens=2_000)
+    assert w.configure(compaction_target=30).compaction_target == 30.0
+    assert [e.target for e in w.events(since="0") if e.kind == "configured"] == [30.0]
+    assert w.configure(compaction_target=None).compaction_target is None  # back to 15 below the threshold
+    for bad in (0, -1, 101, "40", float("nan")):
+        with pytest.raises(cs.InvalidOptionsError):
+            w.configure(compaction_target=bad)
+    assert w.snapshot().compaction_target is None

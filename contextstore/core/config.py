@@ -59,6 +59,7 @@ class ConfigValues(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     warn_percent: Threshold | UnsetType = UNSET
     events_maxlen: EventsMaxlen | UnsetType = UNSET
     archive_ttl_seconds: TtlSeconds | UnsetType = UNSET
+    compaction_target: Threshold | UnsetType | None = UNSET
 
     def passed(self) -> dict[str, Any]:
         """The options that were passed, by name."""
@@ -133,6 +134,7 @@ def creation_config(values: ConfigValues, item_limit: int) -> WindowConfig:
         archive_ttl_seconds=DEFAULT_ARCHIVE_TTL_SECONDS
         if isinstance(values.archive_ttl_seconds, UnsetType)
         else values.archive_ttl_seconds,
+        compaction_target=values.compaction_target or None,
     )
 
 

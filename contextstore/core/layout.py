@@ -56,7 +56,7 @@ REQUEST_LOG_TTL_MS = 15 * 60 * 1000
 #: either (``ReplayUnavailableError``). A record without a format is format 1 (written before
 #: formats were kept). tests/test_requests.py checks one fixed run's records against
 #: tests/data/records_format_<RECORD_FORMAT>.json, so a change of shape that keeps it fails.
-RECORD_FORMAT = 2
+RECORD_FORMAT = 3
 #: the weights of the build-order score (``order_score``)
 RANK_WEIGHT = 10**13
 PRIORITY_WEIGHT = 10**10
@@ -140,6 +140,9 @@ class Meta:
     EVENTS_MAXLEN = "events_maxlen"
     WARNED = "warned"  # 1 while usage is at or above warn_percent (a usage_warning was sent)
     ARCHIVE_TTL = "archive_ttl"  # seconds the items a summary replaced stay in :archive
+    #: the percent of the token limit a compaction at the threshold brings usage down to (0: 15
+    #: points below the threshold; never above it)
+    TARGET = "target"
     SUMMARIES = "summaries"  # summaries made (the n of their ids, ctx-<seq>.<n>)
     #: changes whenever a stored item changes in place or items come back with seqs already handed
     #: out (pin, priority, cleared result, summary, undo, restore, a new lifetime), and with a config
@@ -174,7 +177,7 @@ class Meta:
     #: the config fields, in the order the scripts take and answer them
     CONFIG = (
         MAX_TOKENS, MAX_ITEMS, ITEM_LIMIT, THRESHOLD, STRATEGY, TTL, KEEP_RECENT, CLEAR_AT_LEAST, CLEAR_EXCLUDE,
-        WARN_PERCENT, EVENTS_MAXLEN, ARCHIVE_TTL,
+        WARN_PERCENT, EVENTS_MAXLEN, ARCHIVE_TTL, TARGET,
     )  # fmt: skip
     #: what vouches for a client's cached window (items, config, version; see EPOCH): a build from
     #: the cache alone has event.lua write its ``built`` event only while these hold
@@ -188,11 +191,11 @@ class Meta:
     USAGE: ClassVar[tuple[str, ...]] = (USED_INPUT, USED_OUTPUT, USED_CACHE_READ, USED_CACHE_WRITE)
     #: config fields stored as text / as floats (the others are integers)
     TEXT = (STRATEGY, CLEAR_EXCLUDE)
-    FLOAT = (THRESHOLD, WARN_PERCENT)
+    FLOAT = (THRESHOLD, WARN_PERCENT, TARGET)
     #: what a config field a window created by an older version lacks stands for
     DEFAULTS: ClassVar[dict[str, str]] = {
         KEEP_RECENT: "0", CLEAR_AT_LEAST: "0", CLEAR_EXCLUDE: "", WARN_PERCENT: repr(DEFAULT_WARN_PERCENT),
-        EVENTS_MAXLEN: str(STREAM_MAXLEN), ARCHIVE_TTL: str(DEFAULT_ARCHIVE_TTL_SECONDS),
+        EVENTS_MAXLEN: str(STREAM_MAXLEN), ARCHIVE_TTL: str(DEFAULT_ARCHIVE_TTL_SECONDS), TARGET: "0.0",
     }  # fmt: skip
 
 
@@ -250,6 +253,9 @@ def meta_problems(meta: Mapping[str, str]) -> list[tuple[str, str]]:
                 found.append((field, "not a compaction strategy"))
         elif field == Meta.CLEAR_EXCLUDE:
             continue
+        elif field == Meta.TARGET:
+            if not _percent(raw) and raw not in ("0", Meta.DEFAULTS[Meta.TARGET]):  # (Lua writes 0 as "0")
+                found.append((field, "not a percent from 0 to 100"))
         elif field in (Meta.CALIBRATION, Meta.RATIOS):
             if not all(_ratio(r) for r in raw.split(" ")) or (field == Meta.CALIBRATION and " " in raw):
                 found.append((field, f"not a ratio from {CALIBRATION_MIN} to {CALIBRATION_MAX}"))

@@ -43,6 +43,7 @@ CONFIG_ATTRS = {
     Meta.WARN_PERCENT: "warn_percent",
     Meta.EVENTS_MAXLEN: "events_maxlen",
     Meta.ARCHIVE_TTL: "archive_ttl_seconds",
+    Meta.TARGET: "compaction_target",
 }
 assert tuple(CONFIG_ATTRS) == Meta.CONFIG
 #: the config fields of the window options configure() may change (all but item_limit)
@@ -58,8 +59,8 @@ def option_value(name: str, value: Any) -> str:
     """A window option as the scripts store it (None and 0 mean no limit / no expiry)."""
     if name == "default_strategy":
         return str(CompactionStrategy(value).value)
-    if name in ("compaction_threshold", "warn_percent"):
-        return repr(float(value))
+    if name in ("compaction_threshold", "warn_percent", "compaction_target"):
+        return repr(float(value or 0))
     if name == "clear_exclude_tools":
         return " ".join(value or ())
     return str(value or 0)
@@ -70,6 +71,8 @@ def _option_from(name: str, raw: str) -> Any:
         return CompactionStrategy(raw)
     if name in ("compaction_threshold", "warn_percent"):
         return float(raw)
+    if name == "compaction_target":
+        return float(raw) or None
     if name == "clear_exclude_tools":
         return tuple(raw.split())
     if name in ("max_tokens", "ttl_seconds"):

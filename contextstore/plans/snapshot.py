@@ -55,6 +55,7 @@ def _snapshot_of(
         events_maxlen=cfg.events_maxlen,
         archive_ttl_seconds=cfg.archive_ttl_seconds,
         archive=archive,
+        compaction_target=cfg.compaction_target,
     )
 
 
@@ -137,6 +138,7 @@ def _snapshot_config(snap: ContextSnapshot, item_limit: int) -> WindowConfig:
         "warn_percent": snap.warn_percent,
         "events_maxlen": snap.events_maxlen,
         "archive_ttl_seconds": snap.archive_ttl_seconds,
+        "compaction_target": snap.compaction_target,
     }
     values = config_values(given, item_limit)
     if values.max_items is None:

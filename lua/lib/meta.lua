@@ -80,6 +80,8 @@ local function bad_config(c)
   if not (v and v % 1 == 0 and v >= 1 and v <= MAX_EVENTS) then return F.EVENTS_MAXLEN end
   v = c.archive_ttl
   if not (v and v % 1 == 0 and v >= 1 and v <= MAX_TTL_SECONDS) then return F.ARCHIVE_TTL end
+  v = c.target
+  if not (v and v >= 0 and v <= 100) then return F.TARGET end
   return nil
 end
 
@@ -180,6 +182,13 @@ local function token_limit(c)
   local calibration = c.calibration or 1
   if c.max_tokens == 0 or calibration == 1 then return c.max_tokens end
   return math.max(1, math.floor(c.max_tokens / calibration))
+end
+
+-- The percent of the token limit a compaction at the threshold brings usage down to: the window's
+-- compaction_target, never above its threshold; without one (0), 15 points below the threshold.
+local function compaction_target(c)
+  if c.target > 0 then return math.min(c.target, c.threshold) end
+  return math.max(0, c.threshold - 15)
 end
 
 -- Write phase: give a new window its meta hash (a new lifetime: ids start again).

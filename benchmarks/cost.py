@@ -1,0 +1,175 @@
+"""What a long agent session costs in provider input, against a simulated prompt cache.
+
+    python benchmarks/cost.py [--turns 300] [--large-turns 100]
+    python benchmarks/cost.py --smoke          # seconds: 40 and 15 turns
+
+A synthetic tool-using session (each turn a user message, an assistant tool call with 1-3
+results, an answer; a retrieved document every 10 turns) is replayed turn by turn on one
+private redis-server, building OpenAI chat messages after each turn and "sending" them to a
+simulated provider:
+
+- it counts 25% more tokens than the store's estimates (tiktoken ``cl100k_base``), the
+  under-estimate users report for other models; the model's context is 32,000 of *its* tokens,
+  and a prompt over it less the 2,000 kept for the answer is one the provider refuses;
+- it caches each prompt (a breakpoint at its end, as Anthropic's ``cache_control``): the next
+  prompt reads the messages it shares from the start with the previous one at 0.1x and writes the
+  rest at 1.25x (Anthropic's price ratios; turns 30 s apart, within the 5-minute lifetime).
+
+Strategies: **trim every turn** (a window that never compacts; each build keeps the newest
+messages within the budget, the way LangChain's ``trim_messages`` does); **clear at threshold**
+(``clear_tool_results`` at 85%, ``clear_at_least``: the window's own compaction, as before
+reported usage); the same **with calibration** (after each call, ``record_usage`` reports what
+the provider counted: budgets then apply ``max_tokens / token_calibration``); and that with
+``compaction_target=40`` (each compaction goes down to 40% rather than 15 points below the
+threshold, so there are fewer of them, and each prompt in between extends the last). The 100-turn
+session has tool results ten times larger (a group of them takes up to half the window, so the
+windows there keep the 2 newest units from compaction rather than 6).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import contextstore as cs
+
+from _common import chat_message, redis_server, table, write_result
+
+#: the simulated provider counts this many tokens per estimated token
+PROVIDER_RATIO = 1.25
+#: the model's context, in the provider's tokens, and what each build keeps free for the answer
+CONTEXT, RESERVE = 32_000, 2_000
+READ_PRICE, WRITE_PRICE = 0.1, 1.25  # per input token, Anthropic's cache read / cache write ratios
+
+STRATEGIES = {  # name: (window options, record usage)
+    "trim every turn": ({"max_tokens": None, "max_items": 5_000}, False),
+    "clear at threshold": (
+        {"max_tokens": CONTEXT, "default_strategy": "clear_tool_results", "keep_recent": 6, "clear_at_least": 6000},
+        False,
+    ),
+    "clear at threshold, calibrated": (
+        {"max_tokens": CONTEXT, "default_strategy": "clear_tool_results", "keep_recent": 6, "clear_at_least": 6000},
+        True,
+    ),
+    "clear at threshold down to 40%, calibrated": (
+        {"max_tokens": CONTEXT, "default_strategy": "clear_tool_results", "keep_recent": 6, "clear_at_least": 6000,
+         "compaction_target": 40.0},
+        True,
+    ),
+}  # fmt: skip
+
+
+def _turn(w: Any, t: int, rng: random.Random, result_scale: int) -> None:
+    calls = [
+        {"id": f"call_{t}_{k}", "type": "function", "function": {"name": "search", "arguments": f'{{"q": {t}}}'}}
+        for k in range(rng.randint(1, 3))
+    ]
+    if t % 10 == 5:
+        w.add(chat_message(rng, "assistant"), type="retrieved_document", source_ref=f"doc-{t}.md")
+    w.add(chat_message(rng, "user"), role="user")
+    w.add_many([
+        {"content": "", "role": "assistant", "metadata": {"tool_calls": calls}},
+        *({"content": chat_message(rng, "assistant") * result_scale, "role": "tool",
+           "metadata": {"tool_call_id": c["id"]}} for c in calls),
+    ])  # fmt: skip
+    w.add(chat_message(rng, "assistant"), role="assistant")
+
+
+class Provider:
+    """The simulated provider: its token count of a prompt and its prompt cache."""
+
+    def __init__(self, counter: cs.TokenCounter) -> None:
+        self.counter, self.previous, self.sizes = counter, [], {}
+        self.read = self.written = self.refused = self.over = 0
+
+    def size(self, message: dict[str, Any]) -> int:
+        key = json.dumps(message, sort_keys=True)
+        if key not in self.sizes:
+            self.sizes[key] = self.counter.count(key)
+        return self.sizes[key]
+
+    def send(self, messages: list[dict[str, Any]], estimated: int) -> tuple[int, int]:
+        """Cache read and cache write tokens of one request (its whole prompt as the provider
+        counts it: PROVIDER_RATIO x the store's estimate, spread over the messages)."""
+        total = round(estimated * PROVIDER_RATIO)
+        shared = 0
+        while shared < min(len(messages), len(self.previous)) and messages[shared] == self.previous[shared]:
+            shared += 1
+        sizes = [self.size(m) for m in messages]
+        read = round(total * sum(sizes[:shared]) / max(1, sum(sizes)))
+        self.previous = messages
+        if total > CONTEXT - RESERVE:
+            self.refused, self.over = self.refused + 1, self.over + total - (CONTEXT - RESERVE)
+        self.read, self.written = self.read + read, self.written + total - read
+        return read, total - read
+
+
+def replay(url: str, name: str, turns: int, result_scale: int, keep_recent: int) -> dict[str, Any]:
+    options, calibrate = STRATEGIES[name]
+    options = {**options, "keep_recent": keep_recent} if "keep_recent" in options else options
+    with cs.ContextStore.from_url(url, prefix=f"cost-{abs(hash((name, turns)))}", item_limit=5_000) as store:
+        w = store.window("session", **options)
+        w.add("You are a research agent. Use the search tool.", role="system", pinned=True)
+        provider, rng, extends, previous = Provider(store._settings.counter), random.Random(3), 0, None
+        budget = CONTEXT if options["max_tokens"] is None else None  # trim: the build's own budget
+        opts = cs.BuildOptions(order="arrival", reserve_for_response=RESERVE, max_history_items=100_000,
+                               max_tokens=budget)  # fmt: skip
+        for t in range(turns):
+            _turn(w, t, rng, result_scale)
+            built = w.build_messages_structured(opts)
+            extends += previous is not None and built.messages[: len(previous)] == previous
+            previous = built.messages
+            read, written = provider.send(built.messages, built.total_tokens)
+            if calibrate:
+                w.record_usage(built.version, input_tokens=0, cache_read_tokens=read, cache_write_tokens=written)
+        stats = w.stats()
+        w.delete()
+    cost = READ_PRICE * provider.read + WRITE_PRICE * provider.written
+    return {
+        "extends_previous": extends / max(1, turns - 1),
+        "input_cost": cost,
+        "cache_read_share": provider.read / max(1, provider.read + provider.written),
+        "refused": provider.refused,
+        "tokens_over": provider.over,
+        "compactions": stats.compaction_count,
+        "token_calibration": stats.token_calibration,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--turns", type=int, default=300)
+    ap.add_argument("--large-turns", type=int, default=100)
+    ap.add_argument("--smoke", action="store_true")
+    args = ap.parse_args()
+    if args.smoke:
+        args.turns, args.large_turns = 40, 15
+    out: dict[str, Any] = {"provider_ratio": PROVIDER_RATIO, "context": CONTEXT, "sessions": {}}
+    with redis_server() as url:
+        for label, turns, scale, keep_recent in (
+            (f"{args.turns} turns", args.turns, 2, 6),
+            (f"{args.large_turns} turns, large tool results", args.large_turns, 20, 2),
+        ):
+            results = {name: replay(url, name, turns, scale, keep_recent) for name in STRATEGIES}
+            out["sessions"][label] = results
+            base = results["trim every turn"]["input_cost"]
+            rows = [
+                [name, f"{r['extends_previous']:.0%}", f"{r['cache_read_share']:.0%}", f"{r['input_cost']:,.0f}",
+                 f"{r['input_cost'] / base:.2f}x", r["refused"], f"{r['tokens_over']:,}", r["compactions"],
+                 f"{r['token_calibration']:.2f}"]
+                for name, r in results.items()
+            ]  # fmt: skip
+            print(f"\n### {label} (provider counts {PROVIDER_RATIO}x the estimates; context {CONTEXT:,})\n")
+            print(table(["strategy", "builds extending the previous", "cache-read share", "input cost",
+                         "vs trim", "refused", "tokens over", "compactions", "calibration"], rows))  # fmt: skip
+    print(f"\nwritten to {write_result('cost', out)}")
+
+
+if __name__ == "__main__":
+    main()
