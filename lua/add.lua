@@ -207,7 +207,8 @@ local function make_room(cfg, plan, it, oldest)
   local limit = token_limit(cfg)
   plan.incoming = it  -- keep_recent counts the units after this add (lib/compaction.lua kept_units)
   if (plan.tokens + it.tokens) * 100 > cfg.threshold * limit then
-    local percent = compaction_target(cfg)
+    -- the window's compaction_target, never above its threshold; without one, 15 points below
+    local percent = cfg.target > 0 and math.min(cfg.target, cfg.threshold) or math.max(0, cfg.threshold - 15)
     local target = math.floor(limit * percent / 100)
     local defer = may_defer(cfg, plan, it, target)
     local acts, freed = plan_compaction(plan.strategy, plan.tokens, target, plan, cfg, plan.placeholder,

@@ -10,16 +10,17 @@
 -- :order's as id/score), scores (for 'attrs': the entries' build-order scores, id/score)}; the
 -- stamp (epoch, seq, item count) tells the caller whether the window changed between parts.
 -- Reply: {meta, npinned, items, fifo, order, pinned, attrs, scores, groups, calls, ids with a
--- cached vector, turn, replies, archive, keys of another type} (scores: id -> the build-order
+-- cached vector, turn, replies, archive, keys of another type, blob counts} (scores: id -> the build-order
 -- score its :attrs give; score() owns the formula). A key of another type than the scripts write
 -- is named in the last list and read as empty.
 
 -- the type each key of the window has when it exists, in KEYS order (lib/core.lua)
 local KEY_TYPES = {'hash', 'hash', 'zset', 'list', 'set', 'hash', 'stream', 'list', 'hash', 'hash', 'hash', 'hash',
-  'hash', 'string', 'hash'}
+  'hash', 'string', 'hash', 'hash'}
 -- how verify() reads each key it checks, by its place in KEYS (:vectors: only its ids)
 local WHOLE = {{'HGETALL'}, {'HGETALL'}, {'ZRANGE', 0, -1, 'WITHSCORES'}, {'LRANGE', 0, -1}, {'SMEMBERS'}, {'HGETALL'},
-  [9] = {'HGETALL'}, [10] = {'HGETALL'}, [11] = {'HGETALL'}, [12] = {'HGETALL'}, [13] = {'HKEYS'}, [15] = {'HGETALL'}}
+  [9] = {'HGETALL'}, [10] = {'HGETALL'}, [11] = {'HGETALL'}, [12] = {'HGETALL'}, [13] = {'HKEYS'}, [15] = {'HGETALL'},
+  [16] = {'HGETALL'}}
 
 -- the keys a part read pages through, by their place in KEYS
 local PARTS = {items = 2, order = 3, fifo = 4, pinned = 5, attrs = 6}
@@ -49,7 +50,7 @@ local function everything(head)
   end
   local npinned = head and redis.call('SCARD', K_PINNED) or #got[5]
   return {got[1], npinned, got[2], got[4], got[3], got[5], got[6], scores_of(got[6]), got[10], got[11], got[13],
-    got[15], got[9], got[12], wrong}
+    got[15], got[9], got[12], wrong, got[16]}
 end
 
 -- One page of the key PARTS names `part`, from `cursor`, about `count` entries (the reply above).

@@ -6,9 +6,9 @@
 --   ('' none).
 -- The totals grow by them. The prompt as the provider counted it (input + cache read + cache
 --   write) over what the build of that version estimated (the total_tokens of the newest `built`
---   event naming the version among the last USAGE_LOOKBACK events; none there: no ratio) joins the
---   last CALIBRATION_SAMPLES ratios, and the window's calibration becomes the largest of them,
---   clamped to CALIBRATION_MIN..CALIBRATION_MAX: a budget rather too small than a prompt the
+--   event naming the version among the last USAGE.lookback events; none there: no ratio) joins the
+--   last USAGE.samples ratios, and the window's calibration becomes the largest of them,
+--   clamped to USAGE.calibration_min..CALIBRATION_MAX: a budget rather too small than a prompt the
 --   provider refuses. A calibration that changed starts a new epoch (the budgets changed).
 -- Refused with nothing written: {'!', 'NOTVERSION', version} when the window does not exist or
 --   the version is not one it reported (another lifetime's or another window's, or ahead of it).
@@ -17,7 +17,7 @@
 -- The tokens the newest `built` event of `version` estimated, or nil.
 local function estimated(version)
   local last, seen = '+', 0
-  while seen < USAGE_LOOKBACK do
+  while seen < USAGE.lookback do
     local page = redis.call('XREVRANGE', K_EVENTS, last, '-', 'COUNT', 64)
     for _, entry in ipairs(page) do
       if entry[1] ~= last then
@@ -50,12 +50,12 @@ end
 -- The ratios kept (newest last) with `ratio` added, and the calibration they make.
 local function calibrate(ratio)
   local kept = words(redis.call('HGET', K_META, F.RATIOS) or '')
-  kept[#kept + 1] = string.format('%.4f', math.min(CALIBRATION_MAX, math.max(CALIBRATION_MIN, ratio)))
-  while #kept > CALIBRATION_SAMPLES do table.remove(kept, 1) end
-  local most = CALIBRATION_MIN
+  kept[#kept + 1] = string.format('%.4f', math.min(USAGE.calibration_max, math.max(USAGE.calibration_min, ratio)))
+  while #kept > USAGE.samples do table.remove(kept, 1) end
+  local most = USAGE.calibration_min
   for _, r in ipairs(kept) do
     local n = tonumber(r)
-    if not (n and n >= CALIBRATION_MIN and n <= CALIBRATION_MAX) then corrupt(K_META, F.RATIOS, 'not ratios') end
+    if not (n and n >= USAGE.calibration_min and n <= USAGE.calibration_max) then corrupt(K_META, F.RATIOS, 'not ratios') end
     most = math.max(most, n)
   end
   return kept, most

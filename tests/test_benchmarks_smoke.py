@@ -116,3 +116,9 @@ def test_cost_smoke_replays_each_strategy_and_calibration_keeps_every_prompt_wit
         assert cost(rows["clear at threshold down to 40%, calibrated"][session]) < cost(
             rows["clear at threshold, calibrated"][session]
         )
+
+
+def test_blobs_smoke_stores_screenshots_in_a_fraction_of_the_memory():
+    text = smoke("blobs.py", 120)
+    ratio = int(text.split("memory: inline parts take ", 1)[1].split("x", 1)[0])
+    assert ratio >= 5, text

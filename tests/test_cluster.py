@@ -150,3 +150,29 @@ def test_a_fork_into_another_slot_and_a_rewind(cluster):
         assert store.window("branch-0").lineage() == cs.Lineage(parent="trunk", fork_point="m3", forks=[])
         rid = w.rewind("m1")
         assert [i.id for i in w.items()] == ["m0", "m1"] and w.undo_rewind(rid) == 4
+
+
+def test_blobs_are_stored_once_across_slots_and_swept_there(cluster, cluster_port, monkeypatch):
+    from test_blobs import THRESHOLD, question
+
+    from contextstore.core import blobs
+    from contextstore.plans import blobs as blob_plans
+
+    monkeypatch.setattr(blobs, "GRACE_MS", -1_000)
+    kind, client, loop = cluster
+    prefix = f"cl-blob-{kind}"
+    ids = [f"shot-{i}" for i in range(6)]
+    assert len({key_slot(key(prefix, wid, "meta").encode()) // 5461 for wid in ids}) > 1
+    inspect = RedisCluster(host="127.0.0.1", port=cluster_port)
+    stored = lambda: [k for k in inspect.scan_iter(match=f"{prefix}:{{#blobs:*}}:*") if not k.endswith(b":index")]  # noqa: E731
+    with open_store(kind, client=client, loop=loop, prefix=prefix, blob_threshold_bytes=THRESHOLD) as store:
+        for wid in ids:
+            store.window(wid, max_tokens=100_000).add(question(), role="user")
+        assert len(stored()) == 1
+        assert all(store.window(wid).items()[0].content == question() for wid in ids)
+        for wid in ids[:-1]:
+            store.window(wid).delete()
+        assert store._run(blob_plans.sweep(store._settings)) == 0 and len(stored()) == 1
+        store.window(ids[-1]).delete()
+        assert store._run(blob_plans.sweep(store._settings)) == 1 and stored() == []
+    inspect.close()

@@ -286,3 +286,27 @@ def test_a_cold_chat_build_sends_its_event_with_the_bodies_on_every_server(each_
         loop.run_until_complete(asyncio.sleep(0))
         loop.close()
     r.close()
+
+
+def test_each_server_runs_blobs_and_reported_usage(each_server, prefix, monkeypatch):
+    """The scripts this version added (blob_put, blob_index and blob_counts as FCALL_RO, blob_drop,
+    usage) on Redis 6.2, 7 and Valkey 8."""
+    from test_blobs import THRESHOLD, question
+
+    from contextstore.core import blobs
+    from contextstore.plans import blobs as blob_plans
+
+    monkeypatch.setattr(blobs, "GRACE_MS", -1_000)
+    _, url = each_server
+    r = redis.Redis.from_url(url)
+    with cs.ContextStore.from_url(url, prefix=prefix, blob_threshold_bytes=THRESHOLD) as store:
+        w = store.window("blobs-here", max_tokens=100_000)
+        w.add(question(), role="user")
+        built = w.build_structured(cs.BuildOptions(reserve_for_response=0))
+        assert w.record_usage(built.version, input_tokens=built.total_tokens * 2) == 2.0
+        _lose_scripts(r)
+        assert store.window("blobs-here").items()[0].content == question()
+        w.delete()
+        assert store._run(blob_plans.sweep(store._settings)) == 1
+    assert not [k for k in r.scan_iter(f"{prefix}:{{#blobs:*}}:*") if not k.endswith(b":index")]
+    r.close()

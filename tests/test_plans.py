@@ -81,7 +81,7 @@ def test_add_sends_one_script_call_and_decodes_the_stored_items():
     (call,) = sent
     assert isinstance(call, ScriptCall) and call.name == "add" and call.keys == st.keys
     assert call.request.startswith("add:")
-    config = ["100", "1000", "1000", "85.0", "remove_low_priority", "0", "0", "0", "", "75.0", "10000", "86400"]
+    config = ["100", "1000", "1000", "85.0", "remove_low_priority", "0", "0", "0", "", "75.0", "10000", "86400", "0.0"]
     assert list(call.args[: wire.CONFIG_ARGS]) == config
     rest = call.args[wire.CONFIG_ARGS :]
     # placeholder tokens, nothing replaced, one item, no caller id

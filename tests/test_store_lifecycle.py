@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -28,9 +29,21 @@ def _waits(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.getMessage().startswith("waiting for Redis")]
 
 
+#: a port bound and never listened on, for the whole run: connecting is refused, and no server a
+#: later test starts can take it (a port merely found free at collection could be)
+_NOT_LISTENING = socket.socket()
+_NOT_LISTENING.bind(("127.0.0.1", 0))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _port_released_at_the_end() -> Any:
+    yield
+    _NOT_LISTENING.close()
+
+
 def _unreachable_urls() -> list[str]:
     missing_socket = os.path.join(tempfile.mkdtemp(prefix="cs-nosock-"), "redis.sock")
-    port = free_port()
+    port = _NOT_LISTENING.getsockname()[1]
     return [f"redis://127.0.0.1:{port}/0", f"unix://{missing_socket}", f"redis://127.0.0.1:{port}/0?cluster=true"]
 
 

@@ -23,6 +23,7 @@ from ..types import (
     CompactionStrategy,
     WindowConfig,
 )
+from . import blobs
 from .itemcache import DEFAULT_CACHE_BYTES
 from .layout import MAX_CONTENT_BYTES, MAX_EVENTS, MAX_ITEM_LIMIT, MAX_TOKENS, MAX_TTL_SECONDS, STREAM_MAXLEN
 from .retry import RetryPolicy
@@ -72,6 +73,7 @@ class StoreLimits(msgspec.Struct, kw_only=True):
     item_limit: MaxItems = 1000
     max_content_bytes: Annotated[int, Meta(ge=1, le=MAX_CONTENT_BYTES)] = 1_048_576
     item_cache_bytes: Annotated[int, Meta(ge=0)] = DEFAULT_CACHE_BYTES
+    blob_threshold_bytes: Annotated[int, Meta(ge=0, le=MAX_CONTENT_BYTES)] = blobs.DEFAULT_THRESHOLD
 
 
 _PATH = re.compile(r" - at `\$\.(\w+)`$")
@@ -152,6 +154,9 @@ class StoreOptions(TypedDict, total=False):
     #: content bytes of the windows' items the store keeps after reading them, so that a build
     #: reads only what changed (least recently built windows go first); 64 MiB, 0: keep nothing
     item_cache_bytes: int
+    #: a content part whose payload (a data: URL, base64 data) has at least this many bytes is
+    #: stored once per prefix as a blob, by reference; 16 KiB, 0: never
+    blob_threshold_bytes: int
     #: what SUMMARIZE calls: ``summarize(items) -> str`` (or a callable, or their async forms)
     summarizer: Any
     #: what SELECTIVE calls: ``score(query, items) -> list[float]`` (or a callable, or async)

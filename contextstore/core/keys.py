@@ -18,7 +18,7 @@ MAX_WINDOW_ID = 200
 #: Names of the per-window keys, in the order they are passed to every script as KEYS.
 KEY_NAMES = (
     "meta", "items", "order", "fifo", "pinned", "attrs", "events", "requests", "replies", "groups", "calls",
-    "archive", "vectors", "lease", "turn",
+    "archive", "vectors", "lease", "turn", "blobs",
 )  # fmt: skip
 
 
@@ -40,6 +40,7 @@ class WindowKeys(NamedTuple):
     vectors: str
     lease: str
     turn: str
+    blobs: str
 
 
 def validate_window_id(window_id: object, what: str = "window id") -> str:

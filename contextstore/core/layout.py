@@ -347,8 +347,8 @@ def lua_constants() -> str:
             f"local CLEARED_PLACEHOLDER, CLEARED_KEY = '{CLEARED_PLACEHOLDER}', '{CLEARED_KEY}'",
             f"local STORED_HEAD = '{STORED_HEAD}'",
             f"local ITEM_ARGS = {ITEM_ARGS}",
-            f"local CALIBRATION_MIN, CALIBRATION_MAX, CALIBRATION_SAMPLES, USAGE_LOOKBACK = "
-            f"{CALIBRATION_MIN}, {CALIBRATION_MAX}, {CALIBRATION_SAMPLES}, {USAGE_LOOKBACK}",
+            f"local USAGE = {{calibration_min = {CALIBRATION_MIN}, calibration_max = {CALIBRATION_MAX}, "
+            f"samples = {CALIBRATION_SAMPLES}, lookback = {USAGE_LOOKBACK}}}",
             f"local PENDING_MAX_INPUTS, PENDING_MAX_BYTES = {PENDING_MAX_INPUTS}, {PENDING_MAX_BYTES}",
             "",
         ]

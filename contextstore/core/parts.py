@@ -91,6 +91,8 @@ def _check_url(url: str, bad: Callable[[str], InvalidItemError]) -> None:
     if not url.startswith("data:"):
         if not url.strip():
             raise bad("has an empty URL")
+        if url.startswith("cs-blob:"):
+            raise bad("has a URL of the scheme the store keeps for its blobs ('cs-blob:')")
         return
     found = _DATA_URL.fullmatch(url)
     if found is None:

@@ -22,7 +22,7 @@ import msgspec
 
 from ..errors import InvalidItemError, corrupt_value
 from ..types import TYPE_RANKS, ContextItem, ItemType
-from . import parts, toolcalls
+from . import blobs, parts, toolcalls
 from .layout import STORED_HEAD, order_score
 from .validate import NewItem
 
@@ -31,8 +31,10 @@ _encoder = msgspec.json.Encoder()
 
 class ItemBody(msgspec.Struct, kw_only=True, omit_defaults=True):
     """The client-encoded part of a stored item. Fields that are None are left out (a window
-    written by 0.1 spells them ``null``; both read the same)."""
+    written by 0.1 spells them ``null``; both read the same). ``blobs``, first: the blobs its
+    content parts refer to (``core/blobs.py``)."""
 
+    blobs: list[str] | None = None
     content: str | list[dict[str, Any]]
     role: str | None = None
     source_ref: str | None = None
@@ -51,9 +53,13 @@ Entry = list[Any]
 
 
 def body_json(item: NewItem | ContextItem) -> bytes:
-    """The client-encoded body of an item's stored JSON (a JSON object starting ``{"content":``)."""
+    """The client-encoded body of an item's stored JSON (a JSON object starting ``{"content":``,
+    or ``{"blobs":`` when its content refers to blobs: ``blobs.split`` made it)."""
+    refs = blobs.tokens_in(item.content)
     return _encoder.encode(
-        ItemBody(content=item.content, role=item.role, source_ref=item.source_ref, metadata=item.metadata)
+        ItemBody(
+            blobs=refs or None, content=item.content, role=item.role, source_ref=item.source_ref, metadata=item.metadata
+        )
     )
 
 
@@ -160,7 +166,8 @@ def listing(attrs: Mapping[Any, bytes | str], jsons: Mapping[Any, Any], by_seq: 
     return ids + [i for i in jsons if i not in attrs]
 
 
-def entry_digest(entry: Entry) -> str:
-    """What commit.lua checks an item by: the sha1 of its stored JSON, a newline, its attrs."""
+def entry_digest(entry: Entry, payloads: blobs.BlobCache) -> str:
+    """What commit.lua checks an item by: the sha1 of its stored JSON (as Redis holds it: its
+    blobs' payloads, which the read put in, back out), a newline, its attrs."""
     json, attrs = (x if isinstance(x, bytes) else x.encode() for x in entry[1:3])
-    return hashlib.sha1(json + b"\n" + attrs).hexdigest()
+    return hashlib.sha1(blobs.tokenized(json, payloads) + b"\n" + attrs).hexdigest()

@@ -7,6 +7,7 @@ invariant the scripts maintain, in words. It never writes.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Callable, Sequence
 from itertools import pairwise
 from typing import Any
@@ -15,12 +16,12 @@ import msgspec
 
 from ..errors import InvalidItemError
 from ..types import TYPE_RANKS, ItemType
-from . import facts, parts, toolcalls
+from . import blobs, facts, parts, toolcalls
 from .layout import ARCHIVE_INDEX, ATTRS_FIELDS, CLEARED_KEY, Meta, meta_problems
 
 _TYPES = {t.value for t in TYPE_RANKS}
 #: what an item's stored JSON may hold (stored.py); the rest is in :attrs, :pinned, the hash field
-_STORED_FIELDS = {"added_at_us", "content", "role", "source_ref", "metadata"}
+_STORED_FIELDS = {"added_at_us", "blobs", "content", "role", "source_ref", "metadata"}
 Say = Callable[[str], None]
 
 
@@ -309,6 +310,25 @@ def _check_side_keys(turn: dict[str, str], replies: dict[str, Any], archive: dic
             say(f":archive field {sid!r} is not the items a summary or a rewind took")
 
 
+def _check_blob_counts(raw_items: dict[str, Any], archive: dict[str, str], counts: dict[str, str], say: Say) -> None:
+    """``:blobs`` counts, for each blob, the items and archived rows whose stored JSON refers to
+    it (what a sweep of the prefix's blobs trusts: a count too low loses a blob)."""
+    refs: Counter[str] = Counter()
+    for raw in raw_items.values():
+        refs.update(blobs.refs_of(raw if isinstance(raw, bytes) else str(raw).encode()))
+    for sid, entry in archive.items():
+        if sid == ARCHIVE_INDEX:
+            continue
+        try:
+            rows = msgspec.json.decode(entry).get("items") or []
+            refs.update(sha for row in rows for sha in blobs.refs_of(str(row[0]).encode()))
+        except (msgspec.DecodeError, RecursionError, AttributeError, IndexError, TypeError):
+            continue  # _check_side_keys reports it
+    stored = {sha: n for sha, n in counts.items()}
+    if stored != {sha: str(n) for sha, n in refs.items()}:
+        say(f":blobs counts {dict(sorted(stored.items()))} blob references, the items and archive hold {dict(refs)}")
+
+
 def _archived_row(row: object) -> bool:
     """An archive row as the scripts write it: [stored JSON, attrs(, id(, "p": pinned))]."""
     return (
@@ -322,7 +342,7 @@ def _archived_row(row: object) -> bool:
 
 def inspect_window(window_id: str, reply: Sequence[Any]) -> VerifyReport:
     """Check dump.lua's reply: {meta, npinned, items, fifo, order, pinned, attrs, scores,
-    groups, calls, vectors, turn, replies, archive, keys of another type}."""
+    groups, calls, vectors, turn, replies, archive, keys of another type, blob counts}."""
     problems: list[str] = []
     say = problems.append
     for key in reply[14]:
@@ -349,4 +369,5 @@ def inspect_window(window_id: str, reply: Sequence[Any]) -> VerifyReport:
     if stale:
         say(f":vectors has vectors of ids that are not in :items: {sorted(stale)[:5]}")
     tokens = _check_counters(meta, len(raw_items), items, say)
+    _check_blob_counts(raw_items, _pairs(reply[13]), _pairs(reply[15]) if len(reply) > 15 else {}, say)
     return VerifyReport(window_id=window_id, exists=True, items=len(raw_items), tokens=tokens, problems=problems)

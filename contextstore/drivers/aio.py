@@ -45,7 +45,7 @@ from ..types import (
     WindowConfig,
     WindowOptions,
 )
-from . import admin, compacting, listing, streaming
+from . import admin, blob_io, compacting, listing, streaming
 from .durability import arun_replicated
 from .loops import LoopClients, loop_error
 from .plain_reads import aplain_read
@@ -63,6 +63,10 @@ class AsyncContextStore(StoreBase):
     _redis_class = redis.asyncio.Redis
     _cluster_class = redis.asyncio.cluster.RedisCluster
     _retry_class = redis.asyncio.retry.Retry
+
+    @cached_property
+    def _blob_sweeper(self) -> blob_io.AsyncSweeper:
+        return blob_io.AsyncSweeper(self._driver)
 
     @cached_property
     def _loops(self) -> LoopClients:
@@ -88,7 +92,8 @@ class AsyncContextStore(StoreBase):
         current = await self._loops.current()
         while True:
             try:
-                return self._answered(request, await self._once(request, current))
+                reply = self._answered(request, await self._once(request, current))
+                return await blob_io.ainline(self._driver, self._blob_sweeper, request, reply, current.client)
             except REDIS_EXCEPTIONS as exc:
                 attempt += 1
                 started = time.monotonic() if attempt == 1 else started
@@ -172,6 +177,7 @@ class AsyncContextStore(StoreBase):
         """Close the clients this store made (the asyncio store makes one per event loop), never a
         caller's; later calls raise ``StoreClosedError``."""
         self._closed = True
+        self._blob_sweeper.stop()
         self._metrics.close()
         await self._loops.close()
 

@@ -17,7 +17,8 @@ Either way the body runs under the exactly-once request protocol (``run_request`
 binds the call's keys and arguments and starts its state afresh; a script that takes no request
 (``REQUESTLESS``: the reads and the ``built`` event) runs under ``run_plain``, which only binds
 them. A script is sent the window keys its header's ``-- KEYS:`` line names (``key_slots``; all
-fifteen when it says "the window keys"), and ``in_place`` (lib/calls.lua) puts each in its place.
+sixteen when it says "the window keys"; a blob script's, as given), and ``in_place`` (lib/calls.lua)
+puts each in its place.
 """
 
 from __future__ import annotations
@@ -41,14 +42,15 @@ SCRIPT_NAMES = (
     "add", "remove", "pin", "priority", "clear", "compact", "commit", "restore",
     "configure", "ensure", "delete", "event", "undo", "lease", "vectors", "pop", "turn", "acl",
     "list", "build_read", "fetch", "peek", "archived", "dump", "rewind", "forked",
-    "usage",
+    "usage", "blob_put", "blob_drop", "blob_index", "blob_counts",
 )  # fmt: skip
 
-#: the scripts that read a window, each for one job (lib/reads.lua: what they share)
-READS = frozenset({"list", "build_read", "fetch", "peek", "archived", "dump"})
+#: the scripts that read a window, each for one job (lib/reads.lua: what they share), and those a
+#: sweep of the blobs reads with
+READS = frozenset({"list", "build_read", "fetch", "peek", "archived", "dump", "blob_index", "blob_counts"})
 #: scripts that take no request (reads, and the ``built`` event): they record no reply, so they
 #: run under ``run_plain`` (lib/calls.lua) and carry none of the request protocol (lib/requests.lua)
-REQUESTLESS = READS | {"event", "acl"}
+REQUESTLESS = READS | {"event", "acl", "blob_put", "blob_drop"}
 
 #: every helper file, each after the ones it needs
 LIB_NAMES = (
@@ -124,14 +126,17 @@ def runner(name: str) -> str:
     return "run_plain" if name in REQUESTLESS else "run_request"
 
 
-_KEYS = re.compile(r"^-- KEYS: (?:the window keys|([a-z]+(?:, [a-z]+)*) \(of the window keys)", re.M)
+_KEYS = re.compile(
+    r"^-- KEYS: (?:the window keys|([a-z]+(?:, [a-z]+)*) \(of the window keys|[a-z, ]+ \(of a blob's keys)", re.M
+)
 
 
 @cache
 def key_slots(name: str) -> tuple[int, ...] | None:
     """The places (0-based, in ``keys.KEY_NAMES``) of the window keys script ``name`` takes, as
-    its header's ``-- KEYS:`` line names them; None for all of them. A header without such a
-    line, or naming a key the window lacks, raises."""
+    its header's ``-- KEYS:`` line names them; None for all of them (or for a script on a blob's
+    keys, which takes them as given). A header without such a line, or naming a key the window
+    lacks, raises."""
     body = (lua_dir() / f"{name}.lua").read_text(encoding="utf-8")
     found = _KEYS.search(body)
     if found is None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from functools import cached_property
 from types import TracebackType
 from typing import Any, BinaryIO, Literal, TypeVar
 
@@ -44,7 +45,7 @@ from ..types import (
     WindowConfig,
     WindowOptions,
 )
-from . import admin, compacting, listing, streaming
+from . import admin, blob_io, compacting, listing, streaming
 from .durability import run_replicated
 from .plain_reads import plain_read
 from .redis_failures import REDIS_EXCEPTIONS
@@ -65,6 +66,10 @@ class ContextStore(StoreBase):
     _cluster_class = redis.cluster.RedisCluster
     _retry_class = redis.retry.Retry
 
+    @cached_property
+    def _blob_sweeper(self) -> blob_io.Sweeper:
+        return blob_io.Sweeper(self._driver)
+
     def _run(self, plan: Plan[T]) -> T:
         self._driver.start()
         try:
@@ -83,7 +88,9 @@ class ContextStore(StoreBase):
         attempt, started = 0, 0.0
         while True:
             try:
-                return self._answered(request, self._once(request))
+                return blob_io.inline(
+                    self._driver, self._blob_sweeper, request, self._answered(request, self._once(request))
+                )
             except REDIS_EXCEPTIONS as exc:
                 attempt += 1
                 started = time.monotonic() if attempt == 1 else started
@@ -161,6 +168,7 @@ class ContextStore(StoreBase):
         """Close the clients this store made (the asyncio store makes one per event loop), never a
         caller's; later calls raise ``StoreClosedError``."""
         self._closed = True
+        self._blob_sweeper.stop()
         self._metrics.close()
         if self._owns_client:
             self._client.close()

@@ -10,7 +10,7 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from ..core import wire
+from ..core import blobs, wire
 from ..core.config import Durability
 from ..core.itemcache import DEFAULT_CACHE_BYTES, ItemCache
 from ..core.keys import WindowKeys
@@ -145,6 +145,9 @@ class Settings:
     durability: Durability | None = None  # durability="replicated": WAIT after each write
     plain_reads: bool = False  # whole-window reads may be plain commands (a client that is not a cluster's)
     item_cache_bytes: int = DEFAULT_CACHE_BYTES  # what item_cache keeps (store option; 0: nothing)
+    #: content parts with a payload this large are stored once per prefix as blobs (0: never)
+    blob_threshold: int = blobs.DEFAULT_THRESHOLD
+    blob_cache: blobs.BlobCache = field(init=False)  # the blobs' payloads this store has read
     joint_count: Callable[[str], int] = field(init=False)  # memoised counter.count (build joints)
     item_cache: ItemCache = field(init=False)  # the items builds have read (itemcache.py)
     _placeholder_tokens: int = field(init=False, default=0)
@@ -152,6 +155,7 @@ class Settings:
     def __post_init__(self) -> None:
         self.joint_count = cached_count(self.counter)
         self.item_cache = ItemCache(self.item_cache_bytes)
+        self.blob_cache = blobs.BlobCache()
 
     @property
     def placeholder_tokens(self) -> int:

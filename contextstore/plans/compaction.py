@@ -243,7 +243,7 @@ def _compact_outside(
                     state.window_id,
                 )
                 return 0
-        read_as = [(c[0].id or "", entry_digest(c[1])) for c in chosen]
+        read_as = [(c[0].id or "", entry_digest(c[1], settings.blob_cache)) for c in chosen]
         args = wire.commit_args(strategy, read_as, summary)
         try:
             reply = raise_for_reply((yield ScriptCall("commit", state.keys, args, request, same_args=False)))

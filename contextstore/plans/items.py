@@ -20,6 +20,7 @@ from ..errors import (
     raise_for_reply,
 )
 from ..types import ContextItem
+from . import blobs as blob_plans
 from .base import Plan, ScriptCall, Settings, WindowState, new_request
 from .compaction import COMPACT_CHUNK, compact_for_add
 from .reads import PAGE_IDS, read, read_after, read_page
@@ -127,7 +128,8 @@ def add(
     request = new_request("replace" if replacing else "add", request_id)
     version = validate.version("expect_version", expect_version)
     conditions = " ".join(c for c in ("" if version is None else f"v={version}", turn) if c)
-    items = _checked(settings, batch)
+    items, payloads = blob_plans.stored_parts(settings, _checked(settings, batch))
+    yield from blob_plans.put(settings, state, payloads)
     runs, trigger, freed = 0, 0, 0
     for round in range(COMPACT_FIRST_ROUNDS + 1):
         defer = COMPACT_CHUNK if round < COMPACT_FIRST_ROUNDS and not conditions else 0
@@ -142,6 +144,7 @@ def add(
     reply = got
     if runs:
         reply.compactions, reply.trigger, reply.freed = reply.compactions + runs, trigger, reply.freed + freed
+    yield from blob_plans.noted(settings, state, payloads)
     if log.isEnabledFor(logging.DEBUG):
         for item in reply.items:
             logs.item_added(state.window_id, item)

@@ -9,12 +9,13 @@ from typing import Protocol
 
 import msgspec
 
-from ..core import validate, wire
+from ..core import blobs, validate, wire
 from ..core.config import config_values, creation_config
 from ..core.layout import MAX_SEQ
 from ..core.stored import stored_json
 from ..errors import InvalidItemError, InvalidOptionsError, ToolCallLinkError, raise_for_reply
 from ..types import ArchivedSummary, ContextItem, ContextSnapshot, WindowConfig
+from . import blobs as blob_plans
 from .base import Plan, ScriptCall, Settings, WindowState, new_request
 from .reads import ATTEMPTS, read, read_after, stamp
 
@@ -196,7 +197,12 @@ def _restored_item(settings: Settings, it: ContextItem) -> Row:
         seq=it.seq,
         group=norm.group,
     )
-    return full, stored_json(full), norm
+    stored = blobs.split(full.content, settings.blob_threshold)[0]
+    return (
+        full,
+        stored_json(msgspec.structs.replace(full, content=stored) if stored is not full.content else full),
+        norm,
+    )
 
 
 def _restored_items(settings: Settings, snap: ContextSnapshot, item_limit: int) -> list[Row]:
@@ -276,10 +282,15 @@ def restore(
         raise InvalidOptionsError(f"unsupported snapshot format_version {snap.format_version!r}")
     target = _snapshot_config(snap, state.config.item_limit)
     rows = _restored_items(settings, snap, state.config.item_limit)
-    args = wire.restore_args(state.config, target, rows, _restored_archive(settings, snap, rows))
+    snap_archive = _restored_archive(settings, snap, rows)
+    args = wire.restore_args(state.config, target, rows, snap_archive)
     args += ["fork", *fork] if fork is not None else []
     if dry:
         return None
+    every = [*rows, *(r for entry in snap_archive for r in entry[2])]
+    payloads = {s: p for row in every for s, p in blobs.split(row[0].content, settings.blob_threshold)[1].items()}
+    yield from blob_plans.put(settings, state, payloads)
     raise_for_reply((yield ScriptCall("restore", state.keys, args, request)), InvalidOptionsError)
+    yield from blob_plans.noted(settings, state, payloads)
     state.config = target
     return None

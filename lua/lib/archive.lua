@@ -23,11 +23,23 @@ end
 
 -- Keep the stored JSON and attrs of `ids` (existing items) under `summary_id` for `ttl`
 -- seconds; drop the entries that expired.
+-- Drop archive entry `id`, uncounting the blobs its rows refer to (an entry in another shape,
+-- which archive_get reports, counts none).
+local function archive_del(id)
+  if redis.call('EXISTS', K_BLOBS) == 1 then
+    local ok, doc = pcall(cjson.decode, redis.call('HGET', K_ARCHIVE, id) or '')
+    for _, row in ipairs(ok and type(doc) == 'table' and type(doc.items) == 'table' and doc.items or {}) do
+      if type(row) == 'table' then count_blobs({row[1]}, -1) end
+    end
+  end
+  redis.call('HDEL', K_ARCHIVE, id)
+end
+
 local function archive_put(summary_id, ids, ttl)
   local now, expiries = now_ms(), archive_expiries()
   for id, ms in pairs(expiries) do
     if ms <= now then
-      redis.call('HDEL', K_ARCHIVE, id)
+      archive_del(id)
       expiries[id] = nil
     end
   end
@@ -35,6 +47,7 @@ local function archive_put(summary_id, ids, ttl)
   for i, id in ipairs(ids) do
     rows[i] = {redis.call('HGET', K_ITEMS, id), redis.call('HGET', K_ATTRS, id), id}
     if redis.call('SISMEMBER', K_PINNED, id) == 1 then rows[i][4] = 'p' end
+    count_blobs({rows[i][1]}, 1)
   end
   redis.call('HSET', K_ARCHIVE, summary_id, cjson.encode({items = rows}))
   expiries[summary_id] = now + ttl * 1000
@@ -45,6 +58,7 @@ end
 -- (a restore brings an entry back with the expiry it had).
 local function archive_set(summary_id, rows, expires)
   local expiries = archive_expiries()
+  for _, row in ipairs(rows) do count_blobs({row[1]}, 1) end
   redis.call('HSET', K_ARCHIVE, summary_id, cjson.encode({items = rows}))
   expiries[summary_id] = expires
   write_archive_index(expiries)
@@ -95,7 +109,7 @@ end
 local function archive_drop(summary_id)
   local expiries = archive_expiries()
   expiries[summary_id] = nil
-  redis.call('HDEL', K_ARCHIVE, summary_id)
+  archive_del(summary_id)
   write_archive_index(expiries)
 end
 

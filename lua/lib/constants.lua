@@ -20,5 +20,5 @@ local ARCHIVE_INDEX = '~expires'
 local CLEARED_PLACEHOLDER, CLEARED_KEY = '[tool result cleared to save context]', 'context_cleared'
 local STORED_HEAD = '{"added_at_us":'
 local ITEM_ARGS = 9
-local CALIBRATION_MIN, CALIBRATION_MAX, CALIBRATION_SAMPLES, USAGE_LOOKBACK = 0.5, 4.0, 8, 256
+local USAGE = {calibration_min = 0.5, calibration_max = 4.0, samples = 8, lookback = 256}
 local PENDING_MAX_INPUTS, PENDING_MAX_BYTES = 256, 8388608

@@ -209,7 +209,8 @@ local function parse_item(b)
   }
   local link = ARGV[b + 8] or ''
   if not RANK[it.type] or not is_int(it.tokens, 1, MAX_TOKENS) or not string.find(it.flags, '^%u*$')
-      or not is_int(it.priority, 0, MAX_PRIORITY) or string.sub(it.body, 1, 11) ~= '{"content":' then
+      or not is_int(it.priority, 0, MAX_PRIORITY)
+      or (string.sub(it.body, 1, 11) ~= '{"content":' and string.sub(it.body, 1, 10) ~= '{"blobs":[') then
     return nil
   end
   if string.sub(link, 1, 2) == 'C:' then
@@ -229,11 +230,25 @@ local function group_members(group)
   return words(redis.call('HGET', K_GROUPS, group))
 end
 
+-- Count (d = 1) or uncount (d = -1) in :blobs the blobs stored JSONs (items or archived rows)
+-- refer to: contextstore/core/blobs.py puts their shas first in an item's body, where no caller's
+-- value can be. What a sweep of the prefix's blobs asks the window (plans/blobs.py).
+local function count_blobs(jsons, d)
+  for _, json in ipairs(jsons) do
+    local list = type(json) == 'string' and (string.match(json, '^{"added_at_us":%d+,"blobs":%[([^%]]*)%],')
+      or string.match(json, '^{"blobs":%[([^%]]*)%],'))  -- (an input waiting for a turn: a body alone)
+    for sha in string.gmatch(list or '', '"(%x+)"') do
+      if redis.call('HINCRBY', K_BLOBS, sha, d) <= 0 then redis.call('HDEL', K_BLOBS, sha) end
+    end
+  end
+end
+
 -- Write an item into every structure (not the counters): its JSON, attrs, build order, arrival
 -- order, pin, group and tool calls. it = {id, seq, type, tokens, priority, pinned, flags, group,
 -- calls}; it comes last in arrival order, or just before the id `before`.
 local function store_item(it, json, before)
   redis.call('HSET', K_ITEMS, it.id, json)
+  count_blobs({json}, 1)
   redis.call('HSET', K_ATTRS, it.id, pack_attrs(it))
   redis.call('ZADD', K_ORDER, score(it.type, it.priority, it.seq), it.id)
   if before then
@@ -382,7 +397,9 @@ local function remove_many(ids, reason, prepared)
   for i = 1, #ids, 500 do
     local last = math.min(i + 499, #ids)
     local chunk = {unpack(ids, i, last)}
+    local jsons = redis.call('EXISTS', K_BLOBS) == 1 and redis.call('HMGET', K_ITEMS, unpack(chunk)) or {}
     redis.call('HDEL', K_ITEMS, unpack(chunk))
+    count_blobs(jsons, -1)
     redis.call('HDEL', K_ATTRS, unpack(chunk))
     redis.call('HDEL', K_VECTORS, unpack(chunk))
     redis.call('ZREM', K_ORDER, unpack(chunk))
@@ -448,6 +465,7 @@ end
 local function cleared_json(json, a)
   local lean = lean_json(json)
   if not lean then return nil end
+  lean = string.gsub(lean, '^({"added_at_us":%d+,)"blobs":%[[^%]]*%],', '%1', 1)  -- the cleared content has none
   local s, e = string.find(lean, '^{"added_at_us":%d+,"content":"')
   local close = s and string_end(lean, e + 1)
   if not s then  -- content parts
@@ -478,6 +496,7 @@ end
 local function clear_content(id, json, tokens)
   local a = unpack_attrs(redis.call('HGET', K_ATTRS, id), id)
   local freed = a.tokens - tokens
+  count_blobs({redis.call('HGET', K_ITEMS, id)}, -1)
   redis.call('HSET', K_ITEMS, id, json)
   redis.call('HDEL', K_VECTORS, id)
   new_epoch()

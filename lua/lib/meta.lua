@@ -142,8 +142,8 @@ local function stored_config()
     local bad = bad_config(c)
     if bad then corrupt(K_META, bad, 'not a valid config value') end
     c.calibration = tonumber(m[7] or 1)
-    if not (c.calibration and c.calibration >= CALIBRATION_MIN and c.calibration <= CALIBRATION_MAX) then
-      corrupt(K_META, F.CALIBRATION, 'not a ratio from ' .. CALIBRATION_MIN .. ' to ' .. CALIBRATION_MAX)
+    if not (c.calibration and c.calibration >= USAGE.calibration_min and c.calibration <= USAGE.calibration_max) then
+      corrupt(K_META, F.CALIBRATION, 'not a ratio from ' .. USAGE.calibration_min .. ' to ' .. USAGE.calibration_max)
     end
     -- the counters, as counts (m[1..6]: COUNTER_FIELDS; a missing one is 0): every mutation reads
     -- them, so checked here with no call per field
@@ -182,13 +182,6 @@ local function token_limit(c)
   local calibration = c.calibration or 1
   if c.max_tokens == 0 or calibration == 1 then return c.max_tokens end
   return math.max(1, math.floor(c.max_tokens / calibration))
-end
-
--- The percent of the token limit a compaction at the threshold brings usage down to: the window's
--- compaction_target, never above its threshold; without one (0), 15 points below the threshold.
-local function compaction_target(c)
-  if c.target > 0 then return math.min(c.target, c.threshold) end
-  return math.max(0, c.threshold - 15)
 end
 
 -- Write phase: give a new window its meta hash (a new lifetime: ids start again).

@@ -168,10 +168,11 @@ end
 -- were taken.
 local function splice_pending(base, plan)
   local pending = pending_inputs()
-  plan.taken = pending.fields
+  plan.taken, plan.taken_bodies = pending.fields, {}
   if #pending.groups == 0 then return 0 end
   local at = base + 1
   for _, group in ipairs(pending.groups) do
+    plan.taken_bodies[#plan.taken_bodies + 1] = group[2]
     for j = 1, ITEM_ARGS do
       table.insert(ARGV, at, group[j] or '')
       at = at + 1
@@ -186,14 +187,14 @@ end
 -- PENDING_MAX_INPUTS inputs or PENDING_MAX_BYTES bytes.
 local function enqueue_inputs(base, n, plan)
   local count, bytes = pending_size()
-  local groups, size = {}, 0
+  local groups, bodies, size = {}, {}, 0
   for i = 1, n do
     local group = {}
     for j = 1, ITEM_ARGS do
       group[j] = ARGV[base + (i - 1) * ITEM_ARGS + j]
       size = size + #group[j]
     end
-    groups[i] = cjson.encode(group)
+    groups[i], bodies[i] = cjson.encode(group), group[2]
   end
   if count + n > PENDING_MAX_INPUTS or bytes + size > PENDING_MAX_BYTES then
     local holder = plan.holder
@@ -206,6 +207,7 @@ local function enqueue_inputs(base, n, plan)
     fields[#fields + 1], fields[#fields + 2] = 'p:' .. fmt(last - n + i), json
   end
   redis.call('HSET', K_TURN, 'pending_count', fmt(count + n), 'pending_bytes', fmt(bytes + size), unpack(fields))
+  count_blobs(bodies, 1)  -- a waiting input keeps its blobs too
   event('turn_conflict', 'token', plan.token, 'outcome', 'enqueued', 'holder', plan.begin.owner, 'pending',
     fmt(count + n))
   return fail('QUEUED', fmt(count + n))
@@ -223,6 +225,7 @@ local function apply_turn(plan, add, inputs)
   local now = now_ms()
   if plan.take and #(plan.taken or {}) > 0 then
     redis.call('HDEL', K_TURN, 'pending_count', 'pending_bytes', unpack(plan.taken))
+    count_blobs(plan.taken_bodies or {}, -1)  -- (stored now: store_item counted them again)
   end
   if plan.begin then
     local b, old = plan.begin, plan.replaced

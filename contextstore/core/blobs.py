@@ -1,0 +1,237 @@
+"""Large content parts, stored once per prefix by reference (§18): the pure half.
+
+A content part whose payload (a ``data:`` URL, base64 data) is at least the store's
+``blob_threshold_bytes`` is a *blob*: its payload is stored once under the prefix, named by its
+SHA-256 (``<prefix>:{#blobs:<g>}:<sha>``, ``g`` the sha's first hex digit: sixteen slots on a
+cluster), and the item's stored JSON holds the token ``"cs-blob:<sha>"`` in its place, with the
+shas it refers to first in its body (``{"added_at_us":…,"blobs":["<sha>",…],"content":…}``, where
+no caller's value can be). Each window counts its references in its own ``:blobs`` hash (its
+items and its archive; lua/lib/items.lua), and its slot's index (``…:index``) lists, per blob,
+when it was last stored and the windows that stored it. A sweep (any store of the prefix that
+stored or read a blob, every ``SWEEP_EVERY_S``; plans/blobs.py) drops a blob none of those
+windows counts any more, unless it was stored again within ``GRACE_MS``: so a blob is released
+within seconds of its last reference going, however it went (removal, eviction, compaction,
+clear, delete, TTL).
+
+Reads hand back items as they were added: the store puts each referenced payload back in the
+stored JSON it read (``inlined``), checking it against its sha, before any plan decodes it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any, NamedTuple
+
+import msgspec
+
+from ..errors import corrupt_value
+from .layout import STORED_HEAD
+
+#: a blob's payload must be at least this many bytes (store option ``blob_threshold_bytes``)
+DEFAULT_THRESHOLD = 16_384
+#: a blob stored again this recently is never dropped (the add that refers to it may not have
+#: run yet): ms
+GRACE_MS = 5_000
+#: how often a store sweeps its prefix's blobs (one sweep at a time per prefix)
+SWEEP_EVERY_S = 2.0
+#: most blobs one sweep looks at per slot (the rest: the next sweep)
+SWEEP_BATCH = 500
+#: the payload a store keeps of blobs it has read (content-addressed: never stale)
+CACHE_BYTES = 32 * 1024 * 1024
+GROUPS = "0123456789abcdef"
+
+_TOKEN = b'"cs-blob:'
+_SHA = re.compile(rb"[0-9a-f]{64}")
+_HEAD = STORED_HEAD.encode()
+_BLOBS = re.compile(rb',"blobs":\[((?:"[0-9a-f]{64}",?)*)\],')
+
+
+class BlobKeys(NamedTuple):
+    """The keys of one blob, in the order blob_put.lua and blob_drop.lua take them (one slot):
+    its payload, and its slot's index (sha -> "<server ms it was last stored> <holder> ...")."""
+
+    data: str
+    registry: str
+
+
+def group_tag(prefix: str, group: str) -> str:
+    """The key head of one slot of blobs: ``<prefix>:{#blobs:<g>}:`` ('#' is in no window id)."""
+    return f"{prefix}:{{#blobs:{group}}}:"
+
+
+def blob_keys(prefix: str, sha: str) -> BlobKeys:
+    """The keys of blob ``sha``."""
+    head = group_tag(prefix, sha[0])
+    return BlobKeys(head + sha, head + "index")  # the index: one per slot
+
+
+def sweep_lock(prefix: str) -> str:
+    """The key a sweeping store holds for ``SWEEP_EVERY_S`` (one sweep at a time per prefix)."""
+    return f"{prefix}:{{#blobs}}:sweep"
+
+
+def sha_of(payload: str) -> str:
+    """A payload's name: the SHA-256 of its UTF-8 bytes, in hex."""
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def _payload_field(part: Mapping[str, Any]) -> tuple[str, str] | None:
+    """Where a part holds its payload (outer key, inner key), when it holds one inline."""
+    kind = part.get("type")
+    if kind == "image_url":
+        return "image_url", "url"
+    if kind == "file" and isinstance(part["file"].get("file_data"), str):
+        return "file", "file_data"
+    if kind == "input_audio":
+        return "input_audio", "data"
+    if kind in ("image", "document") and part["source"].get("type") == "base64":
+        return "source", "data"
+    return None
+
+
+def split(content: Any, threshold: int) -> tuple[Any, dict[str, str]]:
+    """``content`` (checked) as stored: each payload of at least ``threshold`` bytes replaced by
+    its token; and those payloads by sha. A str, or nothing that large: as it is, {}."""
+    if not threshold or isinstance(content, str):
+        return content, {}
+    out, found = [], {}
+    for part in content:
+        where = _payload_field(part)
+        payload = part[where[0]][where[1]] if where else None
+        if isinstance(payload, str) and len(payload) >= threshold and len(payload.encode()) >= threshold:
+            sha = sha_of(payload)
+            found[sha] = payload
+            part = {**part, where[0]: {**part[where[0]], where[1]: f"cs-blob:{sha}"}}  # type: ignore[index]
+        out.append(part)
+    return (out, found) if found else (content, {})
+
+
+def tokens_in(content: Any) -> list[str]:
+    """The shas of the blob tokens ``split`` put in ``content``'s payload fields, sorted."""
+    if isinstance(content, str):
+        return []
+    found = set()
+    for part in content:
+        where = _payload_field(part)
+        payload = part[where[0]][where[1]] if where else None
+        if isinstance(payload, str) and payload.startswith("cs-blob:"):
+            found.add(payload[len("cs-blob:") :])
+    return sorted(found)
+
+
+def refs_of(stored: bytes) -> list[str]:
+    """The shas an item's stored JSON refers to ([] for one without blobs)."""
+    if not stored.startswith(_HEAD):
+        return []
+    found = _BLOBS.match(stored, stored.find(b",", len(_HEAD)))
+    return [m.decode() for m in _SHA.findall(found.group(1))] if found else []
+
+
+_MARK = b',"blobs":['
+
+
+def _with_blobs(raw: bytes) -> bool:
+    return raw[:15] == _HEAD and _MARK in raw[14:48]
+
+
+def wanted(reply: Any) -> set[str]:
+    """The shas the item JSONs in a script's or a plain read's reply (any nesting) refer to. (A
+    loop, not recursion: every read's reply goes through here, a whole window's too.)"""
+    found: set[str] = set()
+    if type(reply) is bytes:
+        return set(refs_of(reply)) if _with_blobs(reply) else found
+    if type(reply) is dict:
+        reply = list(reply.values())
+    elif type(reply) is not list and type(reply) is not tuple:
+        return found
+    stack = [reply]
+    while stack:
+        for r in stack.pop():
+            kind = type(r)
+            if kind is bytes:
+                if r[:15] == _HEAD and _MARK in r[14:48]:
+                    found.update(refs_of(r))
+            elif kind is list or kind is tuple:
+                stack.append(r)
+            elif kind is dict:
+                stack.append(list(r.values()))
+    return found
+
+
+def checked_payload(prefix: str, sha: str, raw: object) -> str:
+    """A blob's payload as read: ``CorruptWindowError`` naming its key when it is missing (an
+    item refers to it), not UTF-8, or not what its sha names."""
+    key = blob_keys(prefix, sha).data
+    if raw is None:
+        raise corrupt_value(key, "", "missing: an item refers to it")
+    try:
+        text = raw.decode() if isinstance(raw, bytes) else str(raw)
+    except UnicodeDecodeError:
+        raise corrupt_value(key, "", "bytes that are not UTF-8") from None
+    if sha_of(text) != sha:
+        raise corrupt_value(key, "", "a payload whose SHA-256 is not its name")
+    return text
+
+
+def inlined(reply: Any, payloads: Mapping[str, str]) -> Any:
+    """``reply`` with each item JSON's blob tokens replaced by their payloads (its ``blobs``
+    field stays: ``tokenized`` undoes this exactly)."""
+    return _inlined(reply, {sha: msgspec.json.encode(p) for sha, p in payloads.items()})
+
+
+def _inlined(reply: Any, encoded: Mapping[str, bytes]) -> Any:
+    if type(reply) is bytes:
+        for sha in refs_of(reply) if _with_blobs(reply) else ():
+            reply = reply.replace(_TOKEN + sha.encode() + b'"', encoded[sha])
+        return reply
+    if type(reply) is list:
+        return [_inlined(r, encoded) for r in reply]
+    if type(reply) is tuple:
+        return tuple(_inlined(r, encoded) for r in reply)
+    if type(reply) is dict:
+        return {k: _inlined(v, encoded) for k, v in reply.items()}
+    return reply
+
+
+def tokenized(stored: bytes, payloads: Mapping[str, str] | BlobCache) -> bytes:
+    """An item JSON as Redis holds it, from one ``inlined`` made (what commit.lua checks)."""
+    for sha in refs_of(stored):
+        if sha in payloads:
+            stored = stored.replace(msgspec.json.encode(payloads[sha]), _TOKEN + sha.encode() + b'"')
+    return stored
+
+
+class BlobCache:
+    """The payloads a store has read, by sha, least recently used first out, within a byte
+    budget (content-addressed: an entry is never stale)."""
+
+    def __init__(self, limit: int = CACHE_BYTES) -> None:
+        self.limit, self.used = limit, 0
+        self._by_sha: dict[str, str] = {}
+
+    def get(self, sha: str) -> str | None:
+        """The payload of ``sha`` if held (it becomes the most recently used)."""
+        payload = self._by_sha.pop(sha, None)
+        if payload is not None:
+            self._by_sha[sha] = payload
+        return payload
+
+    def put(self, sha: str, payload: str) -> None:
+        """Keep ``payload``; drop the least recently used beyond the budget."""
+        if sha in self._by_sha or len(payload) > self.limit:
+            return
+        self._by_sha[sha], self.used = payload, self.used + len(payload)
+        while self.used > self.limit:
+            self.used -= len(self._by_sha.pop(next(iter(self._by_sha))))
+
+    def __contains__(self, sha: object) -> bool:
+        return sha in self._by_sha
+
+    def __getitem__(self, sha: str) -> str:
+        return self._by_sha[sha]
+
+    def held(self, shas: Iterable[str]) -> dict[str, str]:
+        """The payloads of ``shas`` this cache holds."""
+        return {s: p for s in shas if (p := self.get(s)) is not None}
