@@ -321,9 +321,8 @@ class ContextWindow:
     ) -> float:  # fmt: skip
         """Record what the provider reported for the build of ``version`` (once per request id);
         the window's token calibration after it (``stats().token_calibration``)."""
-        usage = {"input_tokens": input_tokens, "output_tokens": output_tokens,
-                 "cache_read_tokens": cache_read_tokens, "cache_write_tokens": cache_write_tokens}  # fmt: skip
-        return self._run(usage_plans.record_usage(self._state, version, usage, model, request_id))
+        counts = (input_tokens, output_tokens, cache_read_tokens, cache_write_tokens)
+        return self._run(usage_plans.record_usage(self._state, version, counts, model, request_id))
 
     def lineage(self) -> Lineage:
         """Where this window was forked from, and the forks made from it."""

@@ -4,7 +4,7 @@ totals and calibration ``stats()`` reads from the window's :meta."""
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from .. import logs
 from ..core import validate, wire
@@ -22,21 +22,21 @@ _MODEL = re.compile(r"[^\x00-\x20\x7f]{1,200}")
 def record_usage(
     state: WindowState,
     version: object,
-    usage: Mapping[str, object],
+    counts: Sequence[object],
     model: object = None,
     request_id: object = None,
 ) -> Plan[float]:
-    """Store what the provider reported for the build of ``version`` (``usage``: input, output,
+    """Store what the provider reported for the build of ``version`` (``counts``: input, output,
     cache-read and cache-write tokens, each counted apart), exactly once per request id; the
     window's calibration after it. ``InvalidOptionsError``, with nothing recorded, for a bad
     count or model, or a version this window did not report."""
     checked = validate.version("version", version)
     if not checked:
         raise InvalidOptionsError(f"version must be the version a build of this window reported, not {version!r}")
-    counts = [str(validate.int_in(name, usage[name], 0, MOST_TOKENS)) for name in _FIELDS]
+    checked_counts = [str(validate.int_in(name, n, 0, MOST_TOKENS)) for name, n in zip(_FIELDS, counts, strict=True)]
     if model is not None and not (isinstance(model, str) and _MODEL.fullmatch(model)):
         raise InvalidOptionsError(f"model must be a model's name (1-200 characters, no spaces), not {model!r}")
-    args = [checked, *counts, model or ""]
+    args = [checked, *checked_counts, model or ""]
     reply = raise_for_reply((yield ScriptCall("usage", state.keys, args, new_request("usage", request_id))))
     calibration = float(wire.text(reply[0]))
     logs.usage_recorded(state.window_id, checked, calibration)
