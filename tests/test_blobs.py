@@ -208,7 +208,8 @@ def test_restore_and_fork_refer_to_the_same_blobs(make_store, r, prefix, no_grac
     assert sweep(store) == 1 and blob_keys(r, prefix) == []
 
 
-def test_the_store_releases_a_blob_within_ten_seconds_by_itself(make_store, r, prefix):
+def test_the_store_releases_a_blob_within_ten_seconds_by_itself(one_server, make_store, r, prefix):
+    """The background sweep (its scripts run on every server in the tests above)."""
     store = make_store(blob_threshold_bytes=THRESHOLD)
     w = store.window("by-itself", max_tokens=100_000)
     w.add(question(), role="user")

@@ -140,7 +140,8 @@ def test_a_version_that_is_not_this_windows_records_nothing(store):
      {"input_tokens": 1, "model": "two words"}, {"input_tokens": 1, "model": ""},
      {"input_tokens": 1, "model": "x\x1b[2J"}, {"input_tokens": 1, "request_id": "no spaces allowed"}],
 )  # fmt: skip
-def test_a_bad_report_is_refused_with_nothing_recorded(store, report):
+def test_a_bad_report_is_refused_with_nothing_recorded(one_server, store, report):
+    """(Refused by the client's checks, before any script: one server.)"""
     w = store.window("u-bad", max_tokens=5_000)
     _conversation(w, 1)
     version = w.build_structured(NO_RESERVE).version
