@@ -315,3 +315,14 @@ def test_workers_adding_the_same_screenshot_at_once_store_it_once(make_store, r,
     for n in range(3):
         w = store.window(f"same-{n}")
         assert [i.content for i in w.items()] == [question()] * 10 and w.verify().ok
+
+
+def test_a_screenshot_the_store_has_seen_is_not_sent_again(make_store, r, prefix):
+    w = make_store(blob_threshold_bytes=THRESHOLD).window("sent-once", max_tokens=100_000)
+    w.add(question(), role="user")
+    before = int(r.info("stats")["total_net_input_bytes"])
+    w.add(question(), role="user")
+    assert int(r.info("stats")["total_net_input_bytes"]) - before < 8_000  # the image is ~33 KB
+    r.delete(*blob_keys(r, prefix))  # gone meanwhile
+    w.add(question(), role="user")  # sent again
+    assert [i.content for i in w.items()] == [question()] * 3

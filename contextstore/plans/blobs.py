@@ -16,10 +16,14 @@ from .base import Plan, ScriptCall, Settings, WindowState
 
 def put(settings: Settings, state: WindowState, payloads: Mapping[str, str]) -> Plan[None]:
     """Store each blob for ``state``'s window (blob_put.lua, one call each), before the add
-    that refers to them: a sweep leaves them ``GRACE_MS`` for it."""
+    that refers to them: a sweep leaves them ``GRACE_MS`` for it. A blob this store has stored
+    or read before is likely there still: only its sha goes first, its payload only if it is
+    not (a screenshot seen again costs the network ~100 bytes, not its size)."""
     for sha, payload in payloads.items():
         keys = blobs.blob_keys(settings.prefix, sha)
-        yield ScriptCall("blob_put", keys, [sha, payload, state.window_id])  # type: ignore[arg-type]
+        known = sha in settings.blob_cache
+        if not known or not int((yield ScriptCall("blob_put", keys, [sha, "", state.window_id]))):  # type: ignore[arg-type]
+            yield ScriptCall("blob_put", keys, [sha, payload, state.window_id])  # type: ignore[arg-type]
         settings.blob_cache.put(sha, payload)
 
 
