@@ -4,11 +4,12 @@
 |---|---|---|
 | ``agents.context.items`` | gauge | items in the window after each change |
 | ``agents.context.tokens`` | gauge | tokens in the window after each change |
-| ``agents.context.usage_percent`` | gauge | tokens as a share of ``max_tokens`` (0 without one) |
+| ``agents.context.usage_percent`` | gauge | tokens as a share of ``max_tokens``, calibrated (0 without one) |
 | ``agents.context.add_latency_ms`` | histogram | one ``add`` / ``add_many`` call, wall time |
 | ``agents.context.build_latency_ms`` | histogram | one build (text or messages), wall time |
 | ``agents.context.compaction_total`` | counter | compactions run |
 | ``agents.context.tokens_freed_total`` | counter | tokens freed by compactions |
+| ``agents.context.provider_tokens_total`` | counter | tokens ``record_usage`` reported (``kind``, ``model``) |
 
 Every measurement carries the attribute ``window_id``. The gauges come from the counters every
 mutating script answers with (``wire.Counters``), never from scanning items, and are observed
@@ -90,6 +91,9 @@ class Instruments:
         )
         self.turn = meter.create_histogram(
             "agents.context.turn_duration_ms", unit="ms", description="Turn duration (lease held)"
+        )
+        self.provider_tokens = meter.create_counter(
+            "agents.context.provider_tokens_total", unit="{token}", description="Tokens the provider reported"
         )
         self.turn_conflicts = meter.create_counter(
             "agents.context.turn_conflict_total", unit="{conflict}", description="Turns rejected, enqueued or lost"
@@ -193,6 +197,16 @@ class Metrics:
         """Count a turn that met another: rejected, enqueued, lost."""
         if self._instruments is not None:
             self._instruments.turn_conflicts.add(1, {"window_id": window_id, "outcome": outcome})
+
+    def usage_reported(self, window_id: str, counts: tuple[int, int, int, int], model: str | None) -> None:
+        """Count what a ``record_usage`` call reported (input, output, cache-read, cache-write
+        tokens; a caller's retry under the same request id, which records nothing, counts again)."""
+        if self._instruments is not None:
+            for kind, n in zip(("input", "output", "cache_read", "cache_write"), counts, strict=True):
+                if n:
+                    self._instruments.provider_tokens.add(
+                        n, {"window_id": window_id, "kind": kind, "model": model or ""}
+                    )
 
     def flush(self) -> None:
         """Record every queued latency (thread-safe: each is taken off the deque exactly once)."""

@@ -109,3 +109,20 @@ def test_queued_latencies_are_bounded_and_none_is_lost_across_threads():
     assert builds.count == 4 * 3000 and builds.sum == 2.0 * 4 * 3000
     assert not metrics._queued
     provider.shutdown()
+
+
+def test_reported_usage_is_counted_and_usage_follows_the_calibration(make_store):
+    reader = InMemoryMetricReader()
+    provider = otel_sdk.MeterProvider(metric_readers=[reader])
+    w = make_store(meter_provider=provider).window("paid", max_tokens=1000)
+    w.add("a question of some length", role="user")
+    built = w.build_structured(cs.BuildOptions(reserve_for_response=0))
+    w.record_usage(built.version, input_tokens=built.total_tokens * 2, cache_read_tokens=7, model="m-1")
+    w.add("another question", role="user")  # its counters come back through the calibration
+    points = _points(reader)
+    reported = {p.attributes["kind"]: p.value for p in points["agents.context.provider_tokens_total"]}
+    assert reported == {"input": built.total_tokens * 2, "cache_read": 7}
+    assert {p.attributes["model"] for p in points["agents.context.provider_tokens_total"]} == {"m-1"}
+    (usage,) = points["agents.context.usage_percent"]
+    assert usage.value == pytest.approx(w.stats().usage_percent, rel=0.01) and w.stats().token_calibration > 2
+    provider.shutdown()

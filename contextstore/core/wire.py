@@ -232,7 +232,7 @@ class Counters(msgspec.Struct):
 
     tokens: int
     items: int
-    max_tokens: int
+    max_tokens: int  # the token limit through the window's calibration (in estimated tokens; 0: none)
     compactions: int
     freed: int
 

@@ -346,7 +346,9 @@ class AsyncContextWindow:
         """Record what the provider reported for the build of ``version`` (once per request id);
         the window's token calibration after it (``stats().token_calibration``)."""
         counts = (input_tokens, output_tokens, cache_read_tokens, cache_write_tokens)
-        return await self._store._run(usage_plans.record_usage(self._state, version, counts, model, request_id))
+        calibration = await self._store._run(usage_plans.record_usage(self._state, version, counts, model, request_id))
+        self._store._metrics.usage_reported(self.window_id, counts, model)
+        return calibration
 
     async def lineage(self) -> Lineage:
         """Where this window was forked from, and the forks made from it."""

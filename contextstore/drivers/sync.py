@@ -322,7 +322,9 @@ class ContextWindow:
         """Record what the provider reported for the build of ``version`` (once per request id);
         the window's token calibration after it (``stats().token_calibration``)."""
         counts = (input_tokens, output_tokens, cache_read_tokens, cache_write_tokens)
-        return self._run(usage_plans.record_usage(self._state, version, counts, model, request_id))
+        calibration = self._run(usage_plans.record_usage(self._state, version, counts, model, request_id))
+        self._store._metrics.usage_reported(self.window_id, counts, model)
+        return calibration
 
     def lineage(self) -> Lineage:
         """Where this window was forked from, and the forks made from it."""

@@ -33,7 +33,7 @@
 --   wire.TAKES_CONFIG; after that removal): the caller's config, used only when the window does not
 --   exist yet (read_config, lib/meta.lua), in CONFIG_FIELDS order. The other scripts never make a
 --   window (stored_config) and take only their own arguments.
--- The reply of a mutating script (one with a request) is {reply, tokens, items, max_tokens,
+-- The reply of a mutating script (one with a request) is {reply, tokens, items, token limit,
 -- compactions, tokens freed}: the window's counters after it, and what this call compacted
 -- (lib/requests.lua); contextstore records them as metrics and hands the reply to its plan.
 -- Error replies are tables {'!', CODE, detail...}; contextstore/errors.py maps each CODE to a

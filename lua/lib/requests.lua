@@ -80,15 +80,18 @@ local function replay(rid, fp)
   return true, rec.r
 end
 
--- A mutation's reply with the window's counters after it and what this call compacted (a
--- counter that is not an integer, in a corrupt window, answers 0).
+-- A mutation's reply with the window's counters after it (its token limit through its
+-- calibration: lib/meta.lua token_limit) and what this call compacted (a counter that is not an
+-- integer, in a corrupt window, answers 0).
 local function with_counters(reply)
   local m
   if COUNTERS_KNOWN then  -- add.lua: every counter change went through meta.lua, flush_meta wrote it
-    m = {fmt(META_KNOWN[F.TOKENS]), fmt(META_KNOWN[F.ITEMS]), fmt(CFG.max_tokens)}
+    m = {fmt(META_KNOWN[F.TOKENS]), fmt(META_KNOWN[F.ITEMS]), fmt(token_limit(CFG))}
   else
-    m = redis.call('HMGET', K_META, F.TOKENS, F.ITEMS, F.MAX_TOKENS)
+    m = redis.call('HMGET', K_META, F.TOKENS, F.ITEMS, F.MAX_TOKENS, F.CALIBRATION)
     for i = 1, 3 do m[i] = string.match(m[i] or '', '^%d+$') or '0' end
+    local calibration = tonumber(m[4])
+    if calibration and calibration > 0 and m[3] ~= '0' then m[3] = fmt(math.max(1, math.floor(m[3] / calibration))) end
   end
   return {reply, m[1], m[2], m[3], fmt(RUN.compactions), fmt(RUN.freed)}
 end
