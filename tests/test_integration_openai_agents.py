@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 
 import pytest
 
@@ -300,3 +301,36 @@ def test_branches_of_a_session_as_advanced_sqlite_session_makes_them(any_store):
             await session.create_branch_from_turn(9)
 
     run(go())
+
+
+def test_images_and_files_are_content_parts_stored_once_and_come_back_exactly(any_store, r, prefix, redis_url):
+    from test_blobs import image_url
+
+    url = image_url(4)["image_url"]["url"]
+    pdf = "data:application/pdf;base64," + base64.b64encode(b"%PDF-1.4 " + bytes(20_000)).decode()
+    items = [
+        {"role": "user", "content": [
+            {"type": "input_text", "text": "What is on this screen?"},
+            {"type": "input_image", "image_url": url, "detail": "high"},
+            {"type": "input_file", "file_data": pdf, "filename": "spec.pdf"},
+        ]},
+        {"type": "computer_call", "call_id": "cu_1", "action": {"type": "screenshot"}, "status": "completed"},
+        {"type": "computer_call_output", "call_id": "cu_1",
+         "output": {"type": "computer_screenshot", "image_url": url}},
+        {"role": "user", "content": [{"type": "input_image", "image_url": url, "detail": "high"}]},
+    ]  # fmt: skip
+    session = _session(any_store, "vision", max_tokens=100_000)
+    run(session.add_items(items))
+    assert run(session.get_items()) == items
+    with cs.ContextStore.from_url(redis_url, prefix=prefix) as plain:
+        stored = plain.window("vision").items()
+    question, screenshot = stored[0], stored[2]
+    assert question.content[1] == {"type": "image_url", "image_url": {"url": url, "detail": "high"}}
+    assert screenshot.type is cs.ItemType.TOOL_RESULT and screenshot.content == [
+        {"type": "image_url", "image_url": {"url": url}}
+    ]
+    assert screenshot.token_count < 2_000 < len(url) // 4  # counted from its size, not its base64
+    blobs = [k for k in r.scan_iter(f"{prefix}:{{#blobs:*}}:*") if not k.endswith(b":index")]
+    assert len(blobs) == 2  # the screenshot (three times) and the PDF, once each
+    raw = r.hget(key(prefix, "vision", "items"), stored[3].id)
+    assert len(raw) < 1_000  # the item refers to the screenshot; its metadata does not repeat it
