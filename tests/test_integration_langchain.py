@@ -134,3 +134,33 @@ def test_a_runnable_with_message_history_keeps_its_conversation_here(redis_url, 
             ("HumanMessage", "Who am I?"),
             ("AIMessage", "You are Ada."),
         ]
+
+
+def test_image_and_file_blocks_are_content_parts_stored_once(any_store, r, prefix, redis_url):
+    import base64
+
+    from test_blobs import image_url, screenshot
+
+    url = image_url(6)["image_url"]["url"]
+    png = base64.b64encode(screenshot(6)).decode()
+    pdf = base64.b64encode(b"%PDF-1.4 " + bytes(20_000)).decode()
+    messages = [
+        HumanMessage(content=[
+            {"type": "text", "text": "Compare these."},
+            {"type": "image_url", "image_url": {"url": url, "detail": "low"}},
+            {"type": "image", "source_type": "base64", "data": png, "mime_type": "image/png"},
+            {"type": "file", "base64": pdf, "mime_type": "application/pdf"},
+        ]),
+        AIMessage(content="They are the same screen."),
+        HumanMessage(content=[{"type": "image_url", "image_url": url}]),
+    ]  # fmt: skip
+    history = ContextStoreChatMessageHistory("lc-vision", any_store, max_tokens=100_000)
+    history.add_messages(messages)
+    assert history.messages == messages
+    with cs.ContextStore.from_url(redis_url, prefix=prefix) as plain:
+        stored = plain.window("lc-vision").items()
+    assert [p["type"] for p in stored[0].content] == ["text", "image_url", "image", "document"]
+    # the PDF counts a token per 4 bytes, each 320x200 image a few hundred (not its base64)
+    assert stored[0].token_count < 20_009 // 4 + 1_000 < (len(url) + len(png)) // 4
+    blobs = [k for k in r.scan_iter(f"{prefix}:{{#blobs:*}}:*") if not k.endswith(b":index")]
+    assert len(blobs) == 3  # the data URL, the base64 PNG and the PDF, each once

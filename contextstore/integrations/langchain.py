@@ -21,13 +21,14 @@ call id already in the window, or a result whose call is not there, is kept as a
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import Any
 
 from .. import AsyncContextStore, ContextStore
 from ..core.layout import CLEARED_KEY
 from ..types import ContextItem
+from . import _media
 from ._session import SessionWindow
 from ._turns import asession_turn, session_turn
 
@@ -43,6 +44,7 @@ except ImportError as exc:  # pragma: no cover - the extra is not installed
 RAW = "langchain"
 _TYPES = {"human": "user_message", "ai": "assistant_message", "system": "instruction", "tool": "tool_result"}
 _ROLES = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool"}
+_MEDIA_TYPES = ("image_url", "image", "file")
 
 
 def _text(content: Any) -> str:
@@ -52,15 +54,37 @@ def _text(content: Any) -> str:
     return "\n".join(p for p in parts if p) or (json.dumps(content, default=str) if content else "")
 
 
+def _media_rule(block: Mapping[str, Any]) -> tuple[tuple[str, ...], dict[str, Any]] | None:
+    """Where a LangChain content block holds an image's or a file's data (OpenAI's ``image_url``,
+    the standard ``image`` / ``file`` blocks with base64 data), and the content part it becomes."""
+    kind, url = block.get("type"), block.get("image_url")
+    if kind == "image_url":
+        if isinstance(url, Mapping):
+            detail = {"detail": url["detail"]} if url.get("detail") else {}
+            return ("image_url", "url"), {"type": "image_url", "image_url": {"url": url.get("url"), **detail}}
+        return ("image_url",), {"type": "image_url", "image_url": {"url": url}}
+    key = "base64" if isinstance(block.get("base64"), str) else "data" if block.get("source_type") == "base64" else None
+    if kind in ("image", "file") and key and isinstance(block.get("mime_type"), str):
+        source = {"type": "base64", "media_type": block["mime_type"], "data": block[key]}
+        return (key,), {"type": "image" if kind == "image" else "document", "source": source}
+    return None
+
+
 def to_window_item(message: BaseMessage, linked: bool = True) -> dict[str, Any]:
-    """One message as ``add_many`` takes it (``linked=False``: tool calls not paired)."""
+    """One message as ``add_many`` takes it (``linked=False``: tool calls not paired). Its images
+    and files become content parts beside its text (``_media``); the message kept to give it back
+    holds no copy of their data."""
     raw = message_to_dict(message)
     kind = raw["type"]
+    lean, media, where = _media.split(message.content, _media_rule)
     meta: dict[str, Any] = {RAW: raw}
+    if media:
+        meta = {RAW: {**raw, "data": {**raw["data"], "content": lean}}, _media.MEDIA: where}
+    text = _text([b for b in lean if not (isinstance(b, dict) and b.get("type") in _MEDIA_TYPES)]) if media else ""
     entry = {
         "type": _TYPES.get(kind, "other"),
         "role": _ROLES.get(kind, getattr(message, "role", None)),
-        "content": _text(message.content),
+        "content": _media.content(text, media) if media else _text(message.content),
     }
     calls = getattr(message, "tool_calls", None) or []
     if linked and calls and all(c.get("id") for c in calls):
@@ -91,6 +115,9 @@ def from_window_item(item: ContextItem) -> BaseMessage:
         }
     if (item.metadata or {}).get(CLEARED_KEY):
         raw = {**raw, "data": {**raw["data"], "content": item.content}}
+    elif (item.metadata or {}).get(_media.MEDIA) and isinstance(item.content, list):
+        content = _media.joined(raw["data"]["content"], item.metadata[_media.MEDIA], item.content)  # type: ignore[index]
+        raw = {**raw, "data": {**raw["data"], "content": content}}
     return messages_from_dict([raw])[0]
 
 

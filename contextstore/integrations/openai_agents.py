@@ -25,7 +25,7 @@ that is refused when another writer moved the window on meanwhile) and ``_atomic
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
@@ -33,6 +33,7 @@ from .. import AsyncContextStore, ContextStore
 from ..core.layout import CLEARED_KEY
 from ..errors import InvalidOptionsError, VersionConflictError
 from ..types import ContextItem, ItemType
+from . import _media
 from ._session import SessionWindow
 from ._turns import asession_turn
 
@@ -50,8 +51,6 @@ except ImportError:  # pragma: no cover - an older openai-agents, which never as
 
 #: where a stored item keeps the framework's item as it was given
 RAW = "openai_agents"
-#: metadata key: where the data of an item's images and files goes back (``_media_parts``)
-MEDIA = "openai_agents_media"
 #: the methods through which a session stores and reads its items
 _STORAGE_METHODS = ("get_items", "add_items", "pop_item", "clear_session")
 _ROLE_TYPES = {
@@ -73,68 +72,36 @@ def _text(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, default=str) if value not in (None, "", []) else ""
 
 
-#: the Responses parts that hold an image's or a file's data, and the key that holds it
-_DATA_KEYS = {"input_image": "image_url", "input_file": "file_data", "computer_screenshot": "image_url"}
-
-
-def _part_of(part: dict[str, Any], value: str) -> dict[str, Any]:
-    """The content part (OpenAI's chat shape) of a Responses image or file part."""
-    if part["type"] == "input_file":
-        return {"type": "file", "file": {"file_data": value, "filename": part.get("filename") or "file"}}
-    detail = part.get("detail")
-    return {"type": "image_url", "image_url": {"url": value, **({"detail": detail} if detail else {})}}
-
-
-def _media_parts(item: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]], list[list[Any]]]:
-    """The images and files of a message's content, or of a tool output (a computer-use
-    screenshot), as content parts the window stores (a large one once per prefix, an image counted
-    from its size); the item with their data taken out; and where each goes back
-    ([path in the item, key, index of its part])."""
-    parts: list[dict[str, Any]] = []
-    where: list[list[Any]] = []
-    lean = dict(item)
-    content = item.get("content")
-    holders: list[tuple[str, int | None, Any]] = (
-        [("content", i, p) for i, p in enumerate(content)] if isinstance(content, list) else []
-    )
-    if isinstance(item.get("output"), dict):
-        holders.append(("output", None, item["output"]))
-    for field, index, part in holders:
-        key = _DATA_KEYS.get(str(part.get("type"))) if isinstance(part, dict) else None
-        if key is None or not isinstance(part.get(key), str):
-            continue
-        parts.append(_part_of(part, part[key]))
-        where.append([field, index, key, len(parts) - 1])
-        taken = {**part, key: None}
-        if index is None:
-            lean[field] = taken
-        else:
-            lean[field] = [*lean[field][:index], taken, *lean[field][index + 1 :]]
-    return lean, parts, where
-
-
-def _content(text: str, parts: list[dict[str, Any]]) -> Any:
-    """A window item's content: its text alone, or its text and its media parts."""
-    return [*([{"type": "text", "text": text}] if text else []), *parts] if parts else text
+def _media_rule(part: Mapping[str, Any]) -> tuple[tuple[str, ...], dict[str, Any]] | None:
+    """Where a Responses part holds an image's or a file's data, and the content part it becomes."""
+    kind = part.get("type")
+    if kind == "input_file" and isinstance(part.get("file_data"), str):
+        file = {"file_data": part["file_data"], "filename": part.get("filename") or "file"}
+        return ("file_data",), {"type": "file", "file": file}
+    if kind in ("input_image", "computer_screenshot") and isinstance(part.get("image_url"), str):
+        detail = {"detail": part["detail"]} if part.get("detail") else {}
+        return ("image_url",), {"type": "image_url", "image_url": {"url": part["image_url"], **detail}}
+    return None
 
 
 def to_window_item(item: dict[str, Any], linked: bool = True) -> dict[str, Any]:
     """One Responses input item as ``add_many`` takes it (``linked=False``: a tool call or
     output kept as a plain item, not paired). Its images and files become content parts
-    (``_media_parts``); the rest of it is kept as it came, to give it back exactly."""
+    (``_media``); the rest of it is kept as it came, to give it back exactly."""
     kind = item.get("type") or ("message" if "role" in item else "item")
     call_id = item.get("call_id")
-    lean, media, where = _media_parts(item)
-    meta: dict[str, Any] = {RAW: lean, MEDIA: where} if media else {RAW: item}
+    field = "output" if isinstance(item.get("output"), dict) else "content"
+    lean, media, where = _media.split(item.get(field), _media_rule)
+    meta: dict[str, Any] = {RAW: {**item, field: lean}, _media.MEDIA: [field, where]} if media else {RAW: item}
     if not linked and call_id:
         entry = {"type": "other", "content": _text(item.get("output", item.get("arguments"))) or f"[{kind}]"}
     elif kind == "message" or (kind != "item" and "role" in item and not call_id):
         role = str(item.get("role", "user"))
-        content = _content(_text(lean.get("content")) if not media else _text_of(lean.get("content")), media)
+        content = _media.content(_text_of(lean) if media else _text(item.get("content")), media)
         entry = {"type": _ROLE_TYPES.get(role, "other"), "role": role, "content": content}
     elif call_id and kind.endswith("_output"):
         meta["tool_call_id"] = call_id
-        output = _content("" if media else _text(item.get("output")), media)
+        output = _media.content("" if media else _text(item.get("output")), media)
         entry = {"type": "tool_result", "role": "tool", "content": output}
     elif call_id:
         arguments = item.get("arguments", item.get("input", item.get("action", "")))
@@ -165,23 +132,10 @@ def from_window_item(item: ContextItem) -> Any:
         return {"role": item.role or "user", "content": item.content}
     if meta.get(CLEARED_KEY) and isinstance(raw, dict) and "output" in raw:
         return {**raw, "output": item.content}
-    if meta.get(MEDIA) and isinstance(item.content, list):
-        return _with_media(raw, meta[MEDIA], item.content)
+    if meta.get(_media.MEDIA) and isinstance(item.content, list):
+        field, where = meta[_media.MEDIA]
+        return {**raw, field: _media.joined(raw[field], where, item.content)}
     return raw
-
-
-def _with_media(raw: dict[str, Any], where: list[list[Any]], parts: list[dict[str, Any]]) -> dict[str, Any]:
-    """``raw`` with the data ``_media_parts`` took out put back from the stored parts."""
-    out = dict(raw)
-    media = [p for p in parts if p.get("type") != "text"]
-    for field, index, key, n in where:
-        part = media[n]
-        value = part["image_url"]["url"] if part["type"] == "image_url" else part["file"]["file_data"]
-        if index is None:
-            out[field] = {**out[field], key: value}
-        else:
-            out[field] = [*out[field][:index], {**out[field][index], key: value}, *out[field][index + 1 :]]
-    return out
 
 
 def _text_of(content: Any) -> str:

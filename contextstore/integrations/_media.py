@@ -1,0 +1,76 @@
+"""A framework's images and files as content parts of the window item, for the integrations that
+keep the framework's own form of a message to give it back exactly (openai-agents, LangChain).
+
+The data moves into content parts (which count an image by its size, and store a large one once
+per prefix as a blob); the kept form holds None where the data was, and a list of where it goes
+back (``MEDIA`` in the item's metadata), so the data is never stored twice."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+#: metadata key: where the data of a message's images and files goes back
+MEDIA = "media"
+#: a framework part -> where its data is (a path of keys) and the content part it becomes; None: not media
+Rule = Callable[[Mapping[str, Any]], "tuple[tuple[str, ...], dict[str, Any]] | None"]
+
+
+def _at(part: Mapping[str, Any], path: tuple[str, ...]) -> Any:
+    value: Any = part
+    for key in path:
+        value = value.get(key) if isinstance(value, Mapping) else None
+    return value
+
+
+def _set(part: dict[str, Any], path: tuple[str, ...], value: Any) -> dict[str, Any]:
+    if len(path) == 1:
+        return {**part, path[0]: value}
+    return {**part, path[0]: _set(dict(part[path[0]]), path[1:], value)}
+
+
+def split(content: Any, rule: Rule) -> tuple[Any, list[dict[str, Any]], list[list[Any]]]:
+    """``content`` (a framework's list of parts, or one part) with each image's and file's data
+    taken out, the content parts they become, and where each goes back
+    ([index in content or -1 for a single part, path, index of its content part])."""
+    single = isinstance(content, Mapping)
+    parts_in = [content] if single else content if isinstance(content, list) else []
+    lean, parts, where = list(parts_in), [], []
+    for i, part in enumerate(parts_in):
+        found = rule(part) if isinstance(part, Mapping) else None
+        if found is None or not isinstance(_at(part, found[0]), str):
+            continue
+        path, made = found
+        parts.append(made)
+        where.append([-1 if single else i, list(path), len(parts) - 1])
+        lean[i] = _set(dict(part), path, None)
+    return (lean[0] if single else lean) if parts else content, parts, where
+
+
+def joined(lean: Any, where: list[list[Any]], parts: list[dict[str, Any]]) -> Any:
+    """The framework's content as it was given: ``lean`` with the data put back from the stored
+    content parts (text parts excepted, in their order)."""
+    media = [p for p in parts if p.get("type") != "text"]
+    out = dict(lean) if isinstance(lean, Mapping) else list(lean)
+    for index, path, n in where:
+        value = data_of(media[n])
+        if index == -1:
+            out = _set(dict(out), tuple(path), value)
+        else:
+            out[index] = _set(dict(out[index]), tuple(path), value)
+    return out
+
+
+def data_of(part: Mapping[str, Any]) -> str:
+    """The data a content part holds (what ``split`` moved into it)."""
+    kind = part["type"]
+    if kind == "image_url":
+        return str(part["image_url"]["url"])
+    if kind == "file":
+        return str(part["file"]["file_data"])
+    return str(part["source"]["data"])  # image, document: a base64 source
+
+
+def content(text: str, parts: list[dict[str, Any]]) -> Any:
+    """A window item's content: its text alone, or its text and its media parts."""
+    return [*([{"type": "text", "text": text}] if text else []), *parts] if parts else text
