@@ -191,3 +191,27 @@ def test_inserting_and_appending_at_once_loses_nothing(redis_url, prefix, one_se
         assert [t for t in got if t.startswith(f"i{w} ")] == [f"i{w} {i}" for i in reversed(range(30))]
     for w in range(2, 4):
         assert [t for t in got if t.startswith(f"w{w} ")] == [f"w{w} {i}" for i in range(30)]
+
+
+def test_image_and_document_blocks_are_content_parts_stored_once(any_store, r, prefix, redis_url):
+    from llama_index.core.llms import DocumentBlock, ImageBlock, TextBlock
+    from test_blobs import screenshot
+
+    png = screenshot(8)
+    pdf = b"%PDF-1.4 " + bytes(20_000)
+    question = ChatMessage(role="user", blocks=[
+        TextBlock(text="What is on this screen, and in this file?"),
+        ImageBlock(image=png, image_mimetype="image/png"),
+        DocumentBlock(data=pdf, document_mimetype="application/pdf"),
+    ])  # fmt: skip
+    again = ChatMessage(role="user", blocks=[ImageBlock(image=png, image_mimetype="image/png")])
+    chat = ContextStoreChatStore(any_store, max_tokens=100_000)
+    for m in (question, ChatMessage(role="assistant", content="A login form."), again):
+        chat.add_message("vision", m)
+    assert chat.get_messages("vision") == [question, ChatMessage(role="assistant", content="A login form."), again]
+    with cs.ContextStore.from_url(redis_url, prefix=prefix) as plain:
+        stored = plain.window("vision").items()
+    assert [p["type"] for p in stored[0].content] == ["text", "image", "document"]
+    assert stored[2].token_count < 1_000 < len(png) // 3  # the image counted by its size
+    blobs = [k for k in r.scan_iter(f"{prefix}:{{#blobs:*}}:*") if not k.endswith(b":index")]
+    assert len(blobs) == 2  # the screenshot (twice) and the PDF, once each

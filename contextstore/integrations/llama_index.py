@@ -18,11 +18,13 @@ with its text as the content. An assistant message with OpenAI-style ``tool_call
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from typing import Any
 
 from .. import AsyncContextStore, ContextStore
 from ..core.layout import CLEARED_KEY, MAX_ITEM_LIMIT
 from ..types import ContextItem
+from . import _media
 from ._session import SessionWindow, run_in_thread, stored_as_entry
 
 try:
@@ -46,12 +48,37 @@ def _calls(message: ChatMessage) -> list[dict[str, Any]]:
     return [{"id": c["id"], "type": "function", "function": c["function"]} for c in dumped] if ok else []
 
 
+def _media_rule(block: Mapping[str, Any]) -> tuple[tuple[str, ...], dict[str, Any]] | None:
+    """Where a llama-index block holds an image's, a document's or an audio clip's data (base64,
+    as ``model_dump(mode="json")`` writes it), and the content part it becomes."""
+    kind = block.get("block_type")
+    if kind == "image" and isinstance(block.get("image"), str) and block.get("image_mimetype"):
+        source = {"type": "base64", "media_type": block["image_mimetype"], "data": block["image"]}
+        return ("image",), {"type": "image", "source": source}
+    if kind == "document" and isinstance(block.get("data"), str):
+        source = {
+            "type": "base64",
+            "media_type": block.get("document_mimetype") or "application/pdf",
+            "data": block["data"],
+        }
+        return ("data",), {"type": "document", "source": source}
+    if kind == "audio" and isinstance(block.get("audio"), str) and block.get("format"):
+        return ("audio",), {"type": "input_audio", "input_audio": {"data": block["audio"], "format": block["format"]}}
+    return None
+
+
 def to_window_item(message: ChatMessage, linked: bool = True) -> dict[str, Any]:
-    """One message as ``add_many`` takes it (``linked=False``: tool calls not paired)."""
+    """One message as ``add_many`` takes it (``linked=False``: tool calls not paired). Its
+    images, documents and audio become content parts beside its text (``_media``); the message
+    kept to give it back holds no copy of their data."""
     raw = message.model_dump(mode="json")
     role = str(raw.get("role", "user"))
-    meta: dict[str, Any] = {RAW: raw}
-    entry: dict[str, Any] = {"type": _TYPES.get(role, "other"), "role": role, "content": message.content or ""}
+    lean, media, where = _media.split(raw.get("blocks"), _media_rule)
+    meta: dict[str, Any] = {RAW: {**raw, "blocks": lean}, _media.MEDIA: where} if media else {RAW: raw}
+    text = message.content or ""
+    entry: dict[str, Any] = {
+        "type": _TYPES.get(role, "other"), "role": role, "content": _media.content(text, media) if media else text,
+    }  # fmt: skip
     calls = _calls(message) if linked and role == "assistant" else []
     call_id = message.additional_kwargs.get("tool_call_id")
     if calls:
@@ -79,6 +106,8 @@ def from_window_item(item: ContextItem) -> ChatMessage:
     raw = (item.metadata or {}).get(RAW)
     if raw is None:  # an item some other writer added to the window
         return ChatMessage(role=item.role or "user", content=item.content)
+    if (item.metadata or {}).get(_media.MEDIA) and isinstance(item.content, list):
+        raw = {**raw, "blocks": _media.joined(raw["blocks"], item.metadata[_media.MEDIA], item.content)}  # type: ignore[index]
     message = ChatMessage.model_validate(raw)
     if (item.metadata or {}).get(CLEARED_KEY):
         message = ChatMessage(role=message.role, content=item.content, additional_kwargs=message.additional_kwargs)
