@@ -116,3 +116,26 @@ def test_four_processes_append_to_one_session(redis_url, prefix, one_server):
     assert sorted(got) == sorted(f"w{w} {i}" for w in range(4) for i in range(50))
     for w in range(4):
         assert [t for t in got if t.startswith(f"w{w} ")] == [f"w{w} {i}" for i in range(50)]
+
+
+def test_data_contents_are_content_parts_stored_once(any_store, r, prefix, redis_url):
+    from test_blobs import screenshot
+
+    png, pdf = screenshot(9), b"%PDF-1.4 " + bytes(20_000)
+    question = Message(role="user", contents=[
+        Content.from_text("What is on this screen, and in this file?"),
+        Content.from_data(data=png, media_type="image/png"),
+        Content.from_data(data=pdf, media_type="application/pdf"),
+        Content.from_uri(uri="https://example.com/a.png", media_type="image/png"),
+    ])  # fmt: skip
+    again = Message(role="user", contents=[Content.from_data(data=png, media_type="image/png")])
+    history = ContextStoreChatMessageStore(any_store, max_tokens=100_000)
+    asyncio.run(history.save_messages("vision", [question, Message(role="assistant", contents=["A form."]), again]))
+    got = asyncio.run(history.get_messages("vision"))
+    assert dicts(got) == dicts([question, Message(role="assistant", contents=["A form."]), again])
+    with cs.ContextStore.from_url(redis_url, prefix=prefix) as plain:
+        stored = plain.window("vision").items()
+    assert [p["type"] for p in stored[0].content] == ["text", "image_url", "file"]
+    assert stored[2].token_count < 1_000 < len(png) // 3  # the image counted by its size
+    blobs = [k for k in r.scan_iter(f"{prefix}:{{#blobs:*}}:*") if not k.endswith(b":index")]
+    assert len(blobs) == 2  # the screenshot (twice) and the PDF, once each

@@ -21,7 +21,7 @@ form one group.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .. import AsyncContextStore, ContextStore
@@ -29,6 +29,7 @@ from ..core.layout import CLEARED_KEY
 from ..core.parts import text_of
 from ..errors import InvalidOptionsError
 from ..types import ContextItem
+from . import _media
 from ._session import SessionWindow
 
 try:
@@ -43,9 +44,25 @@ RAW = "agent_framework"
 _TYPES = {"user": "user_message", "assistant": "assistant_message", "system": "instruction", "tool": "tool_result"}
 
 
+def _media_rule(content: Mapping[str, Any]) -> tuple[tuple[str, ...], dict[str, Any]] | None:
+    """Where an Agent Framework content holds an image's, an audio clip's or a file's data (a
+    ``data`` content: a base64 ``data:`` URI), and the content part it becomes."""
+    uri, media_type = content.get("uri"), str(content.get("media_type") or "")
+    if content.get("type") != "data" or not isinstance(uri, str) or not uri.startswith("data:"):
+        return None
+    if media_type.startswith("image/"):
+        return ("uri",), {"type": "image_url", "image_url": {"url": uri}}
+    return ("uri",), {"type": "file", "file": {"file_data": uri, "filename": "file"}}
+
+
 def to_window_item(message: Message, linked: bool = True) -> dict[str, Any]:
-    """One message as ``add_many`` takes it (``linked=False``: tool calls not paired)."""
+    """One message as ``add_many`` takes it (``linked=False``: tool calls not paired). Its
+    images and files (``data`` contents) become content parts beside its text (``_media``); the
+    message kept to give it back holds no copy of their data."""
     raw = message.to_dict()
+    lean, media, where = _media.split(raw.get("contents"), _media_rule)
+    if media:
+        raw = {**raw, "contents": lean}
     role = str(raw.get("role", "user"))
     contents = [c for c in raw.get("contents", []) if isinstance(c, dict)]
     calls = [
@@ -56,8 +73,11 @@ def to_window_item(message: Message, linked: bool = True) -> dict[str, Any]:
     results = [
         c["call_id"] for c in contents if c.get("type") == "function_result" and isinstance(c.get("call_id"), str)
     ]
-    meta: dict[str, Any] = {RAW: raw}
-    entry: dict[str, Any] = {"type": _TYPES.get(role, "other"), "role": role, "content": message.text or ""}
+    meta: dict[str, Any] = {RAW: raw, _media.MEDIA: where} if media else {RAW: raw}
+    text = message.text or ""
+    entry: dict[str, Any] = {
+        "type": _TYPES.get(role, "other"), "role": role, "content": _media.content(text, media) if media else text,
+    }  # fmt: skip
     if linked and role == "assistant" and calls:
         meta["tool_calls"] = calls
     elif linked and role == "tool" and results:
@@ -82,6 +102,8 @@ def from_window_item(item: ContextItem) -> Message:
         return Message(role=item.role or "user", contents=[text_of(item.content)])
     if (item.metadata or {}).get(CLEARED_KEY):
         return Message(role=raw.get("role", "tool"), contents=[text_of(item.content)])
+    if (item.metadata or {}).get(_media.MEDIA) and isinstance(item.content, list):
+        raw = {**raw, "contents": _media.joined(raw["contents"], item.metadata[_media.MEDIA], item.content)}  # type: ignore[index]
     return Message.from_dict(raw)
 
 
