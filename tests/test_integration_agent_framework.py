@@ -139,3 +139,48 @@ def test_data_contents_are_content_parts_stored_once(any_store, r, prefix, redis
     assert stored[2].token_count < 1_000 < len(png) // 3  # the image counted by its size
     blobs = [k for k in r.scan_iter(f"{prefix}:{{#blobs:*}}:*") if not k.endswith(b":index")]
     assert len(blobs) == 2  # the screenshot (twice) and the PDF, once each
+
+
+def test_the_frameworks_history_options_are_taken_not_refused(any_store):
+    history = ContextStoreChatMessageStore(
+        any_store, store_context_messages=True, store_context_from={"rag"}, skip_excluded=True, max_tokens=10_000
+    )
+    assert history.store_context_messages and history.store_context_from == {"rag"} and history.skip_excluded
+    kept = Message(role="user", contents=["keep me"])
+    excluded = Message(role="assistant", contents=["compacted away"], additional_properties={"_excluded": True})
+    asyncio.run(history.save_messages("opts", [kept, excluded]))
+    assert dicts(asyncio.run(history.get_messages("opts"))) == dicts([kept])
+    everything = ContextStoreChatMessageStore(any_store)
+    assert len(asyncio.run(everything.get_messages("opts"))) == 2
+
+
+def test_a_re_sent_conversation_is_stored_once(any_store):
+    history = ContextStoreChatMessageStore(any_store, max_tokens=10_000)
+    hi, hello = Message(role="user", contents=["hi"]), Message(role="assistant", contents=["hello"])
+    again, yes = Message(role="user", contents=["again"]), Message(role="assistant", contents=["yes"])
+
+    async def go():
+        await history.save_messages("resent", [hi, hello])
+        await history.save_messages("resent", [hi, hello, again, yes])  # the whole conversation again
+        await history.save_messages("resent", [again, yes])  # an overlap at the end
+        return await history.get_messages("resent")
+
+    assert [m.text for m in asyncio.run(go())] == ["hi", "hello", "again", "yes"]
+    repeated = ContextStoreChatMessageStore(any_store)
+    asyncio.run(repeated.save_messages("twice", [hi]))
+    asyncio.run(repeated.save_messages("twice", [hi]))  # a user who says it twice, without an id
+    assert [m.text for m in asyncio.run(repeated.get_messages("twice"))] == ["hi", "hi"]
+    with_ids = [Message(role="user", contents=["same words"], message_id="m1")]
+    asyncio.run(repeated.save_messages("ids", with_ids))
+    asyncio.run(repeated.save_messages("ids", with_ids))  # the same message, re-sent
+    assert len(asyncio.run(repeated.get_messages("ids"))) == 1
+
+
+def test_nan_and_infinity_in_additional_properties_come_back(any_store):
+    import math
+
+    history = ContextStoreChatMessageStore(any_store)
+    odd = Message(role="assistant", contents=["scored"], additional_properties={"score": math.nan, "to": [math.inf]})
+    asyncio.run(history.save_messages("floats", [odd]))
+    (back,) = asyncio.run(history.get_messages("floats"))
+    assert math.isnan(back.additional_properties["score"]) and back.additional_properties["to"] == [math.inf]

@@ -20,17 +20,21 @@ form one group.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import math
+import time
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from .. import AsyncContextStore, ContextStore
 from ..core.layout import CLEARED_KEY
 from ..core.parts import text_of
-from ..errors import InvalidOptionsError
+from ..errors import InvalidOptionsError, VersionConflictError
 from ..types import ContextItem
 from . import _media
-from ._session import SessionWindow
+from ._session import REPLACE_BACKOFF, SessionWindow
 
 try:
     from agent_framework import HistoryProvider, Message
@@ -59,7 +63,7 @@ def to_window_item(message: Message, linked: bool = True) -> dict[str, Any]:
     """One message as ``add_many`` takes it (``linked=False``: tool calls not paired). Its
     images and files (``data`` contents) become content parts beside its text (``_media``); the
     message kept to give it back holds no copy of their data."""
-    raw = message.to_dict()
+    raw = _json_safe(message.to_dict())
     lean, media, where = _media.split(raw.get("contents"), _media_rule)
     if media:
         raw = {**raw, "contents": lean}
@@ -90,6 +94,68 @@ def to_window_item(message: Message, linked: bool = True) -> dict[str, Any]:
     return {**entry, "metadata": meta}
 
 
+#: how a float JSON has no number for (NaN, an infinity) is kept in a message: {FLOAT: "nan"}
+FLOAT = "__contextstore_float__"
+
+
+def _json_safe(value: Any) -> Any:
+    """``value`` with each NaN and infinity as ``{FLOAT: repr}`` (the framework's own providers
+    keep them in ``additional_properties``; stored JSON has no number for them)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return {FLOAT: repr(value)}
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def _floats_back(value: Any) -> Any:
+    """``_json_safe`` undone."""
+    if isinstance(value, dict):
+        if len(value) == 1 and value.get(FLOAT) in ("nan", "inf", "-inf"):
+            return float(value[FLOAT])
+        return {k: _floats_back(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_floats_back(v) for v in value]
+    return value
+
+
+def _entries(messages: Sequence[Message], linked: bool) -> list[dict[str, Any]]:
+    return [to_window_item(m, linked) for m in messages]
+
+
+def _identity(message: Message) -> tuple[str, ...]:
+    """What tells two messages apart, as the framework's providers tell them (its message id,
+    else its role and contents)."""
+    if getattr(message, "message_id", None) is not None:
+        return ("id", str(message.message_id))
+    contents = [c.to_dict() for c in message.contents or []]
+    return ("content", str(message.role), json.dumps(contents, sort_keys=True, ensure_ascii=False, default=str))
+
+
+def new_messages(existing: Sequence[Message], incoming: Sequence[Message]) -> list[Message]:
+    """The messages of ``incoming`` after its overlap with ``existing``: the rule of the
+    framework's built-in providers (agent-framework-core 1.23, ``filter_new_messages``), so a host
+    that sends the whole conversation each run, or only what is new, stores each message once,
+    while a user repeating the same words without a message id is kept."""
+    if not existing:
+        return list(incoming)
+    old, new = [_identity(m) for m in existing], [_identity(m) for m in incoming]
+    for i in range(len(new) - len(old) + 1):
+        if new[i : i + len(old)] == old:
+            if i == 0 and len(existing) == 1 and existing[-1].role == "user" and old[-1][0] != "id":
+                break  # a repeated input without an id matters more than a possible replay
+            return list(incoming[i + len(old) :])
+    for overlap in range(min(len(old), len(new)), 0, -1):
+        if old[-overlap:] != new[:overlap]:
+            continue
+        if overlap == 1 and existing[-1].role == "user" and old[-1][0] != "id":
+            continue
+        return list(incoming[overlap:])
+    return list(incoming)
+
+
 def _args(content: dict[str, Any]) -> str:
     args = content.get("arguments", "")
     return args if isinstance(args, str) else json.dumps(args, default=str)
@@ -104,7 +170,7 @@ def from_window_item(item: ContextItem) -> Message:
         return Message(role=raw.get("role", "tool"), contents=[text_of(item.content)])
     if (item.metadata or {}).get(_media.MEDIA) and isinstance(item.content, list):
         raw = {**raw, "contents": _media.joined(raw["contents"], item.metadata[_media.MEDIA], item.content)}  # type: ignore[index]
-    return Message.from_dict(raw)
+    return Message.from_dict(_floats_back(raw))
 
 
 class ContextStoreChatMessageStore(HistoryProvider):
@@ -121,15 +187,22 @@ class ContextStoreChatMessageStore(HistoryProvider):
         source_id: str | None = None,
         load_messages: bool = True,
         store_inputs: bool = True,
+        store_context_messages: bool = False,
+        store_context_from: set[str] | None = None,
         store_outputs: bool = True,
+        skip_excluded: bool = False,
         **window_config: Any,
     ) -> None:
         super().__init__(
             source_id or self.DEFAULT_SOURCE_ID,
             load_messages=load_messages,
             store_inputs=store_inputs,
+            store_context_messages=store_context_messages,
+            store_context_from=store_context_from,
             store_outputs=store_outputs,
         )
+        #: as the framework's own providers: leave out the messages its compaction marked excluded
+        self.skip_excluded = skip_excluded
         self._store, self._config = store, window_config
 
     def session(self, session_id: str | None) -> SessionWindow:
@@ -141,15 +214,35 @@ class ContextStoreChatMessageStore(HistoryProvider):
     async def get_messages(
         self, session_id: str | None, *, state: dict[str, Any] | None = None, **kwargs: Any
     ) -> list[Message]:
-        """The session's messages, oldest first."""
-        return [from_window_item(i) for i in await self.session(session_id).aitems()]
+        """The session's messages, oldest first (without those the framework's compaction marked
+        ``_excluded`` when ``skip_excluded``)."""
+        messages = [from_window_item(i) for i in await self.session(session_id).aitems()]
+        if self.skip_excluded:
+            messages = [m for m in messages if not (m.additional_properties or {}).get("_excluded", False)]
+        return messages
 
     async def save_messages(
         self, session_id: str | None, messages: Sequence[Message], *, state: dict[str, Any] | None = None, **kwargs: Any
     ) -> None:
-        """Append ``messages`` in one atomic step."""
-        if messages:
-            await self.session(session_id).aadd(lambda linked: [to_window_item(m, linked) for m in messages])
+        """Append the messages the session does not hold yet (``new_messages``: a host that sends
+        the whole conversation each run stores each message once) in one atomic step, on the
+        version it read: a writer in between makes it read again."""
+        window, started, attempt = self.session(session_id), time.monotonic(), 0
+        while messages:
+            attempt += 1
+            version = (await window.acall("stats")).version
+            stored = [from_window_item(i) for i in await window.aitems()]
+            new = new_messages(stored, messages)
+            if not new:
+                return
+            try:
+                await window.aadd(partial(_entries, new), expect_version=version or None)
+                return
+            except VersionConflictError:
+                wait = REPLACE_BACKOFF.next_delay(attempt, started)
+                if wait is None:
+                    raise VersionConflictError(f"save to {session_id!r}: the window kept moving on") from None
+                await asyncio.sleep(wait)
 
     async def clear(self, session_id: str) -> None:
         """Remove every message of the session (its window's config stays)."""
