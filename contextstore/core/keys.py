@@ -43,6 +43,11 @@ class WindowKeys(NamedTuple):
     blobs: str
 
 
+def is_window_id(value: str) -> bool:
+    """Whether ``value`` is a window id (1-200 characters of ``A-Z a-z 0-9 . _ - : @ / + =``)."""
+    return _ID_RE.fullmatch(value) is not None
+
+
 def validate_window_id(window_id: object, what: str = "window id") -> str:
     """Return ``window_id`` if it is 1-200 characters of ``A-Z a-z 0-9 . _ - : @ / + =``."""
     if not isinstance(window_id, str):

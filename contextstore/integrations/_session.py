@@ -4,12 +4,14 @@ sync and async code whichever store (``ContextStore`` or ``AsyncContextStore``) 
 from __future__ import annotations
 
 import asyncio
+import base64
 import threading
 import time
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from .. import AsyncContextStore, AsyncContextWindow, ContextStore, ContextWindow
+from ..core.keys import MAX_WINDOW_ID, is_window_id
 from ..core.layout import CLEARED_KEY
 from ..core.retry import RetryPolicy
 from ..core.validate import is_generated_id
@@ -86,6 +88,40 @@ def run_in_thread(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
     return box["value"]  # type: ignore[no-any-return]
 
 
+#: the head of a window id that holds a session id which is no window id itself (``window_for``)
+ENCODED = "sid64."
+
+
+def window_for(session_id: object) -> str:
+    """The window of a framework's session id, which frameworks treat as opaque: the id itself
+    when it is a window id (1-200 characters of ``A-Z a-z 0-9 . _ - : @ / + =``) that does not
+    start with ``ENCODED``; else ``ENCODED`` and its UTF-8 in unpadded URL-safe base64 (so every
+    string has its own window, and ``session_for`` gives it back). ``InvalidOptionsError`` when
+    that is longer than a window id may be (session ids of up to 145 bytes of UTF-8 always fit)."""
+    if not isinstance(session_id, str) or not session_id:
+        raise InvalidOptionsError(f"a session id must be a non-empty str, not {session_id!r}")
+    if is_window_id(session_id) and not session_id.startswith(ENCODED):
+        return session_id
+    try:
+        encoded = ENCODED + base64.urlsafe_b64encode(session_id.encode()).decode().rstrip("=")
+    except UnicodeEncodeError:
+        raise InvalidOptionsError(f"session id {session_id[:60]!r} is not UTF-8 text") from None
+    if len(encoded) > MAX_WINDOW_ID:
+        raise InvalidOptionsError(
+            f"session id {session_id[:60]!r}... is too long: one outside A-Z a-z 0-9 . _ - : @ / + = "
+            f"may take 145 bytes of UTF-8 (its window id holds it in base64), one within them 200 characters"
+        )
+    return encoded
+
+
+def session_for(window_id: str) -> str:
+    """The session id whose window is ``window_id`` (``window_for`` undone)."""
+    if not window_id.startswith(ENCODED):
+        return window_id
+    data = window_id[len(ENCODED) :]
+    return base64.urlsafe_b64decode(data + "=" * (-len(data) % 4)).decode()
+
+
 class SessionWindow:
     """A session's window on a sync or async store, with sync (``call``) and async (``acall``)
     access to its methods. Constructing it does no I/O; the first write creates the window with
@@ -96,7 +132,7 @@ class SessionWindow:
             raise InvalidOptionsError(f"store must be a ContextStore or AsyncContextStore, not {type(store).__name__}")
         self.session_id, self.store = session_id, store
         self.config = {**SESSION_DEFAULTS, **window_config}
-        self.window: ContextWindow | AsyncContextWindow = store.handle(session_id, **self.config)
+        self.window: ContextWindow | AsyncContextWindow = store.handle(window_for(session_id), **self.config)
 
     def call(self, method: str, *args: Any, _on: Any = None, **kwargs: Any) -> Any:
         """``window.<method>(...)`` (or ``_on``'s: the window's turn) from sync code."""

@@ -31,7 +31,7 @@ from typing import Any
 from .. import AsyncContextStore, ContextStore
 from ..core.layout import CLEARED_KEY
 from ..core.parts import text_of
-from ..errors import InvalidOptionsError, VersionConflictError
+from ..errors import VersionConflictError
 from ..types import ContextItem
 from . import _media
 from ._session import REPLACE_BACKOFF, SessionWindow
@@ -45,6 +45,8 @@ except ImportError as exc:  # pragma: no cover - the extra is not installed
 
 #: where a stored item keeps the message as ``Message.to_dict()`` gives it
 RAW = "agent_framework"
+#: the session a call without one uses (as the framework's file and Redis providers do)
+DEFAULT_SESSION = "default"
 _TYPES = {"user": "user_message", "assistant": "assistant_message", "system": "instruction", "tool": "tool_result"}
 
 
@@ -207,9 +209,7 @@ class ContextStoreChatMessageStore(HistoryProvider):
 
     def session(self, session_id: str | None) -> SessionWindow:
         """The window of ``session_id`` (no I/O)."""
-        if not session_id:
-            raise InvalidOptionsError("ContextStoreChatMessageStore needs a session id (agent.create_session(...))")
-        return SessionWindow(session_id, self._store, **self._config)
+        return SessionWindow(DEFAULT_SESSION if session_id is None else session_id, self._store, **self._config)
 
     async def get_messages(
         self, session_id: str | None, *, state: dict[str, Any] | None = None, **kwargs: Any

@@ -25,7 +25,7 @@ from .. import AsyncContextStore, ContextStore
 from ..core.layout import CLEARED_KEY, MAX_ITEM_LIMIT
 from ..types import ContextItem
 from . import _media
-from ._session import SessionWindow, run_in_thread, stored_as_entry
+from ._session import SessionWindow, run_in_thread, session_for, stored_as_entry
 
 try:
     from llama_index.core.llms import ChatMessage
@@ -177,5 +177,5 @@ class ContextStoreChatStore(BaseChatStore):
     def get_keys(self) -> list[str]:
         """Every key (window) under the store's prefix."""
         if isinstance(self._store, ContextStore):
-            return self._store.windows()
-        return list(run_in_thread(self._store.windows))
+            return [session_for(w) for w in self._store.windows()]
+        return [session_for(w) for w in run_in_thread(self._store.windows)]

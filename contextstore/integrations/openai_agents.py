@@ -162,6 +162,7 @@ class ContextStoreSession(SessionABC):
         self.session_id = session_id
         self.session_settings = coerce_session_settings(session_settings) if session_settings else SessionSettings()
         self._session = SessionWindow(session_id, store, **window_config)
+        self._main = self._session.window.window_id  # the session's own window (``window_for``)
 
     @property
     def window(self) -> Any:
@@ -225,7 +226,7 @@ class ContextStoreSession(SessionABC):
     async def list_branches(self) -> list[dict[str, Any]]:
         """Every branch of the session, ``"main"`` first then as they were made (branches of
         branches too), each with ``branch_id``, ``message_count`` and ``is_current``."""
-        out, todo, prefix = [], ["main"], f"{self.session_id}/branch/"
+        out, todo, prefix = [], ["main"], f"{self._main}/branch/"
         while todo:
             branch = todo.pop(0)
             window = self._session.store.handle(self._branch_window(branch), **self._session.config)
@@ -237,7 +238,7 @@ class ContextStoreSession(SessionABC):
         return out
 
     def _branch_window(self, branch_id: str) -> str:
-        return self.session_id if branch_id == "main" else f"{self.session_id}/branch/{branch_id}"
+        return self._main if branch_id == "main" else f"{self._main}/branch/{branch_id}"
 
     async def pop_item(self) -> Any | None:
         """Remove and return the newest item (None when the session is empty), atomically."""
