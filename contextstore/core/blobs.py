@@ -100,7 +100,7 @@ def split(content: Any, threshold: int) -> tuple[Any, dict[str, str]]:
     for part in content:
         where = _payload_field(part)
         payload = part[where[0]][where[1]] if where else None
-        if isinstance(payload, str) and len(payload) >= threshold and len(payload.encode()) >= threshold:
+        if isinstance(payload, str) and len(payload.encode()) >= threshold:
             sha = sha_of(payload)
             found[sha] = payload
             part = {**part, where[0]: {**part[where[0]], where[1]: f"cs-blob:{sha}"}}  # type: ignore[index]

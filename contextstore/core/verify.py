@@ -324,9 +324,8 @@ def _check_blob_counts(raw_items: dict[str, Any], archive: dict[str, str], count
             refs.update(sha for row in rows for sha in blobs.refs_of(str(row[0]).encode()))
         except (msgspec.DecodeError, RecursionError, AttributeError, IndexError, TypeError):
             continue  # _check_side_keys reports it
-    stored = {sha: n for sha, n in counts.items()}
-    if stored != {sha: str(n) for sha, n in refs.items()}:
-        say(f":blobs counts {dict(sorted(stored.items()))} blob references, the items and archive hold {dict(refs)}")
+    if counts != {sha: str(n) for sha, n in refs.items()}:
+        say(f":blobs counts {dict(sorted(counts.items()))} blob references, the items and archive hold {dict(refs)}")
 
 
 def _archived_row(row: object) -> bool:

@@ -166,8 +166,9 @@ def _restored_id(item_id: object, seq: int) -> str:
     return str(item_id)
 
 
-def _restored_item(settings: Settings, it: ContextItem) -> Row:
-    """A snapshot item checked like an add, its stored JSON, and its checked form."""
+def _restored_item(settings: Settings, it: ContextItem, payloads: dict[str, str]) -> Row:
+    """A snapshot item checked like an add, its stored JSON, and its checked form; the payloads
+    of its blobs go into ``payloads`` (by sha)."""
     validate.int_in(f"the seq of snapshot item {it.id!r}", it.seq, 1, MAX_SEQ, InvalidItemError)
     _restored_id(it.id, it.seq)
     norm = validate.new_item(
@@ -197,7 +198,8 @@ def _restored_item(settings: Settings, it: ContextItem) -> Row:
         seq=it.seq,
         group=norm.group,
     )
-    stored = blobs.split(full.content, settings.blob_threshold)[0]
+    stored, found = blobs.split(full.content, settings.blob_threshold)
+    payloads.update(found)
     return (
         full,
         stored_json(msgspec.structs.replace(full, content=stored) if stored is not full.content else full),
@@ -205,12 +207,12 @@ def _restored_item(settings: Settings, it: ContextItem) -> Row:
     )
 
 
-def _restored_items(settings: Settings, snap: ContextSnapshot, item_limit: int) -> list[Row]:
+def _restored_items(settings: Settings, snap: ContextSnapshot, item_limit: int, payloads: dict[str, str]) -> list[Row]:
     if not isinstance(snap.items, list) or not all(isinstance(i, ContextItem) for i in snap.items):
         raise InvalidItemError("snapshot items must be a list of ContextItem")
     if len(snap.items) > item_limit:
         raise InvalidOptionsError(f"snapshot holds {len(snap.items)} items; item_limit is {item_limit}")
-    rows = [_restored_item(settings, it) for it in snap.items]
+    rows = [_restored_item(settings, it, payloads) for it in snap.items]
     rows.sort(key=lambda row: row[0].seq)
     ids, seqs = {r[0].id for r in rows}, {r[0].seq for r in rows}
     if len(ids) != len(rows) or len(seqs) != len(rows):
@@ -238,7 +240,9 @@ def _check_tool_links(items: list[validate.NewItem]) -> None:
             raise ToolCallLinkError(f"snapshot tool_result for {answered!r} is in another group than its call")
 
 
-def _restored_archive(settings: Settings, snap: ContextSnapshot, rows: list[Row]) -> list[wire.ArchiveEntry]:
+def _restored_archive(
+    settings: Settings, snap: ContextSnapshot, rows: list[Row], payloads: dict[str, str]
+) -> list[wire.ArchiveEntry]:
     """The snapshot's archive entries, each item checked like a restored one; an entry names a
     summary among the snapshot's items and none of its items is one of them."""
     if not isinstance(snap.archive, list) or not all(isinstance(a, ArchivedSummary) for a in snap.archive):
@@ -250,7 +254,7 @@ def _restored_archive(settings: Settings, snap: ContextSnapshot, rows: list[Row]
             raise InvalidOptionsError(f"snapshot archive entry {entry.summary_id!r} names no summary of the snapshot")
         if not isinstance(entry.expires_at, datetime) or entry.expires_at.tzinfo is None:
             raise InvalidOptionsError(f"snapshot archive entry {entry.summary_id!r} needs an aware expires_at")
-        replaced = [_restored_item(settings, it) for it in entry.items]
+        replaced = [_restored_item(settings, it, payloads) for it in entry.items]
         if any(r[0].id in ids for r in replaced):
             raise InvalidItemError(f"snapshot archive entry {entry.summary_id!r} holds an item the window holds")
         _check_tool_links([r[2] for r in replaced])
@@ -281,14 +285,12 @@ def restore(
     if snap.format_version != SNAPSHOT_FORMAT:
         raise InvalidOptionsError(f"unsupported snapshot format_version {snap.format_version!r}")
     target = _snapshot_config(snap, state.config.item_limit)
-    rows = _restored_items(settings, snap, state.config.item_limit)
-    snap_archive = _restored_archive(settings, snap, rows)
-    args = wire.restore_args(state.config, target, rows, snap_archive)
+    payloads: dict[str, str] = {}
+    rows = _restored_items(settings, snap, state.config.item_limit, payloads)
+    args = wire.restore_args(state.config, target, rows, _restored_archive(settings, snap, rows, payloads))
     args += ["fork", *fork] if fork is not None else []
     if dry:
         return None
-    every = [*rows, *(r for entry in snap_archive for r in entry[2])]
-    payloads = {s: p for row in every for s, p in blobs.split(row[0].content, settings.blob_threshold)[1].items()}
     yield from blob_plans.put(settings, state, payloads)
     raise_for_reply((yield ScriptCall("restore", state.keys, args, request)), InvalidOptionsError)
     yield from blob_plans.noted(settings, state, payloads)

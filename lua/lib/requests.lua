@@ -91,7 +91,7 @@ local function with_counters(reply)
     m = redis.call('HMGET', K_META, F.TOKENS, F.ITEMS, F.MAX_TOKENS, F.CALIBRATION)
     for i = 1, 3 do m[i] = string.match(m[i] or '', '^%d+$') or '0' end
     local calibration = tonumber(m[4])
-    if calibration and calibration > 0 and m[3] ~= '0' then m[3] = fmt(math.max(1, math.floor(m[3] / calibration))) end
+    m[3] = fmt(token_limit({max_tokens = tonumber(m[3]), calibration = calibration and calibration > 0 and calibration}))
   end
   return {reply, m[1], m[2], m[3], fmt(RUN.compactions), fmt(RUN.freed)}
 end
