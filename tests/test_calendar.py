@@ -71,6 +71,8 @@ def test_the_time_sensitive_tests_pass_a_year_from_now() -> None:
                 "-x",
                 "-k",
                 "not async",
+                "-m",
+                "not slow",  # the multi-process runs: their subject is concurrency, not the date
                 *files,
             ],
             env={**env, "REDIS_URL": server.url, "CS_EXPECT_YEAR_AHEAD": "1"},

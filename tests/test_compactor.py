@@ -185,7 +185,7 @@ def test_the_command_refuses_openai_without_a_model(redis_url, prefix):
 
 
 @pytest.mark.slow
-def test_a_compactor_killed_mid_summary_and_writers_that_never_lose_an_add(redis_url, prefix, r, tmp_path):
+def test_a_compactor_killed_mid_summary_and_writers_that_never_lose_an_add(redis_url, prefix, r, tmp_path, one_server):
     max_tokens = 6000
     with cs.ContextStore.from_url(redis_url, prefix=prefix) as store:
         w = store.window(

@@ -241,7 +241,7 @@ def test_script_flush_under_load_loses_nothing(redis_url, r, prefix):
 STRESS_SECONDS = float(os.environ.get("CONTEXTSTORE_STRESS_SECONDS", "8"))
 
 
-def test_stress_8_processes_every_operation(redis_url, r, prefix):
+def test_stress_8_processes_every_operation(redis_url, r, prefix, one_server):
     wids = ["s-a", "s-b", "s-c"]
     with cs.ContextStore.from_url(redis_url, prefix=prefix) as store:
         store.window("s-a", max_tokens=3000, max_items=60)

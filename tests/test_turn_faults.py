@@ -145,7 +145,7 @@ def _check_fencing(w: Any, items: list[Any]) -> int:
 
 
 @pytest.mark.parametrize("policy", ["reject", "enqueue", "interrupt", "rollback"])
-def test_turns_under_faults_keep_every_conversation_whole(redis_url, prefix, policy):
+def test_turns_under_faults_keep_every_conversation_whole(redis_url, prefix, policy, one_server):
     store, sent, errors = _run(redis_url, prefix, policy)
     assert errors == []
     checked = 0
@@ -172,7 +172,7 @@ def test_turns_under_faults_keep_every_conversation_whole(redis_url, prefix, pol
     store.close()
 
 
-def test_without_turns_the_same_run_shows_the_anomalies(redis_url, prefix, capsys):
+def test_without_turns_the_same_run_shows_the_anomalies(redis_url, prefix, capsys, one_server):
     store, sent, errors = _run(redis_url, prefix, "none")
     twice = unanswered = invalid = 0
     for n in range(CONVERSATIONS):
