@@ -2,9 +2,11 @@
 
 A compactor follows windows' events through a consumer group (so a fleet of compactors shares
 the work and a dead one's events are claimed by another). For every window with new events it
-checks the usage (O(1) counters); at ``warn_percent`` or above it takes the window's lease (one
-compactor per window at a time; the lease expires after ``lease_ms`` if its holder dies) and
-compacts with the window's default strategy down to ``max(0, warn_percent - 15)`` percent, so an
+checks the usage (O(1) counters, against ``max_tokens`` as calibrated by recorded usage); at
+``warn_percent`` or above it takes the window's lease (one compactor per window at a time; the
+lease expires after ``lease_ms`` if its holder dies) and compacts with the window's default
+strategy down to its ``compaction_target`` when one is set below ``warn_percent``, else
+``max(0, warn_percent - 15)`` percent, so an
 add rarely reaches ``compaction_threshold`` and never waits on a model. Events are acknowledged
 once their window is handled; a window that was busy (another compactor's lease) or failed keeps
 its events pending and is tried again after a back-off (and after ``claim_after_ms`` by any
@@ -25,13 +27,13 @@ from dataclasses import dataclass, field
 from .core import streams, wire
 from .core.config import config_values, creation_config
 from .core.keys import validate_window_id, window_keys
-from .core.layout import Meta
+from .core.layout import Meta, calibrated, calibration_of
 from .core.validate import int_in
 from .errors import InvalidOptionsError
 from .plans.base import Plan, ScriptCall, Settings, WindowState
 from .plans.compaction import compact, has_helper
 from .plans.reads import read
-from .types import CompactionStrategy
+from .types import CompactionStrategy, WindowConfig
 
 log = logging.getLogger("contextstore")
 
@@ -137,7 +139,7 @@ def tend(settings: Settings, job: CompactorJob, window_id: str) -> Plan[str]:
         if not has_helper(settings, strategy):
             log.warning("window %s: %s needs a helper this compactor lacks", window_id, strategy.value)
             strategy = CompactionStrategy.REMOVE_LOW_PRIORITY
-        freed = yield from compact(settings, state, strategy, max(0.0, state.config.warn_percent - BELOW_WARN))
+        freed = yield from compact(settings, state, strategy, target_of(state.config))
         log.info("compactor %s compacted window %s: %s freed %d tokens", job.consumer, window_id, strategy.value, freed)
         if not freed and (yield from _over_warning(state)):
             outcome = RETRY
@@ -145,13 +147,24 @@ def tend(settings: Settings, job: CompactorJob, window_id: str) -> Plan[str]:
     return outcome
 
 
+def target_of(config: WindowConfig) -> float:
+    """The percent a compactor compacts down to: the window's ``compaction_target`` when one is
+    set below its ``warn_percent`` (a target above it would free nothing), else ``BELOW_WARN``
+    points below ``warn_percent``."""
+    if config.compaction_target is not None and config.compaction_target < config.warn_percent:
+        return config.compaction_target
+    return max(0.0, config.warn_percent - BELOW_WARN)
+
+
 def _over_warning(state: WindowState) -> Plan[bool]:
-    """True when the window exists and uses ``warn_percent`` or more of its ``max_tokens``
-    (reads its stored config into ``state``)."""
+    """True when the window exists and uses ``warn_percent`` or more of its ``max_tokens`` as
+    calibrated by the usage recorded (reads its stored config into ``state``)."""
     found = yield from read(state, "meta")
     state.config = cfg = found.config(state.config)
-    tokens = found.counter(Meta.TOKENS)
-    return bool(found.exists and cfg.max_tokens and tokens * 100 >= cfg.warn_percent * cfg.max_tokens)
+    if not (found.exists and cfg.max_tokens):
+        return False
+    limit = calibrated(cfg.max_tokens, calibration_of(found.meta))
+    return found.counter(Meta.TOKENS) * 100 >= cfg.warn_percent * limit
 
 
 def release(settings: Settings, window_id: str, token: str) -> Plan[bool]:

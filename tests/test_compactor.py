@@ -80,6 +80,17 @@ def test_the_compactor_summarises_a_window_that_crosses_warn_percent(redis_url, 
         _wait(lambda: not r.exists(key(prefix, "bg", "lease")), 5, "the lease to be released")
 
 
+def test_the_compactor_compacts_down_to_the_windows_compaction_target(redis_url, prefix, compactor_thread):
+    with cs.ContextStore.from_url(redis_url, prefix=prefix) as store:
+        w = store.window("bg-target", max_tokens=2000, warn_percent=WARN, compaction_target=WARN - 8,
+                         default_strategy="remove_oldest")  # fmt: skip
+        _fill(w, WARN + 1)
+        compactor_thread(["bg-target"], consumer="c1", block_ms=200)
+        _wait(lambda: w.stats().compaction_count == 1, what="the compactor to compact")
+        # down to the target (52%), not to warn_percent - 15 (45%): each note is ~2.3% of the window
+        assert WARN - 15 + 3 < w.stats().usage_percent <= WARN - 8
+
+
 def test_a_window_below_warn_percent_is_left_alone(redis_url, prefix, compactor_thread):
     with cs.ContextStore.from_url(redis_url, prefix=prefix) as store:
         w = store.window("bg-low", max_tokens=2000, warn_percent=WARN, default_strategy="summarize")

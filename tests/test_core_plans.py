@@ -161,10 +161,11 @@ def settings() -> Settings:
                     max_content_bytes=10_000)  # fmt: skip
 
 
-def meta(tokens: int, max_tokens: int = 100, warn: float = 75.0) -> list[Any]:
-    """peek.lua's reply (meta) for a window holding ``tokens``."""
+def meta(tokens: int, max_tokens: int = 100, warn: float = 75.0, **more: object) -> list[Any]:
+    """peek.lua's reply (meta) for a window holding ``tokens`` (``more``: other Meta fields)."""
     fields = {Meta.MAX_TOKENS: max_tokens, Meta.MAX_ITEMS: 50, Meta.ITEM_LIMIT: 1000, Meta.THRESHOLD: "85.0",
-              Meta.STRATEGY: "remove_oldest", Meta.TTL: 0, Meta.TOKENS: tokens, Meta.WARN_PERCENT: warn}  # fmt: skip
+              Meta.STRATEGY: "remove_oldest", Meta.TTL: 0, Meta.TOKENS: tokens, Meta.WARN_PERCENT: warn,
+              **more}  # fmt: skip
     return [[x for pair in fields.items() for x in (pair[0], str(pair[1]))], 0, []]
 
 
@@ -193,6 +194,22 @@ def test_tend_compacts_with_the_default_strategy_to_15_points_below_warn_and_rel
     assert calls[1].args == ["acquire", j.token, "5000"] and calls[-1].args[:2] == ["release", j.token]
     compact_args = calls[3].args
     assert "remove_oldest" in compact_args and "60.0" in compact_args  # warn_percent 75 - 15
+
+
+@pytest.mark.parametrize(("target", "sent"), [("50.0", "50.0"), ("80.0", "60.0")])
+def test_tend_compacts_to_the_windows_compaction_target_when_it_is_below_warn(target, sent):
+    replies = [meta(tokens=80, target=target), 1, meta(tokens=80, target=target), [30, 0], 1]
+    calls, _ = drive(compactor.tend(settings(), job(), "a"), replies)
+    assert calls[3].name == "compact" and sent in calls[3].args  # a target above warn would free nothing
+
+
+def test_tend_measures_usage_against_the_calibrated_limit():
+    # 70 estimated tokens of 100 are below warn (75%); calibrated 1.25 (the provider counts 25%
+    # more), the limit is 80 estimated tokens and 70 is 87.5% of it
+    calls, outcome = drive(compactor.tend(settings(), job(), "a"), [meta(tokens=70, calibration="1.25"), 0])
+    assert outcome == compactor.BUSY and [c.name for c in calls] == ["peek", "lease"]
+    calls, outcome = drive(compactor.tend(settings(), job(), "a"), [meta(tokens=70)])
+    assert outcome == compactor.NOT_NEEDED
 
 
 def test_tend_asks_to_try_again_when_nothing_could_be_freed():

@@ -88,7 +88,8 @@ def compactor(
     """Compact windows in the background.
 
     Follows the windows' events (default: every window) through a consumer group and compacts a
-    window with its default strategy (down to warn_percent - 15) when it crosses warn_percent.
+    window with its default strategy when it crosses warn_percent (down to its
+    compaction_target, else warn_percent - 15).
     Several compactors may run; one works on a window at a time. Stops on SIGINT or SIGTERM."""
     store = env.store(**helpers_of(**kw))
     stop = threading.Event()
