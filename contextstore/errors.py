@@ -219,11 +219,6 @@ class ReplayUnavailableError(ContextStoreError):
         self.request_id = request_id
 
 
-class CommitConflict(ContextStoreError):
-    """Internal: items changed between the read and the commit of an outside-Redis compaction
-    (the plan reads again and decides again)."""
-
-
 class TurnBusyError(ContextStoreError):
     """``win.turn(policy="reject")`` found another turn holding the window's lease: nothing was
     written. ``owner`` is the running turn's owner, ``retry_after_ms`` how long its lease runs."""
@@ -269,7 +264,9 @@ _TOOLCALL_PROBLEMS = {
 SCRIPT_ERRORS: dict[str, ErrorFactory] = {
     "FULL": lambda d, _: ContextWindowFullError(d[0], *(int(x) for x in d[1:6])),
     "DUPLICATE": lambda d, _: DuplicateItemError(f"item id {d[0]!r} exists with other content"),
-    "CONFLICT": lambda d, _: CommitConflict(d[0] if d else ""),
+    # an outside-Redis compaction's items changed between its read and its commit (the plan
+    # reads again and decides again; a caller never sees it)
+    "CONFLICT": lambda d, _: VersionConflictError(f"the items to compact changed: {' '.join(d)}"),
     "MOVED": lambda d, _: VersionConflictError(f"the window moved on: {' '.join(d)}", *d[1:2]),  # version, current
     "REUSED": lambda d, _: InvalidOptionsError(f"request id {d[0]!r} was already used for a different call"),
     "RECORDED": lambda d, _: ReplayUnavailableError(

@@ -58,7 +58,6 @@ def test_the_error_tree_is_what_the_library_exports():
         "ConfigConflictError",
         "WindowNotFoundError",
         "ScriptError",
-        "CommitConflict",
         "CorruptWindowError",
     } <= names
     assert issubclass(cs.WindowNotFoundError, LookupError)

@@ -11,7 +11,7 @@ from ..core import validate, wire
 from ..core.layout import Meta, calibrated, calibration_of
 from ..core.parts import text_of
 from ..core.stored import Entry, entry_digest
-from ..errors import CommitConflict, HelperError, InvalidOptionsError, StrategyUnavailableError, raise_for_reply
+from ..errors import HelperError, InvalidOptionsError, StrategyUnavailableError, VersionConflictError, raise_for_reply
 from ..types import HISTORY_TYPES, CompactionPlan, CompactionStrategy, ContextItem, ItemType, PlannedItem
 from .base import Plan, ScriptCall, Settings, WindowState, helper_call, new_request
 from .reads import read
@@ -247,7 +247,7 @@ def _compact_outside(
         args = wire.commit_args(strategy, read_as, summary)
         try:
             reply = raise_for_reply((yield ScriptCall("commit", state.keys, args, request, same_args=False)))
-        except CommitConflict:
+        except VersionConflictError:
             continue  # another worker changed the window meanwhile: decide again
         freed, summary_id = wire.decode_commit(reply)
         if summary_id:
