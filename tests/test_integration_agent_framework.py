@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("agent_framework")
 
-from agent_framework import Content, HistoryProvider, Message
+from agent_framework import Agent, BaseChatClient, ChatResponse, Content, HistoryProvider, Message
 
 import contextstore as cs
 from contextstore.integrations.agent_framework import ContextStoreChatMessageStore
@@ -187,3 +187,33 @@ def test_nan_and_infinity_in_additional_properties_come_back(any_store):
     asyncio.run(history.save_messages("floats", [odd]))
     (back,) = asyncio.run(history.get_messages("floats"))
     assert math.isnan(back.additional_properties["score"]) and back.additional_properties["to"] == [math.inf]
+
+
+class ScriptedClient(BaseChatClient):
+    """A chat client that answers every request with the same text, no network."""
+
+    def _inner_get_response(self, *, messages, stream, options, **kwargs):
+        async def answer() -> ChatResponse:
+            return ChatResponse(messages=[Message(role="assistant", contents=["noted"])])
+
+        return answer()
+
+
+def test_a_run_without_a_session_leaves_a_window_that_expires(redis_url, prefix, r, one_server):
+    async def main() -> None:
+        store = cs.AsyncContextStore.from_url(redis_url, prefix=prefix)
+        history = ContextStoreChatMessageStore(store)
+        agent = Agent(client=ScriptedClient(), context_providers=[history])
+        await agent.run("no session")  # the framework makes a session with a random id
+        await agent.run("mine", session=agent.create_session(session_id="user-42"))
+        kept = ContextStoreChatMessageStore(store, generated_session_ttl_seconds=None)
+        await Agent(client=ScriptedClient(), context_providers=[kept]).run("keep this one")
+        await store.close()
+
+    asyncio.run(main())
+    metas = {k.decode().split("{")[1].split("}")[0]: k for k in r.scan_iter(f"{prefix}:*:meta")}
+    generated = [w for w in metas if w != "user-42"]
+    assert "user-42" in metas and len(generated) == 2
+    assert r.ttl(metas["user-42"]) == -1  # the caller's own session is kept
+    ttls = sorted(r.ttl(metas[w]) for w in generated)
+    assert ttls[0] == -1 and 86_000 < ttls[1] <= 86_400  # kept when asked, else a day

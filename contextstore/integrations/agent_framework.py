@@ -24,6 +24,7 @@ import asyncio
 import json
 import math
 import time
+import uuid
 from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any
@@ -47,6 +48,9 @@ except ImportError as exc:  # pragma: no cover - the extra is not installed
 RAW = "agent_framework"
 #: the session a call without one uses (as the framework's file and Redis providers do)
 DEFAULT_SESSION = "default"
+#: how long the window of a session whose id the framework generated lives after its last write
+#: (``generated_session_ttl_seconds``): one day
+GENERATED_SESSION_TTL_S = 86_400
 _TYPES = {"user": "user_message", "assistant": "assistant_message", "system": "instruction", "tool": "tool_result"}
 
 
@@ -158,6 +162,14 @@ def new_messages(existing: Sequence[Message], incoming: Sequence[Message]) -> li
     return list(incoming)
 
 
+def _generated(session_id: str) -> bool:
+    """Whether ``session_id`` is an id ``AgentSession`` generated (``str(uuid.uuid4())``)."""
+    try:
+        return str(uuid.UUID(session_id, version=4)) == session_id
+    except ValueError:
+        return False
+
+
 def _args(content: dict[str, Any]) -> str:
     args = content.get("arguments", "")
     return args if isinstance(args, str) else json.dumps(args, default=str)
@@ -178,7 +190,13 @@ def from_window_item(item: ContextItem) -> Message:
 class ContextStoreChatMessageStore(HistoryProvider):
     """An Agent Framework history provider whose sessions are contextstore windows: shared
     safely by every process, kept within a token budget (``window_config`` over
-    ``SESSION_DEFAULTS``), each save one atomic step. Constructing it does no I/O."""
+    ``SESSION_DEFAULTS``), each save one atomic step. Constructing it does no I/O.
+
+    ``agent.run()`` without a session makes a session with a new random id each time (a UUID4,
+    as does ``agent.create_session()`` without an id): such a window expires
+    ``generated_session_ttl_seconds`` (a day) after its last write instead of being kept for
+    ever; a session id of the caller's, or ``ttl_seconds`` in the window config, is kept as
+    configured. ``None`` keeps generated sessions too."""
 
     DEFAULT_SOURCE_ID = "contextstore"
 
@@ -193,6 +211,7 @@ class ContextStoreChatMessageStore(HistoryProvider):
         store_context_from: set[str] | None = None,
         store_outputs: bool = True,
         skip_excluded: bool = False,
+        generated_session_ttl_seconds: int | None = GENERATED_SESSION_TTL_S,
         **window_config: Any,
     ) -> None:
         super().__init__(
@@ -206,10 +225,17 @@ class ContextStoreChatMessageStore(HistoryProvider):
         #: as the framework's own providers: leave out the messages its compaction marked excluded
         self.skip_excluded = skip_excluded
         self._store, self._config = store, window_config
+        self._generated_config = dict(window_config)
+        if generated_session_ttl_seconds is not None and window_config.get("ttl_seconds") is None:
+            self._generated_config["ttl_seconds"] = generated_session_ttl_seconds
 
     def session(self, session_id: str | None) -> SessionWindow:
-        """The window of ``session_id`` (no I/O)."""
-        return SessionWindow(DEFAULT_SESSION if session_id is None else session_id, self._store, **self._config)
+        """The window of ``session_id`` (no I/O). A session whose id the framework generated (a
+        UUID4, as ``AgentSession()`` makes for ``agent.run()`` without a session) gets
+        ``ttl_seconds=generated_session_ttl_seconds`` unless the window config sets one."""
+        session_id = DEFAULT_SESSION if session_id is None else session_id
+        config = self._generated_config if _generated(session_id) else self._config
+        return SessionWindow(session_id, self._store, **config)
 
     async def get_messages(
         self, session_id: str | None, *, state: dict[str, Any] | None = None, **kwargs: Any
