@@ -18,22 +18,30 @@ from langchain_core.messages import HumanMessage
 from llama_index.core.llms import ChatMessage
 
 import contextstore as cs
-from contextstore.integrations._session import ENCODED, session_for, window_for
+from contextstore.integrations._session import ENCODED, HASHED, SESSION_KEY, session_for, window_for
 from contextstore.integrations.agent_framework import ContextStoreChatMessageStore
 from contextstore.integrations.langchain import ContextStoreChatMessageHistory
 from contextstore.integrations.llama_index import ContextStoreChatStore
 from contextstore.integrations.openai_agents import ContextStoreSession
 
-ODD_IDS = ["two words", "café", "ana+test@exämple.com", "x" * 140 + "é", "sid64.looks-encoded", "a{b}c*"]
+LONG_IDS = ["u" * 250, "é" * 120, "x" * 140 + "é" + "y" * 60]  # their base64 passes 200 characters
+ODD_IDS = ["two words", "café", "ana+test@exämple.com", "x" * 140 + "é", "sid64.looks-encoded", "sidh.too", "a{b}c*",
+           *LONG_IDS]  # fmt: skip
 
 
 def test_every_string_has_a_window_of_its_own_and_comes_back():
     windows = {window_for(s) for s in [*ODD_IDS, "plain-id", "user:42/chat"]}
     assert len(windows) == len(ODD_IDS) + 2
     for s in [*ODD_IDS, "plain-id"]:
-        assert session_for(window_for(s)) == s
+        if s not in LONG_IDS:
+            assert session_for(window_for(s)) == s
     assert window_for("plain-id") == "plain-id" and window_for("two words").startswith(ENCODED)
-    for bad in ("", None, 7, "é" * 120):  # the last: its base64 passes 200 characters
+    for s in LONG_IDS:  # named by a hash; the id comes back from the window's newest item
+        assert window_for(s).startswith(HASHED) and len(window_for(s)) <= 200
+        kept = cs.ContextItem(id="m", content="hi", type="user_message", metadata={SESSION_KEY: s})
+        assert session_for(window_for(s), lambda kept=kept: [kept]) == s
+        assert session_for(window_for(s)) is None  # an empty window keeps none
+    for bad in ("", None, 7, "\ud800"):  # the last is no UTF-8 text
         with pytest.raises(cs.InvalidOptionsError):
             window_for(bad)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
 import threading
 import time
 from collections.abc import Callable, Coroutine
@@ -90,32 +91,41 @@ def run_in_thread(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
 
 #: the head of a window id that holds a session id which is no window id itself (``window_for``)
 ENCODED = "sid64."
+#: the head of a window id named by the SHA-256 of a session id too long to hold (``window_for``)
+HASHED = "sidh."
+#: where each item of a ``HASHED`` session's window keeps the session id (``metadata``)
+SESSION_KEY = "contextstore_session_id"
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).decode().rstrip("=")
 
 
 def window_for(session_id: object) -> str:
     """The window of a framework's session id, which frameworks treat as opaque: the id itself
     when it is a window id (1-200 characters of ``A-Z a-z 0-9 . _ - : @ / + =``) that does not
-    start with ``ENCODED``; else ``ENCODED`` and its UTF-8 in unpadded URL-safe base64 (so every
-    string has its own window, and ``session_for`` gives it back). ``InvalidOptionsError`` when
-    that is longer than a window id may be (session ids of up to 145 bytes of UTF-8 always fit)."""
+    start with ``ENCODED`` or ``HASHED``; else ``ENCODED`` and its UTF-8 in unpadded URL-safe
+    base64 while that fits a window id (up to 145 bytes of UTF-8 always do), so that
+    ``session_for`` gives it back; else ``HASHED`` and its SHA-256 in the same base64 (each item
+    of the window then keeps the id in ``metadata[SESSION_KEY]``, readable with redis-cli)."""
     if not isinstance(session_id, str) or not session_id:
         raise InvalidOptionsError(f"a session id must be a non-empty str, not {session_id!r}")
-    if is_window_id(session_id) and not session_id.startswith(ENCODED):
+    if is_window_id(session_id) and not session_id.startswith((ENCODED, HASHED)):
         return session_id
     try:
-        encoded = ENCODED + base64.urlsafe_b64encode(session_id.encode()).decode().rstrip("=")
+        data = session_id.encode()
     except UnicodeEncodeError:
         raise InvalidOptionsError(f"session id {session_id[:60]!r} is not UTF-8 text") from None
-    if len(encoded) > MAX_WINDOW_ID:
-        raise InvalidOptionsError(
-            f"session id {session_id[:60]!r}... is too long: one outside A-Z a-z 0-9 . _ - : @ / + = "
-            f"may take 145 bytes of UTF-8 (its window id holds it in base64), one within them 200 characters"
-        )
-    return encoded
+    encoded = ENCODED + _b64(data)
+    return encoded if len(encoded) <= MAX_WINDOW_ID else HASHED + _b64(hashlib.sha256(data).digest())
 
 
-def session_for(window_id: str) -> str:
-    """The session id whose window is ``window_id`` (``window_for`` undone)."""
+def session_for(window_id: str, newest: Callable[[], list[ContextItem]] = list) -> str | None:
+    """The session id whose window is ``window_id`` (``window_for`` undone): for a ``HASHED``
+    window, the id its newest item keeps (``newest()``: its newest item; None when it has none)."""
+    if window_id.startswith(HASHED):
+        kept = [(i.metadata or {}).get(SESSION_KEY) for i in newest()]
+        return kept[0] if kept and isinstance(kept[0], str) else None
     if not window_id.startswith(ENCODED):
         return window_id
     data = window_id[len(ENCODED) :]
@@ -133,6 +143,8 @@ class SessionWindow:
         self.session_id, self.store = session_id, store
         self.config = {**SESSION_DEFAULTS, **window_config}
         self.window: ContextWindow | AsyncContextWindow = store.handle(window_for(session_id), **self.config)
+        #: what each item written keeps in its metadata (the session id of a ``HASHED`` window)
+        self._kept = {SESSION_KEY: session_id} if self.window.window_id.startswith(HASHED) else {}
 
     def call(self, method: str, *args: Any, _on: Any = None, **kwargs: Any) -> Any:
         """``window.<method>(...)`` (or ``_on``'s: the window's turn) from sync code."""
@@ -153,19 +165,27 @@ class SessionWindow:
     def _write(self, method: str, batch: list[dict[str, Any]], **kw: Any) -> Any:
         """``add_many`` through the turn this context runs on the window (``_turns``), else the
         window's ``method``; a refused write of the turn is noted (``_turns.refused``)."""
+        on = running_turn(self) if method == "add_many" else None
         try:
-            return self.call(method, batch, _on=running_turn(self) if method == "add_many" else None, **kw)
+            return self.call(method, self._keeping(batch), _on=on, **kw)
         except TurnLostError:
             refused(self)
             raise
 
     async def _awrite(self, method: str, batch: list[dict[str, Any]], **kw: Any) -> Any:
         """The async form of ``_write``."""
+        on = running_turn(self) if method == "add_many" else None
         try:
-            return await self.acall(method, batch, _on=running_turn(self) if method == "add_many" else None, **kw)
+            return await self.acall(method, self._keeping(batch), _on=on, **kw)
         except TurnLostError:
             refused(self)
             raise
+
+    def _keeping(self, batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """``batch`` with the session id in each entry's metadata, for a ``HASHED`` window."""
+        if not self._kept:
+            return batch
+        return [{**entry, "metadata": {**(entry.get("metadata") or {}), **self._kept}} for entry in batch]
 
     def add(self, entries: Callable[[bool], list[dict[str, Any]]], method: str = "add_many", **kw: Any) -> None:
         """``add_many(entries(True))`` (or ``replace``, with ``kw``) in one atomic step, fenced by

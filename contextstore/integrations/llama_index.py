@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 from .. import AsyncContextStore, ContextStore
@@ -175,7 +176,15 @@ class ContextStoreChatStore(BaseChatStore):
         return from_window_item(popped[0]) if popped else None
 
     def get_keys(self) -> list[str]:
-        """Every key (window) under the store's prefix."""
-        if isinstance(self._store, ContextStore):
-            return [session_for(w) for w in self._store.windows()]
-        return [session_for(w) for w in run_in_thread(self._store.windows)]
+        """Every key (window) under the store's prefix (a key too long to name its window is read
+        from the window's newest message; an empty such window has none)."""
+        store = self._store
+
+        def newest(window_id: str) -> list[ContextItem]:
+            if isinstance(store, ContextStore):
+                return store.handle(window_id).items(limit=1)
+            return run_in_thread(lambda: store.handle(window_id).items(limit=1))
+
+        windows = store.windows() if isinstance(store, ContextStore) else run_in_thread(store.windows)
+        keys = [session_for(w, partial(newest, w)) for w in windows]
+        return [k for k in keys if k is not None]
