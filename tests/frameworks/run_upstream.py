@@ -9,12 +9,15 @@ repository) and prints passed/failed. The tests run against an embedded redis-se
 
 Wired: LangChain (its chat-history and runnable-history tests), openai-agents (its session
 tests, run against ``SQLiteSession``'s constructor, and its compaction-session tests) and
-llama-index (its ``SimpleChatStore`` tests, run against ``ContextStoreChatStore``).
-llama-index-core and agent-framework-core ship no tests in their source distributions: for
-llama-index, pass ``--tests DIR``, the ``llama-index-core`` folder of a checkout of the
-framework's repository at the installed version (whose ``tests/`` the suite names).
+llama-index (its ``SimpleChatStore`` tests, run against ``ContextStoreChatStore``) and Agent
+Framework (its session and agent tests, with ``InMemoryHistoryProvider`` and
+``FileHistoryProvider`` swapped for ``ContextStoreChatMessageStore``). llama-index-core and
+agent-framework-core ship no tests in their source distributions: pass ``--tests DIR``, the
+folder of a checkout of the framework's repository that holds the ``tests/`` the suite names
+(``llama-index-core``; Agent Framework's ``python/packages/core``).
 
     python tests/frameworks/run_upstream.py llama-index --tests ~/src/llama_index/llama-index-core
+    python tests/frameworks/run_upstream.py agent-framework --tests ~/src/agent-framework/python/packages/core
 """
 
 from __future__ import annotations
@@ -106,6 +109,45 @@ class SwappedChatStore(ContextStoreChatStore):
 chat_stores.SimpleChatStore = simple.SimpleChatStore = SwappedChatStore
 '''
 
+AGENT_FRAMEWORK_SWAP = '''
+"""Replace Agent Framework's in-memory and file history providers with contextstore's provider."""
+import hashlib, itertools, tempfile
+import agent_framework, agent_framework._agents as agents_module, agent_framework._sessions as sessions
+import contextstore as cs
+from contextstore.integrations.agent_framework import ContextStoreChatMessageStore
+
+_PATH = tempfile.mkdtemp(prefix="cs-upstream-")
+_IDS = itertools.count()
+
+
+class SwappedInMemory(ContextStoreChatMessageStore):
+    """InMemoryHistoryProvider's constructor: each provider keeps sessions of its own (the
+    in-memory one keeps them in each session's state)."""
+
+    DEFAULT_SOURCE_ID = sessions.InMemoryHistoryProvider.DEFAULT_SOURCE_ID
+
+    def __init__(self, source_id=None, **options):
+        super().__init__(cs.ContextStore.embedded(_PATH, prefix=f"mem{next(_IDS)}"), source_id=source_id, **options)
+
+
+class SwappedFile(ContextStoreChatMessageStore):
+    """FileHistoryProvider's constructor: a storage path names a set of sessions."""
+
+    DEFAULT_SOURCE_ID = sessions.FileHistoryProvider.DEFAULT_SOURCE_ID
+
+    def __init__(self, storage_path, *, source_id=DEFAULT_SOURCE_ID, serialization_format="json", dumps=None,
+                 loads=None, **options):
+        named = hashlib.sha1(str(storage_path).encode()).hexdigest()[:12]
+        super().__init__(cs.ContextStore.embedded(_PATH, prefix=f"file{named}"), source_id=source_id, **options)
+
+
+for module in (agent_framework, sessions, agents_module):
+    if hasattr(module, "InMemoryHistoryProvider"):
+        module.InMemoryHistoryProvider = SwappedInMemory
+    if hasattr(module, "FileHistoryProvider"):
+        module.FileHistoryProvider = SwappedFile
+'''
+
 SUITES = {
     "langchain": {
         "dist": "langchain-core",
@@ -130,6 +172,14 @@ SUITES = {
         "swap": LLAMA_INDEX_SWAP,
         "sdist_has_tests": False,
     },
+    "agent-framework": {
+        "dist": "agent-framework-core",
+        "tests": ["tests/core/test_sessions.py", "tests/core/test_agents.py"],
+        "deps": ["pytest-asyncio"],
+        "swap": AGENT_FRAMEWORK_SWAP,
+        "sdist_has_tests": False,
+        "pytest": ["-o", "asyncio_mode=auto"],
+    },
 }
 
 
@@ -150,7 +200,8 @@ def main() -> int:
     ap.add_argument("framework", choices=sorted(SUITES))
     ap.add_argument("--tests", type=Path, help="a checkout's folder holding the suite's tests/ (else the sdist's)")
     ap.add_argument("pytest_args", nargs="*", help="more pytest arguments (e.g. -k NAME)")
-    opts = ap.parse_args()
+    opts, more = ap.parse_known_args()  # pytest's own options (-k NAME) pass through
+    opts.pytest_args += more
     suite = SUITES[opts.framework]
     dist = suite["dist"]
     pinned = f"{dist}=={version(dist)}"
@@ -164,6 +215,7 @@ def main() -> int:
         (plugin_dir / "contextstore_swap.py").write_text(suite["swap"])
         cmd = [sys.executable, "-m", "pytest", "-q", "-p", "contextstore_swap", "-p", "no:cacheprovider"]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(plugin_dir), str(root)])}
+        cmd += ["-o", "addopts=", *suite.get("pytest", [])]  # not this repository's options
         done = subprocess.run([*cmd, *suite["tests"], *opts.pytest_args], cwd=root, env=env)
         print(f"{pinned}: pytest exit status {done.returncode}")
         return done.returncode
