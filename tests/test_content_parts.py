@@ -5,6 +5,7 @@ exists and refused by name where none does; an image counted by its size, not it
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import struct
 import zlib
@@ -76,7 +77,8 @@ def test_a_build_sends_its_own_formats_parts_as_stored_and_converts_the_others(s
         {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": SHOT}},
     ]
     assert anthropic[2]["content"] == ANTHROPIC_PARTS
-    assert "[image/png 1280x800" in w.build(opts)  # a text build names what it cannot show
+    built = w.build(opts)
+    assert "[image/png 1280x800" in built and "sha256" not in built  # a text build names what it cannot show
 
 
 @pytest.mark.parametrize(
@@ -226,7 +228,9 @@ def test_the_command_shows_a_part_as_a_label_and_writes_its_data(store, redis_ur
     code, out, _ = run("show", "shown")
     assert code == 0 and "What is in this picture?" in out and "[image/png" not in out  # the first line only
     code, out, _ = run("get", "shown", item.id or "")
-    assert code == 0 and f"[image/png 1280x800 {len(png(1280, 800))} B]" in out and SHOT not in out
+    sha = hashlib.sha256(f"data:image/png;base64,{SHOT}".encode()).hexdigest()  # the payload: its blob's name
+    assert code == 0 and f"[image/png 1280x800 {len(png(1280, 800))} B sha256:{sha[:12]}…]" in out
+    assert SHOT not in out
     target = tmp_path / "shot.png"
     code, out, _ = run("get", "shown", item.id or "", "--part", "1", "--out", str(target))
     assert code == 0 and target.read_bytes() == png(1280, 800)

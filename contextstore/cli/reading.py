@@ -182,14 +182,14 @@ def _write_part(item: ContextItem, n: int | None, out: Path | None) -> None:
     if chosen["type"] == "text":
         data = chosen["text"].encode()
     if data is None:
-        raise CommandFailed(f"part {n} holds no data of its own (a URL or a file id): {parts.label(chosen)}")
+        raise CommandFailed(f"part {n} holds no data of its own (a URL or a file id): {parts.label(chosen, sha=True)}")
     if out is None:
         if chosen["type"] != "text":
             raise BadInput(f"part {n} is {media_type or chosen['type']} data: give --out FILE to write it")
         click.echo(visible(chosen["text"]))
         return
     out.write_bytes(data)
-    click.echo(f"wrote {len(data)} bytes of part {n} ({parts.label(chosen)}) to {out}")
+    click.echo(f"wrote {len(data)} bytes of part {n} ({parts.label(chosen, sha=True)}) to {out}")
 
 
 @cli.command("get")

@@ -57,13 +57,13 @@ def summary_of(item: ContextItem) -> str:
     calls tools, the calls (``calls weather(city=Paris)``) before any text it has."""
     calls = (item.metadata or {}).get("tool_calls") if item.type is ItemType.ASSISTANT_MESSAGE else None
     if not isinstance(calls, list) or not calls:
-        return text_of(item.content)
+        return text_of(item.content, sha=True)
     named = []
     for call in calls:
         function = call.get("function", {}) if isinstance(call, dict) else {}
         arguments = " ".join(str(function.get("arguments", "")).split())
         named.append(f"{function.get('name', '?')}({arguments[:40]})")
-    text = first_line(text_of(item.content))
+    text = first_line(text_of(item.content, sha=True))
     return "calls " + ", ".join(named) + (f": {text}" if text else "")
 
 
@@ -206,7 +206,7 @@ def item_view(item: ContextItem) -> RenderableType:
         fields.add_row(name, plain(value))
     if item.metadata:
         fields.add_row("metadata", plain(msgspec.json.encode(item.metadata).decode()))
-    return Group(fields, Text(""), plain(text_of(item.content) or summary_of(item)))
+    return Group(fields, Text(""), plain(text_of(item.content, sha=True) or summary_of(item)))
 
 
 def usage_bar(stats: ContextWindowStats, width: int = 40) -> RenderableType:

@@ -19,7 +19,6 @@ stored JSON it read (``inlined``), checking it against its sha, before any plan 
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
@@ -28,6 +27,7 @@ import msgspec
 
 from ..errors import corrupt_value
 from .layout import STORED_HEAD
+from .parts import payload_field, sha_of
 
 #: a blob's payload must be at least this many bytes (store option ``blob_threshold_bytes``)
 DEFAULT_THRESHOLD = 16_384
@@ -72,25 +72,6 @@ def sweep_lock(prefix: str) -> str:
     return f"{prefix}:{{#blobs}}:sweep"
 
 
-def sha_of(payload: str) -> str:
-    """A payload's name: the SHA-256 of its UTF-8 bytes, in hex."""
-    return hashlib.sha256(payload.encode()).hexdigest()
-
-
-def _payload_field(part: Mapping[str, Any]) -> tuple[str, str] | None:
-    """Where a part holds its payload (outer key, inner key), when it holds one inline."""
-    kind = part.get("type")
-    if kind == "image_url":
-        return "image_url", "url"
-    if kind == "file" and isinstance(part["file"].get("file_data"), str):
-        return "file", "file_data"
-    if kind == "input_audio":
-        return "input_audio", "data"
-    if kind in ("image", "document") and part["source"].get("type") == "base64":
-        return "source", "data"
-    return None
-
-
 def split(content: Any, threshold: int) -> tuple[Any, dict[str, str]]:
     """``content`` (checked) as stored: each payload of at least ``threshold`` bytes replaced by
     its token; and those payloads by sha. A str, or nothing that large: as it is, {}."""
@@ -98,7 +79,7 @@ def split(content: Any, threshold: int) -> tuple[Any, dict[str, str]]:
         return content, {}
     out, found = [], {}
     for part in content:
-        where = _payload_field(part)
+        where = payload_field(part)
         payload = part[where[0]][where[1]] if where else None
         if isinstance(payload, str) and len(payload.encode()) >= threshold:
             sha = sha_of(payload)
@@ -114,7 +95,7 @@ def tokens_in(content: Any) -> list[str]:
         return []
     found = set()
     for part in content:
-        where = _payload_field(part)
+        where = payload_field(part)
         payload = part[where[0]][where[1]] if where else None
         if isinstance(payload, str) and payload.startswith("cs-blob:"):
             found.add(payload[len("cs-blob:") :])

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import math
 import re
 import struct
@@ -261,8 +262,29 @@ def data_of(part: Mapping[str, Any]) -> tuple[bytes | None, str]:
 # -- text --------------------------------------------------------------------------------------
 
 
-def label(part: Mapping[str, Any]) -> str:
-    """A part that is not text, in words: ``[image/png 1280x800 312 KB]``, ``[file]``."""
+def payload_field(part: Mapping[str, Any]) -> tuple[str, str] | None:
+    """Where a part holds its payload (outer key, inner key), when it holds one inline."""
+    kind = part.get("type")
+    if kind == "image_url":
+        return "image_url", "url"
+    if kind == "file" and isinstance(part["file"].get("file_data"), str):
+        return "file", "file_data"
+    if kind == "input_audio":
+        return "input_audio", "data"
+    if kind in ("image", "document") and part["source"].get("type") == "base64":
+        return "source", "data"
+    return None
+
+
+def sha_of(payload: str) -> str:
+    """The SHA-256 of a payload's text, in hex: what names its blob (``blobs.blob_keys``)."""
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def label(part: Mapping[str, Any], sha: bool = False) -> str:
+    """A part that is not text, in words: ``[image/png 1280x800 312 KB]``, ``[file]``; with
+    ``sha``, the start of its payload's SHA-256 too (``sha256:ab12cd34ef56…``: it names the
+    part's blob when it is stored as one), as the CLI shows it."""
     data, media_type = data_of(part)
     kind = media_type or ("image" if _is_image(part) else part["type"])
     words = [kind]
@@ -271,6 +293,9 @@ def label(part: Mapping[str, Any]) -> str:
         words.append(f"{size[0]}x{size[1]}")
     if data is not None:
         words.append(_bytes(len(data)))
+        where = payload_field(part)
+        if sha and where is not None:
+            words.append(f"sha256:{sha_of(part[where[0]][where[1]])[:12]}…")
     return "[" + " ".join(words) + "]"
 
 
@@ -281,13 +306,13 @@ def _bytes(n: int) -> str:
     return f"{round(n / 1024)} KB" if n < 1 << 20 else f"{n / (1 << 20):.1f} MB"
 
 
-def text_of(content: str | list[dict[str, Any]]) -> str:
+def text_of(content: str | list[dict[str, Any]], sha: bool = False) -> str:
     """The text ``content`` stands for where only text goes (a text build, markdown, a summary,
     a relevance score, the CLI): a str as it is; parts as their text, each other part as its
-    ``label``, one a line."""
+    ``label`` (with ``sha``, as the CLI shows it), one a line."""
     if isinstance(content, str):
         return content
-    return "\n".join(p["text"] if p["type"] == "text" else label(p) for p in content)
+    return "\n".join(p["text"] if p["type"] == "text" else label(p, sha) for p in content)
 
 
 # -- formats -----------------------------------------------------------------------------------
