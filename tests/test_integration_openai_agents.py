@@ -318,6 +318,9 @@ def test_images_and_files_are_content_parts_stored_once_and_come_back_exactly(an
         {"type": "computer_call_output", "call_id": "cu_1",
          "output": {"type": "computer_screenshot", "image_url": url}},
         {"role": "user", "content": [{"type": "input_image", "image_url": url, "detail": "high"}]},
+        {"type": "function_call", "call_id": "fc_1", "name": "look", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "fc_1",  # a tool that returns an image and text
+         "output": [{"type": "input_text", "text": "the login page"}, {"type": "input_image", "image_url": url}]},
     ]  # fmt: skip
     session = _session(any_store, "vision", max_tokens=100_000)
     run(session.add_items(items))
@@ -330,6 +333,9 @@ def test_images_and_files_are_content_parts_stored_once_and_come_back_exactly(an
         {"type": "image_url", "image_url": {"url": url}}
     ]
     assert screenshot.token_count < 2_000 < len(url) // 4  # counted from its size, not its base64
+    assert stored[5].type is cs.ItemType.TOOL_RESULT and stored[5].content == [
+        {"type": "text", "text": "the login page"}, {"type": "image_url", "image_url": {"url": url}}
+    ]  # fmt: skip
     blobs = [k for k in r.scan_iter(f"{prefix}:{{#blobs:*}}:*") if not k.endswith(b":index")]
     assert len(blobs) == 2  # the screenshot (three times) and the PDF, once each
     raw = r.hget(key(prefix, "vision", "items"), stored[3].id)

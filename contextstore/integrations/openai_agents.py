@@ -90,7 +90,7 @@ def to_window_item(item: dict[str, Any], linked: bool = True) -> dict[str, Any]:
     (``_media``); the rest of it is kept as it came, to give it back exactly."""
     kind = item.get("type") or ("message" if "role" in item else "item")
     call_id = item.get("call_id")
-    field = "output" if isinstance(item.get("output"), dict) else "content"
+    field = "output" if isinstance(item.get("output"), (dict, list)) else "content"
     lean, media, where = _media.split(item.get(field), _media_rule)
     meta: dict[str, Any] = {RAW: {**item, field: lean}, _media.MEDIA: [field, where]} if media else {RAW: item}
     if not linked and call_id:
@@ -101,7 +101,8 @@ def to_window_item(item: dict[str, Any], linked: bool = True) -> dict[str, Any]:
         entry = {"type": _ROLE_TYPES.get(role, "other"), "role": role, "content": content}
     elif call_id and kind.endswith("_output"):
         meta["tool_call_id"] = call_id
-        output = _media.content("" if media else _text(item.get("output")), media)
+        text = _text_of(lean) if isinstance(lean, list) else ""  # a screenshot object holds no text
+        output = _media.content(text if media else _text(item.get("output")), media)
         entry = {"type": "tool_result", "role": "tool", "content": output}
     elif call_id:
         arguments = item.get("arguments", item.get("input", item.get("action", "")))
