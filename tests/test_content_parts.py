@@ -258,3 +258,38 @@ def test_a_message_that_takes_text_only_refuses_other_parts_by_name(store):
     assert text_only.build_messages(opts)[0] == {"role": "system", "content": [{"type": "text", "text": "be brief"}]}
     built = text_only.build_messages(opts, format="anthropic")
     assert built["system"] == [{"type": "text", "text": "be brief"}]
+
+
+def test_built_messages_are_what_each_providers_sdk_types_take(store, one_server):
+    """The payloads validate against the ``openai`` and ``anthropic`` packages' own typed params
+    (nothing dropped: what validates is exactly what was built)."""
+    pydantic = pytest.importorskip("pydantic")
+    chat = pytest.importorskip("openai.types.chat")
+    anthropic_types = pytest.importorskip("anthropic.types")
+    w = store.window("typed", max_tokens=50_000)
+    call = {"id": "shot_1", "type": "function", "function": {"name": "screenshot", "arguments": "{}"}}
+    w.add("You are terse.", type="system_prompt", pinned=True)
+    w.add(OPENAI_PARTS, role="user")
+    w.add("a cat", role="assistant")
+    w.add(ANTHROPIC_PARTS, role="user")
+    w.add_many([
+        {"content": "", "role": "assistant", "metadata": {"tool_calls": [call]}},
+        {"content": "saved as shot.png", "role": "tool", "metadata": {"tool_call_id": "shot_1"}},
+    ])  # fmt: skip
+    opts = cs.BuildOptions(reserve_for_response=0)
+
+    def plain(value: Any) -> Any:  # iterating a lazily validated iterable (the parts) validates it
+        if isinstance(value, dict):
+            return {k: plain(v) for k, v in value.items()}
+        return value if isinstance(value, str) or not hasattr(value, "__iter__") else [plain(v) for v in value]
+
+    def valid(kind: Any, payload: Any) -> Any:
+        adapter = pydantic.TypeAdapter(kind)  # alive while its lazy iterables are read
+        return plain(adapter.validate_python(payload, strict=True))
+
+    openai_messages = w.build_messages(opts)
+    assert valid(list[chat.ChatCompletionMessageParam], openai_messages) == openai_messages
+    built = w.build_messages(cs.BuildOptions(reserve_for_response=0, cache_control=True), format="anthropic")
+    assert valid(list[anthropic_types.MessageParam], built["messages"]) == built["messages"]
+    assert valid(list[anthropic_types.TextBlockParam], built["system"]) == built["system"]
+    assert any(p["type"] == "image" for m in built["messages"] for p in m["content"] if isinstance(m["content"], list))
