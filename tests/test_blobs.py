@@ -78,6 +78,22 @@ def test_the_same_screenshot_is_stored_once_per_prefix(make_store, r, prefix):
     assert len(stored) < 500  # the item holds a reference, not the payload
 
 
+def test_events_carry_references_never_bodies(make_store, r, prefix):
+    store = make_store(blob_threshold_bytes=THRESHOLD)
+    w = store.window("shot-events", max_tokens=100_000)
+    first = w.add(question(), role="user")
+    w.add_many([{"content": question(1), "role": "user"}])
+    w.build_messages()
+    w.remove(first.id or "")
+    entries = r.xrange(f"{prefix}:{{shot-events}}:events")
+    kinds = [fields[b"event"] for _, fields in entries]
+    assert kinds.count(b"item_added") == 2 and b"built" in kinds and b"item_removed" in kinds
+    payloads = [image_url(seed)["image_url"]["url"][-200:].encode() for seed in (0, 1)]
+    for _, fields in entries:
+        raw = b"".join(k + v for k, v in fields.items())
+        assert len(raw) < 1_000 and not any(p in raw for p in payloads)
+
+
 def test_blobs_take_a_fraction_of_the_memory_of_inline_parts(make_store, r, prefix):
     def used(p: str) -> int:
         return sum(r.memory_usage(k, samples=0) or 0 for k in r.scan_iter(f"{p}:*"))
