@@ -4,12 +4,13 @@
 --   when the window does not exist yet).
 -- ARGV[N_CONFIG + 1..2 * N_CONFIG]: the snapshot's config, in layout.Meta.CONFIG order (its
 --   item_limit is ignored: a window keeps its own).
--- ARGV[2 * N_CONFIG + 1]: n; then n items, each one argument, a JSON array of 10 strings: id,
---   stored JSON, seq, token_count, priority, type, pinned, flags, group, tool link (as in add.lua)
---   (one argument an item: a window of 200,000 items stays far below the 1,048,576 arguments a
---   command may have); then m, the snapshot's archive entries, each: summary id, server ms it
---   expires, k, and k items, each a JSON array of 8 strings (id, stored JSON, seq, token_count,
---   priority, type, flags, group): the items the summary replaced, in arrival order; then, for a fork (§19), 'fork', the window it is made
+-- ARGV[2 * N_CONFIG + 1]: n; then the n items' rows, each a JSON array of 10 strings: id, stored
+--   JSON, seq, token_count, priority, type, pinned, flags, group, tool link (as in add.lua), packed
+--   into arguments that are each a JSON array of rows (up to wire.ROWS_AN_ARGUMENT rows or about
+--   wire.BYTES_AN_ARGUMENT bytes: a script's arguments stay few at any size); then m, the snapshot's archive entries, each: summary id,
+--   server ms it expires, k, and the rows of its k items packed the same way, each a JSON array
+--   of 8 strings (id, stored JSON, seq, token_count, priority, type, flags, group): the items the
+--   summary replaced, in arrival order; then, for a fork (§19), 'fork', the window it is made
 --   from and the item it is made at ('' for none): the window must not exist ({'!', 'EXISTS'}
 --   otherwise, nothing written), it keeps its lineage in :meta (parent, fork_point) and its
 --   event is 'forked' (parent, fork_point, items), not 'restored'.
@@ -22,28 +23,41 @@
 -- Reply: number of items restored.
 local A = 2 * N_CONFIG + 1
 
--- ARGV[at] as the fields of an item: a JSON array of `width` strings, or nil.
-local function packed(at, width)
-  local ok, row = pcall(cjson.decode, ARGV[at] or '')
-  if not ok or type(row) ~= 'table' or #row ~= width then return nil end
-  for k = 1, width do
-    if type(row[k]) ~= 'string' then return nil end
+-- The n rows packed into the arguments from ARGV[at] on (each a JSON array of rows, each row a
+-- JSON array of `width` strings) and the argument after them; nil when they are not so.
+local function packed(at, n, width)
+  local rows, count = {}, 0
+  while count < n do
+    local ok, chunk = pcall(cjson.decode, ARGV[at] or '')
+    if not ok or type(chunk) ~= 'table' or #chunk == 0 or count + #chunk > n then return nil end
+    for _, row in ipairs(chunk) do
+      if type(row) ~= 'table' or #row ~= width then return nil end
+      for k = 1, width do
+        if type(row[k]) ~= 'string' then return nil end
+      end
+      count = count + 1
+      rows[count] = row
+    end
+    at = at + 1
   end
-  return row
+  return rows, at
 end
 
+-- The items of the snapshot, the largest seq among them, and the argument after them; nil and
+-- what is wrong when they are malformed.
 local function parse_rows(n)
+  local rows, after = packed(A + 1, n, 10)
+  if not rows then return nil, 'items' end
   local items, seen, max_seq = {}, {}, 0
   for i = 1, n do
-    local f = packed(A + i, 10)
-    if not f then return nil, i end
+    local f = rows[i]
     local it = {id = f[1], json = f[2], seq = tonumber(f[3]), tokens = tonumber(f[4]), priority = tonumber(f[5]),
       type = f[6], pinned = f[7] == '1', flags = f[8], group = f[9], calls = {}}
     local link = f[10]
     if it.id == '' or seen[it.id] or not RANK[it.type] or not is_int(it.seq, 1, MAX_SEQ)
         or not is_int(it.tokens, 1, MAX_TOKENS) or not is_int(it.priority, 0, MAX_PRIORITY)
         or not string.find(it.flags or '', '^%a*$') or string.sub(it.json, 1, #STORED_HEAD) ~= STORED_HEAD then
-      return nil, i
+      return nil, 'item ' .. i
     end
     if string.sub(link, 1, 2) == 'C:' then
       for _, pair in ipairs(words(string.sub(link, 3))) do
@@ -55,7 +69,7 @@ local function parse_rows(n)
     if it.seq > max_seq then max_seq = it.seq end
     items[i] = it
   end
-  return items, max_seq
+  return items, max_seq, after
 end
 
 -- Empty the item keys, the archive (undo of an earlier summary is refused after a restore)
@@ -80,10 +94,11 @@ local function parse_archive(at)
   for e = 1, m do
     local id, expires, k = ARGV[at], tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2])
     if not id or id == '' or not is_int(expires, 0, 1e15) or not is_int(k, 1, MAX_ITEM_LIMIT) then return nil end
+    local packed_rows, after = packed(at + 3, k, 8)
+    if not packed_rows then return nil end
     local rows = {}
     for j = 1, k do
-      local f = packed(at + 2 + j, 8)
-      if not f then return nil end
+      local f = packed_rows[j]
       local a = {seq = tonumber(f[3]), tokens = tonumber(f[4]), priority = tonumber(f[5]), type = f[6], flags = f[7],
         group = f[8]}
       if f[1] == '' or not RANK[a.type] or not is_int(a.seq, 1, MAX_SEQ)
@@ -94,15 +109,24 @@ local function parse_archive(at)
       rows[j] = {f[2], pack_attrs(a), f[1]}
     end
     entries[e] = {id, expires, rows}
-    at = at + 3 + k
+    at = after
   end
   return entries, at
 end
 
-local function store(it)
-  store_item(it, it.json)
-  redis.call('HINCRBY', K_META, F.TOKENS_OF .. it.type, it.tokens)
-  redis.call('HINCRBY', K_META, F.ITEMS_OF .. it.type, 1)
+-- Store the items (in a few calls per key) and count them per type; their tokens in all.
+local function store(items)
+  local rows, per_type, tokens = {}, {}, 0
+  for i, it in ipairs(items) do
+    rows[i], tokens = {it, it.json}, tokens + it.tokens
+    local t = per_type[it.type] or {0, 0}
+    t[1], t[2], per_type[it.type] = t[1] + it.tokens, t[2] + 1, t
+  end
+  store_items(rows)
+  for kind, t in pairs(per_type) do
+    redis.call('HSET', K_META, F.TOKENS_OF .. kind, fmt(t[1]), F.ITEMS_OF .. kind, fmt(t[2]))
+  end
+  return tokens
 end
 
 -- The window's config and counters (read_config); for a window whose :meta is corrupt, the
@@ -128,10 +152,10 @@ local c = config_of(ARGV, N_CONFIG)
 c.item_limit = cfg.item_limit
 if not valid_config(c) then return fail('BADARG', 'snapshot config') end
 local n = tonumber(ARGV[A])
-if not is_int(n, 0, c.item_limit) or #ARGV < A + n + 1 then return fail('BADARG', 'items') end
-local items, max_seq = parse_rows(n)
-if not items then return fail('BADARG', 'item ' .. max_seq) end
-local archive, tail = parse_archive(A + n + 1)
+if not is_int(n, 0, c.item_limit) then return fail('BADARG', 'items') end
+local items, max_seq, after = parse_rows(n)
+if not items then return fail('BADARG', max_seq) end
+local archive, tail = parse_archive(after)
 if not archive then return fail('BADARG', 'archive') end
 local fork = nil  -- {parent, fork point}
 if tail == #ARGV - 2 and ARGV[tail] == 'fork' and ARGV[tail + 1] ~= '' then
@@ -147,11 +171,7 @@ persist_config(cfg)
 wipe()
 bump(F.REMOVED_BY_CALLER, 1)
 new_epoch()
-local tokens = 0
-for _, it in ipairs(items) do
-  store(it)
-  tokens = tokens + it.tokens
-end
+local tokens = store(items)
 redis.call('HSET', K_META, F.TOKENS, fmt(tokens), F.ITEMS, fmt(n), F.SEQ, fmt(math.max(cfg.seq, max_seq)),
   unpack(config_pairs(c)))
 local restored_ids, kept, expired = {}, 0, 0

@@ -299,9 +299,11 @@ def test_summarize_without_a_summarizer_is_refused_before_any_io():
         next(compaction_plans.compact(settings(), state(max_tokens=100), "summarize"))
 
 
-def test_a_restore_sends_one_argument_an_item_so_a_big_window_fits_one_command():
-    """A command takes at most 1,048,576 arguments: ten an item stopped restore (and so fork) of
-    a window over ~100,000 items; one an item (a JSON array of its fields) reaches any size."""
+def test_a_restore_packs_its_items_into_few_arguments():
+    """A command takes at most 1,048,576 arguments (ten an item stopped restore, and so fork, of a
+    window over ~100,000 items), and Redis 6.2 sets up a script's arguments in time that grows
+    with the square of their count: the items' rows go ROWS_AN_ARGUMENT to an argument, fewer
+    when they pass BYTES_AN_ARGUMENT."""
     from contextstore.plans import snapshot as snapshot_plans
 
     items = [cs.ContextItem(content=f"message {n}", id=f"ctx-{n}", seq=n, token_count=2, role="user",
@@ -312,5 +314,10 @@ def test_a_restore_sends_one_argument_an_item_so_a_big_window_fits_one_command()
     sent, _ = drive(snapshot_plans.restore(settings(), state(), snap), [1])
     argv = sent[0].argv()[1:]  # after the request id
     config = 2 * len(layout.Meta.CONFIG)
-    assert len(argv) == config + 1 + 300 + 1 and argv[config] == "300"
-    assert msgspec.json.decode(argv[config + 1])[0] == "ctx-1"
+    assert len(argv) == config + 1 + 1 + 1 and argv[config] == "300"
+    rows = msgspec.json.decode(argv[config + 1])
+    assert len(rows) == 300 and rows[0][0] == "ctx-1" and rows[-1][0] == "ctx-300"
+    rows = [[f"id{n}", "x" * 600_000] for n in range(5)] + [[f"small{n}", "y"] for n in range(2500)]
+    packed = wire._packed(rows)  # a 600 KB row fills an argument; small ones go 1000 to one
+    assert [len(msgspec.json.decode(a)) for a in packed] == [1, 1, 1, 1, 1000, 1000, 501]
+    assert [r for a in packed for r in msgspec.json.decode(a)] == rows  # every row, in order

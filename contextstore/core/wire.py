@@ -334,27 +334,48 @@ def _stored_fields(item: ContextItem, raw: bytes, pinned: Args) -> Args:
     return [*head, *pinned, flags, item.group or ""]
 
 
+#: how many items' fields one argument of restore.lua carries at most, and about how many bytes
+#: (one item may pass it): a command's arguments are few at any size (Redis 6.2 sets up a
+#: script's ARGV in time that grows with the square of their count: 80,000 arguments took it
+#: 1.7 s, Redis 7 0.2 s), and each stays far below the 512 MB a bulk string may have
+ROWS_AN_ARGUMENT = 1000
+BYTES_AN_ARGUMENT = 1 << 20
+
+
 def restore_args(
     cfg: WindowConfig, snap_config: WindowConfig, items: Sequence[RestoredRow], archive: Sequence[ArchiveEntry] = ()
 ) -> Args:
-    """restore.lua's ARGV: the snapshot's config, then per item one argument, the JSON array of
-    its (id, stored JSON, seq, tokens, priority, type, pinned, flags, group, tool link), then the
-    archive entries (summary id, expiry ms, item count, then per item the JSON array of its id,
-    stored JSON, seq, tokens, priority, type, flags, group). One argument an item keeps a window
-    of any size below the arguments a command may have (1,048,576)."""
-    args = [*config_args(cfg), *config_args(snap_config), str(len(items))]
-    for item, raw, checked in items:
-        args.append(_packed([*_stored_fields(item, raw, ["1" if item.pinned else "0"]), tool_link(checked)]))
-    args.append(str(len(archive)))
-    for summary_id, expires_ms, rows in archive:
-        args += [summary_id, str(expires_ms), str(len(rows))]
-        args += [_packed(_stored_fields(item, raw, [])) for item, raw, _ in rows]
+    """restore.lua's ARGV: the snapshot's config, the item count, then the items' rows (the JSON
+    array of each one's id, stored JSON, seq, tokens, priority, type, pinned, flags, group, tool
+    link) ``ROWS_AN_ARGUMENT`` to an argument; then the archive entries (summary id, expiry ms,
+    item count, then the rows of its items the same way: id, stored JSON, seq, tokens, priority,
+    type, flags, group)."""
+    rows = [
+        [*_stored_fields(item, raw, ["1" if item.pinned else "0"]), tool_link(checked)] for item, raw, checked in items
+    ]
+    args = [*config_args(cfg), *config_args(snap_config), str(len(items)), *_packed(rows), str(len(archive))]
+    for summary_id, expires_ms, archived in archive:
+        args += [summary_id, str(expires_ms), str(len(archived))]
+        args += _packed([_stored_fields(item, raw, []) for item, raw, _ in archived])
     return args
 
 
-def _packed(fields: Args) -> bytes:
-    """An item's fields as one argument: a JSON array of strings."""
-    return _json.encode([f.decode() if isinstance(f, bytes) else f for f in fields])
+def _packed(rows: list[Args]) -> list[bytes]:
+    """Rows of strings as arguments, each a JSON array of rows: at most ``ROWS_AN_ARGUMENT`` of
+    them, and no more once it holds ``BYTES_AN_ARGUMENT``."""
+    out: list[bytes] = []
+    chunk: list[bytes] = []
+    size = 0
+    for row in rows:
+        encoded = _json.encode([f.decode() if isinstance(f, bytes) else f for f in row])
+        if chunk and (len(chunk) == ROWS_AN_ARGUMENT or size + len(encoded) > BYTES_AN_ARGUMENT):
+            out.append(b"[" + b",".join(chunk) + b"]")
+            chunk, size = [], 0
+        chunk.append(encoded)
+        size += len(encoded)
+    if chunk:
+        out.append(b"[" + b",".join(chunk) + b"]")
+    return out
 
 
 def event_args(name: str, fields: dict[str, str], held: dict[str, str] | None = None) -> Args:

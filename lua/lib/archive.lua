@@ -203,10 +203,10 @@ local function put_back(cfg, entry_id, rows, leaving)
   if what then return nil, fail('INUSE', what, name) end
   local fifo = not appended(items, leaving) and fifo_with(items, leaving and leaving.id or '')
   if leaving then remove_many({leaving.id}, 'undo', removal({leaving.id})) end
-  for _, it in ipairs(items) do
-    store_item(it, it.json)
-    count_added(it)
-  end
+  local rows = {}
+  for i, it in ipairs(items) do rows[i] = {it, it.json} end
+  store_items(rows)
+  for _, it in ipairs(items) do count_added(it) end
   if fifo then write_fifo(fifo) end
   new_epoch()  -- the items come back with their old seqs
   archive_drop(entry_id)

@@ -243,27 +243,56 @@ local function count_blobs(jsons, d)
   end
 end
 
--- Write an item into every structure (not the counters): its JSON, attrs, build order, arrival
--- order, pin, group and tool calls. it = {id, seq, type, tokens, priority, pinned, flags, group,
--- calls}; it comes last in arrival order, or just before the id `before`.
-local function store_item(it, json, before)
-  redis.call('HSET', K_ITEMS, it.id, json)
-  count_blobs({json}, 1)
-  redis.call('HSET', K_ATTRS, it.id, pack_attrs(it))
-  redis.call('ZADD', K_ORDER, score(it.type, it.priority, it.seq), it.id)
+-- `cmd key` with the words of `args` (a flat list), at most 2000 of them a call: a restore of
+-- 200,000 items makes a few hundred calls, not a million.
+local function batched(cmd, key, args)
+  for i = 1, #args, 2000 do
+    redis.call(cmd, key, unpack(args, i, math.min(i + 1999, #args)))
+  end
+end
+
+-- Write items into every structure (not the counters): their JSON, attrs, build order, arrival
+-- order, pins, groups and tool calls. rows = {{it, json}, ...}, it = {id, seq, type, tokens,
+-- priority, pinned, flags, group, calls}; they come last in arrival order, in this order, or just
+-- before the id `before`.
+local function store_items(rows, before)
+  local items, attrs, order, fifo, pinned, calls, jsons, groups, members = {}, {}, {}, {}, {}, {}, {}, {}, {}
+  for _, row in ipairs(rows) do
+    local it, json = row[1], row[2]
+    local n = #items
+    items[n + 1], items[n + 2], attrs[n + 1], attrs[n + 2] = it.id, json, it.id, pack_attrs(it)
+    order[n + 1], order[n + 2] = score(it.type, it.priority, it.seq), it.id
+    fifo[#fifo + 1], jsons[#jsons + 1] = it.id, json
+    if it.pinned then pinned[#pinned + 1] = it.id end
+    if it.group ~= '' then
+      if not members[it.group] then
+        groups[#groups + 1], members[it.group] = it.group, {redis.call('HGET', K_GROUPS, it.group) or nil}
+      end
+      table.insert(members[it.group], it.id)
+    end
+    for _, call in ipairs(it.calls or {}) do
+      calls[#calls + 1], calls[#calls + 2] = call.id, it.group .. ' ' .. call.name
+    end
+  end
+  batched('HSET', K_ITEMS, items)
+  count_blobs(jsons, 1)
+  batched('HSET', K_ATTRS, attrs)
+  batched('ZADD', K_ORDER, order)
   if before then
-    redis.call('LINSERT', K_FIFO, 'BEFORE', before, it.id)
+    for _, id in ipairs(fifo) do redis.call('LINSERT', K_FIFO, 'BEFORE', before, id) end
   else
-    redis.call('RPUSH', K_FIFO, it.id)
+    batched('RPUSH', K_FIFO, fifo)
   end
-  if it.pinned then redis.call('SADD', K_PINNED, it.id) end
-  if it.group ~= '' then
-    local v = redis.call('HGET', K_GROUPS, it.group)
-    redis.call('HSET', K_GROUPS, it.group, v and (v .. ' ' .. it.id) or it.id)
-  end
-  for _, call in ipairs(it.calls or {}) do
-    redis.call('HSET', K_CALLS, call.id, it.group .. ' ' .. call.name)
-  end
+  batched('SADD', K_PINNED, pinned)
+  local grouped = {}
+  for _, g in ipairs(groups) do grouped[#grouped + 1], grouped[#grouped + 2] = g, table.concat(members[g], ' ') end
+  batched('HSET', K_GROUPS, grouped)
+  batched('HSET', K_CALLS, calls)
+end
+
+-- store_items of one item.
+local function store_item(it, json, before)
+  store_items({{it, json}}, before)
 end
 
 -- Count a newly stored item in the window's counters, and announce it (item_added).
