@@ -132,16 +132,24 @@ def test_data_contents_are_content_parts_stored_once(any_store, r, prefix, redis
         Content.from_uri(uri="https://example.com/a.png", media_type="image/png"),
     ])  # fmt: skip
     again = Message(role="user", contents=[Content.from_data(data=png, media_type="image/png")])
+    look = Message(role="assistant", contents=[Content.from_function_call(call_id="s1", name="look", arguments={})])
+    seen = Message(role="tool", contents=[  # a tool result that holds the screenshot it took
+        Content.from_function_result(call_id="s1", result=[Content.from_text("the form"),
+                                                           Content.from_data(data=png, media_type="image/png")]),
+    ])  # fmt: skip
+    messages = [question, Message(role="assistant", contents=["A form."]), again, look, seen]
     history = ContextStoreChatMessageStore(any_store, max_tokens=100_000)
-    asyncio.run(history.save_messages("vision", [question, Message(role="assistant", contents=["A form."]), again]))
+    asyncio.run(history.save_messages("vision", messages))
     got = asyncio.run(history.get_messages("vision"))
-    assert dicts(got) == dicts([question, Message(role="assistant", contents=["A form."]), again])
+    assert dicts(got) == dicts(messages)
     with cs.ContextStore.from_url(redis_url, prefix=prefix) as plain:
         stored = plain.window("vision").items()
     assert [p["type"] for p in stored[0].content] == ["text", "image_url", "file"]
     assert stored[2].token_count < 1_000 < len(png) // 3  # the image counted by its size
+    assert stored[4].type is cs.ItemType.TOOL_RESULT and [p["type"] for p in stored[4].content] == ["text", "image_url"]
+    assert stored[4].content[0]["text"] == "the form" and stored[4].token_count < 1_000
     blobs = [k for k in r.scan_iter(f"{prefix}:{{#blobs:*}}:*") if not k.endswith(b":index")]
-    assert len(blobs) == 2  # the screenshot (twice) and the PDF, once each
+    assert len(blobs) == 2  # the screenshot (three times) and the PDF, once each
 
 
 def test_the_frameworks_history_options_are_taken_not_refused(any_store):

@@ -16,34 +16,51 @@ MEDIA = "media"
 Rule = Callable[[Mapping[str, Any]], "tuple[tuple[str, ...], dict[str, Any]] | None"]
 
 
-def _at(part: Mapping[str, Any], path: tuple[str, ...]) -> Any:
+def _at(part: Mapping[str, Any], path: tuple[str | int, ...]) -> Any:
     value: Any = part
     for key in path:
-        value = value.get(key) if isinstance(value, Mapping) else None
+        if isinstance(key, int):
+            value = value[key] if isinstance(value, list) and 0 <= key < len(value) else None
+        else:
+            value = value.get(key) if isinstance(value, Mapping) else None
     return value
 
 
-def _set(part: dict[str, Any], path: tuple[str, ...], value: Any) -> dict[str, Any]:
-    if len(path) == 1:
-        return {**part, path[0]: value}
-    return {**part, path[0]: _set(dict(part[path[0]]), path[1:], value)}
+def _set(part: Any, path: tuple[str | int, ...], value: Any) -> Any:
+    """``part`` (a dict, or a list for an int key) with ``value`` at ``path``, copied on the way."""
+    out: Any = list(part) if isinstance(part, list) else dict(part)
+    out[path[0]] = value if len(path) == 1 else _set(part[path[0]], path[1:], value)
+    return out
 
 
-def split(content: Any, rule: Rule) -> tuple[Any, list[dict[str, Any]], list[list[Any]]]:
+def _found(part: Mapping[str, Any], rule: Rule, nested: str | None) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
+    """Each image's or file's data in ``part``: where (a path of keys) and the content part it
+    becomes; in the list under its key ``nested`` too (a tool result's items)."""
+    found = rule(part)
+    if found is not None:
+        return [found] if isinstance(_at(part, found[0]), str) else []
+    inner = part.get(nested) if nested else None
+    out = []
+    for j, sub in enumerate(inner if isinstance(inner, list) else []):
+        made = rule(sub) if isinstance(sub, Mapping) else None
+        if made is not None and isinstance(_at(sub, made[0]), str):
+            out.append(((nested, j, *made[0]), made[1]))
+    return out
+
+
+def split(content: Any, rule: Rule, nested: str | None = None) -> tuple[Any, list[dict[str, Any]], list[list[Any]]]:
     """``content`` (a framework's list of parts, or one part) with each image's and file's data
-    taken out, the content parts they become, and where each goes back
-    ([index in content or -1 for a single part, path, index of its content part])."""
+    taken out (also from the list under a part's key ``nested``), the content parts they become,
+    and where each goes back ([index in content or -1 for a single part, path, index of its
+    content part])."""
     single = isinstance(content, Mapping)
     parts_in = [content] if single else content if isinstance(content, list) else []
     lean, parts, where = list(parts_in), [], []
     for i, part in enumerate(parts_in):
-        found = rule(part) if isinstance(part, Mapping) else None
-        if found is None or not isinstance(_at(part, found[0]), str):
-            continue
-        path, made = found
-        parts.append(made)
-        where.append([-1 if single else i, list(path), len(parts) - 1])
-        lean[i] = _set(dict(part), path, None)
+        for path, made in _found(part, rule, nested) if isinstance(part, Mapping) else []:
+            parts.append(made)
+            where.append([-1 if single else i, list(path), len(parts) - 1])
+            lean[i] = _set(lean[i], path, None)
     return (lean[0] if single else lean) if parts else content, parts, where
 
 
@@ -55,9 +72,9 @@ def joined(lean: Any, where: list[list[Any]], parts: list[dict[str, Any]]) -> An
     for index, path, n in where:
         value = data_of(media[n])
         if index == -1:
-            out = _set(dict(out), tuple(path), value)
+            out = _set(out, tuple(path), value)
         else:
-            out[index] = _set(dict(out[index]), tuple(path), value)
+            out[index] = _set(out[index], tuple(path), value)
     return out
 
 

@@ -70,7 +70,7 @@ def to_window_item(message: Message, linked: bool = True) -> dict[str, Any]:
     images and files (``data`` contents) become content parts beside its text (``_media``); the
     message kept to give it back holds no copy of their data."""
     raw = _json_safe(message.to_dict())
-    lean, media, where = _media.split(raw.get("contents"), _media_rule)
+    lean, media, where = _media.split(raw.get("contents"), _media_rule, nested="items")  # a result's items
     if media:
         raw = {**raw, "contents": lean}
     role = str(raw.get("role", "user"))
@@ -84,7 +84,7 @@ def to_window_item(message: Message, linked: bool = True) -> dict[str, Any]:
         c["call_id"] for c in contents if c.get("type") == "function_result" and isinstance(c.get("call_id"), str)
     ]
     meta: dict[str, Any] = {RAW: raw, _media.MEDIA: where} if media else {RAW: raw}
-    text = message.text or ""
+    text = message.text or ("\n".join(str(c.get("result", "")) for c in contents) if results else "")
     entry: dict[str, Any] = {
         "type": _TYPES.get(role, "other"), "role": role, "content": _media.content(text, media) if media else text,
     }  # fmt: skip
