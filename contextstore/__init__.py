@@ -59,9 +59,9 @@ from .types import (
     ItemType,
     Lineage,
     PlannedItem,
-    UsageTotals,
     WindowOptions,
 )
+from .usage import Prices, UsageTotals
 
 __version__ = "0.1.0"
 
@@ -104,6 +104,7 @@ __all__ = [
     "OtherEvent",
     "PermissionDeniedError",
     "PlannedItem",
+    "Prices",
     "RelevanceScorer",
     "ReplayUnavailableError",
     "ReplicationTimeoutError",

@@ -1,6 +1,7 @@
 """Data types of the public API: enums and msgspec Structs.
 
-May import: nothing else of contextstore; no I/O (no redis, asyncio, subprocess or HTTP).
+May import: ``usage`` (the reported-usage types ``ContextWindowStats`` holds); no I/O (no
+redis, asyncio, subprocess or HTTP).
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from typing import Annotated, Any, Literal, TypedDict
 
 import msgspec
 from msgspec import Meta
+
+from .usage import UsageTotals
 
 #: the defaults of a window's options, owned here (layout.py hands them to the scripts, config.py
 #: to new windows, and the structs below take them)
@@ -246,18 +249,6 @@ class ContextSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     archive_ttl_seconds: int = DEFAULT_ARCHIVE_TTL_SECONDS
     archive: list[ArchivedSummary] = []
     compaction_target: float | None = None
-
-
-class UsageTotals(msgspec.Struct, frozen=True, kw_only=True):
-    """What the provider reported for a window's builds (``record_usage``), summed: its token
-    counts, each kept apart (``input_tokens`` excludes the cached ones, as Anthropic reports them),
-    and how many reports made them."""
-
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_read_tokens: int = 0
-    cache_write_tokens: int = 0
-    records: int = 0
 
 
 class ContextWindowStats(msgspec.Struct, frozen=True, kw_only=True):

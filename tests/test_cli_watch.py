@@ -116,3 +116,15 @@ def test_watch_scrolls_the_items_and_filters_events_in_a_real_terminal(redis_url
         _tmux("send-keys", "-t", session, "q")
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True, timeout=30)
+
+
+def test_the_view_with_reported_usage_and_prices_still_fits(redis_url, prefix):
+    console = Console(width=118, height=30, record=True, file=io.StringIO())
+    with cs.ContextStore.from_url(redis_url, prefix=prefix) as store:
+        win = store.window("priced", max_tokens=8000)
+        win.add_many([{"content": f"item {n}", "type": "user_message", "role": "user"} for n in range(25)])
+        win.record_usage(win.build_structured().version, input_tokens=100, output_tokens=10, cache_read_tokens=900)
+        console.print(WatchView(win, prices=cs.Prices(input=3.0, output=15.0, cache_read=0.3)).refresh(30, 118))
+    screen = console.export_text().rstrip("\n").split("\n")
+    assert len(screen) == 30 and "q quits" in screen[-1], "\n".join(screen)
+    assert "cost of the reported usage: 0.000720" in "\n".join(screen)

@@ -183,3 +183,38 @@ def test_workers_recording_at_once_lose_nothing_and_count_nothing_twice(make_sto
         list(pool.map(worker, range(4)))
     assert w.stats().usage == cs.UsageTotals(input_tokens=1000, output_tokens=100, records=100)
     assert len(_usage_events(w)) == 100
+
+
+def test_what_the_usage_cost_at_the_callers_prices():
+    used = cs.UsageTotals(input_tokens=1_000, output_tokens=500, cache_read_tokens=9_000, cache_write_tokens=0)
+    sonnet = cs.Prices(input=3.0, output=15.0, cache_read=0.3, cache_write=3.75)
+    assert used.cost(sonnet) == pytest.approx((1_000 * 3.0 + 500 * 15.0 + 9_000 * 0.3) / 1e6)
+    assert used.cache_read_share == pytest.approx(0.9) and cs.UsageTotals().cache_read_share == 0.0
+    assert cs.UsageTotals().cost(sonnet) == 0.0
+    for bad in ({"input": -1.0}, {"input": float("nan")}, {"input": 1.0, "output": float("inf")}, {"input": "3"}):
+        with pytest.raises(cs.InvalidOptionsError, match="price must be a finite number"):
+            cs.Prices(**bad)
+    with pytest.raises(cs.InvalidOptionsError, match="prices must be a Prices"):
+        used.cost({"input": 3.0})  # type: ignore[arg-type]
+
+
+def test_the_command_shows_what_the_reported_usage_cost(one_server, store, redis_url, prefix, capsys):
+    from contextstore import cli
+
+    w = store.window("u-cli", max_tokens=5_000)
+    _conversation(w, 2)
+    version = w.build_structured(NO_RESERVE).version
+    w.record_usage(version, input_tokens=1_000, output_tokens=500, cache_read_tokens=9_000)
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        code = cli.main(["--url", redis_url, "--prefix", prefix, *argv])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    code, out, _ = run("stats", "u-cli", "--prices", "3,15,0.3,3.75")
+    out = " ".join(out.split())  # as wrapped to the terminal's width
+    assert code == 0 and "cost of the reported usage: 0.013200" in out and "(90.0% of the prompt)" in out
+    code, out, _ = run("stats", "u-cli", "--prices", "3,15,0.3", "--json")
+    assert code == 0 and '"cost":0.0132' in out.replace(" ", "")
+    code, _, err = run("stats", "u-cli", "--prices", "3,-15")
+    assert code == 2 and "INPUT,OUTPUT[,CACHE_READ,CACHE_WRITE]" in err

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import click
 
-from .. import ContextStore, ContextWindow, __version__
+from .. import ContextStore, ContextWindow, Prices, __version__
 from ..errors import ContextStoreError, WindowNotFoundError
 from .views import json_text, visible
 
@@ -78,6 +78,34 @@ _CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 def json_option(fn: F) -> F:
     """The ``--json`` flag of a reading command."""
     return click.option("--json", "as_json", is_flag=True, help="print JSON (for scripts) instead of a view")(fn)
+
+
+class PricesParam(click.ParamType):  # type: ignore[type-arg]
+    """``INPUT,OUTPUT[,CACHE_READ,CACHE_WRITE]``: prices per million tokens (a ``Prices``)."""
+
+    name = "prices"
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> Prices:
+        """The ``Prices`` the words give (a usage error, exit 2, when they are not prices)."""
+        if isinstance(value, Prices):
+            return value
+        words = str(value).split(",")
+        try:
+            numbers = [float(w) for w in words]
+            if not 1 <= len(numbers) <= 4:
+                raise ValueError
+            return Prices(**dict(zip(("input", "output", "cache_read", "cache_write"), numbers, strict=False)))
+        except (ValueError, ContextStoreError):
+            self.fail(f"{value!r}: give INPUT,OUTPUT[,CACHE_READ,CACHE_WRITE], prices per million tokens", param, ctx)
+
+
+def prices_option(fn: F) -> F:
+    """The ``--prices`` option: what the reported usage cost, at the caller's prices."""
+    return click.option(
+        "--prices",
+        type=PricesParam(),
+        help="INPUT,OUTPUT[,CACHE_READ,CACHE_WRITE] per million tokens: show what the reported usage cost",
+    )(fn)
 
 
 def window_argument(fn: F) -> F:

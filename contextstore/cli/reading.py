@@ -12,11 +12,12 @@ from typing import Literal, cast
 import click
 from rich.console import Console
 
+from .. import Prices
 from ..core import parts
 from ..events import KINDS as EVENT_KINDS
 from ..render.select import build_key
 from ..types import BuildOptions, ContextItem, ItemType
-from .app import BadInput, CommandFailed, Env, cli, emit_json, json_option, pass_env, window_argument
+from .app import BadInput, CommandFailed, Env, cli, emit_json, json_option, pass_env, prices_option, window_argument
 from .views import (
     CONTENT_WIDTH,
     event_line,
@@ -25,6 +26,7 @@ from .views import (
     items_table,
     json_array,
     json_text,
+    stats_json,
     stats_view,
     turn_lines,
     visible,
@@ -228,15 +230,16 @@ def items(ctx: click.Context, window: str, types: tuple[str, ...], limit: int | 
 
 @cli.command("stats")
 @window_argument
+@prices_option
 @json_option
 @pass_env
-def stats(env: Env, window: str, as_json: bool) -> None:
-    """Show usage, counters and tokens per type."""
+def stats(env: Env, window: str, prices: Prices | None, as_json: bool) -> None:
+    """Show usage, counters and tokens per type (with --prices, what the reported usage cost)."""
     found = env.window(window).stats()
     if as_json:
-        emit_json(found)
+        emit_json(stats_json(found, prices))
     else:
-        Console().print(stats_view(found))
+        Console().print(stats_view(found, prices))
 
 
 @cli.command("build")
@@ -371,12 +374,9 @@ def kind_options(fn: click.decorators.FC) -> click.decorators.FC:
 def kind_filter(kinds: tuple[str, ...], skip: tuple[str, ...]) -> Callable[[object], bool]:
     """Whether an event passes ``--kind`` / ``--skip``."""
     wanted, unwanted = set(kinds), set(skip)
-
-    def passes(event: object) -> bool:
-        kind = getattr(event, "kind", None)
-        return (not wanted or kind in wanted) and kind not in unwanted
-
-    return passes
+    return lambda event: (
+        (not wanted or getattr(event, "kind", None) in wanted) and getattr(event, "kind", None) not in unwanted
+    )
 
 
 @cli.command("events")

@@ -17,6 +17,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from .. import Prices
 from ..core.parts import text_of
 from ..turns import TurnStatus
 from ..types import ContextItem, ContextWindowStats, ItemType
@@ -227,20 +228,35 @@ def usage_bar(stats: ContextWindowStats, width: int = 40) -> RenderableType:
     return line
 
 
-def stats_view(stats: ContextWindowStats) -> RenderableType:
-    """The usage bar, the window's counters and a per-type breakdown."""
-    head = Text(
+def stats_lines(stats: ContextWindowStats, prices: Prices | None = None) -> list[str]:
+    """The lines of text above the per-type table: the window's counters, the usage the provider
+    reported (when some was) and, with ``prices``, what it cost."""
+    lines = [
         f"window {stats.window_id}: {stats.total_items} items ({stats.pinned_items} pinned), "
         f"max_items {stats.max_items}, threshold {stats.compaction_threshold}%, "
-        f"strategy {stats.default_strategy.value}\n"
-        f"compactions {stats.compaction_count}, tokens freed {stats.total_tokens_freed}"
-    )
+        f"strategy {stats.default_strategy.value}",
+        f"compactions {stats.compaction_count}, tokens freed {stats.total_tokens_freed}",
+    ]
     used = stats.usage
     if used.records:
-        head.append(
-            f"\nreported usage ({used.records} reports): input {used.input_tokens}, output {used.output_tokens}, "
-            f"cache read {used.cache_read_tokens}, cache write {used.cache_write_tokens}"
+        lines.append(
+            f"reported usage ({used.records} reports): input {used.input_tokens}, output {used.output_tokens}, "
+            f"cache read {used.cache_read_tokens} ({100 * used.cache_read_share:.1f}% of the prompt), cache write "
+            f"{used.cache_write_tokens}"
         )
+    if prices is not None:
+        lines.append(f"cost of the reported usage: {used.cost(prices):.6f} (prices per million tokens)")
+    return lines
+
+
+def stats_json(stats: ContextWindowStats, prices: Prices | None = None) -> object:
+    """``stats`` as ``--json`` prints it (with ``prices``, and the reported usage's ``cost``)."""
+    return stats if prices is None else {**msgspec.to_builtins(stats), "cost": stats.usage.cost(prices)}
+
+
+def stats_view(stats: ContextWindowStats, prices: Prices | None = None) -> RenderableType:
+    """The usage bar, ``stats_lines`` and a per-type breakdown."""
+    head = Text("\n".join(stats_lines(stats, prices)))
     by_type = Table(expand=False, pad_edge=False)
     by_type.add_column("type")
     by_type.add_column("items", justify="right")

@@ -20,17 +20,17 @@ from rich.live import Live
 from rich.panel import Panel
 from rich.text import Text
 
-from .. import ContextWindow
-from .app import Env, cli, pass_env, window_argument
+from .. import ContextWindow, Prices
+from .app import Env, cli, pass_env, prices_option, window_argument
 from .reading import kind_filter, kind_options
-from .views import event_line, items_table, plain, stats_view
+from .views import event_line, items_table, plain, stats_lines, stats_view
 
 #: how many of the latest events the view shows
 EVENT_LINES = 8
-#: the view's lines besides the item rows, the per-type rows and the events: the stats' three
-#: lines and the type table's frame (4), the item table's title, header and rule (3), the events'
-#: frame (2) and the footer (1)
-FIXED_LINES = 13
+#: the view's lines besides the item rows, the per-type rows, the events and ``stats_lines``:
+#: the usage bar and the type table's frame (2), the item table's title, header and rule (3),
+#: the events' frame (2) and the footer (1)
+FIXED_LINES = 11
 
 
 class Keys:
@@ -94,9 +94,12 @@ class WatchView:
     """What the screen shows of one window; ``refresh()`` reads the window again, ``scroll()``
     moves the item list (``shows`` says which events it keeps)."""
 
-    def __init__(self, win: ContextWindow, shows: Callable[[object], bool] = lambda event: True) -> None:
+    def __init__(
+        self, win: ContextWindow, shows: Callable[[object], bool] = lambda event: True, prices: Prices | None = None
+    ) -> None:
         self.win = win
         self.shows = shows
+        self.prices = prices
         self.events: deque[str] = deque(maxlen=EVENT_LINES)
         self.last_event = "0"
         self.top = 0  # the first item row shown
@@ -116,14 +119,15 @@ class WatchView:
                 self.events.append(event_line(event))
         stats = self.win.stats()
         held = stats.total_items
-        self.page = max(1, rows - FIXED_LINES - len(stats.items_by_type) - EVENT_LINES)
+        fixed = FIXED_LINES + len(stats_lines(stats, self.prices))
+        self.page = max(1, rows - fixed - len(stats.items_by_type) - EVENT_LINES)
         self.top = min(self.top, max(0, held - self.page))
         shown = self.win.ordered_items(offset=self.top, limit=self.page)  # a screen's worth, not the window
         where = f" ({self.top + 1}-{self.top + len(shown)} of {held})" if len(shown) < held else ""
         events = Text("\n".join(self.events) or "(no events yet)", no_wrap=True, overflow="ellipsis")
         keys = " · j/k ↑/↓ space/b scroll" if where else ""
         return Group(
-            stats_view(stats),
+            stats_view(stats, self.prices),
             items_table(shown, title=f"items in build order{where}", width=columns),
             Panel(events, title="last events", title_align="left"),
             plain(f"{self.win.window_id} · refreshed {time.strftime('%H:%M:%S')}{keys} · q quits", style="dim"),
@@ -136,14 +140,17 @@ class WatchView:
     "--interval", type=click.FloatRange(min=0.05), default=1.0, show_default=True, help="seconds between redraws"
 )
 @kind_options
+@prices_option
 @pass_env
-def watch(env: Env, window: str, interval: float, kinds: tuple[str, ...], skip: tuple[str, ...]) -> None:
+def watch(
+    env: Env, window: str, interval: float, kinds: tuple[str, ...], skip: tuple[str, ...], prices: Prices | None
+) -> None:
     """Watch a window live, full screen (q quits).
 
     Shows the usage bar, the items in build order (j/k or the arrows scroll, space/b by a
     screen) and the last events (--kind / --skip choose which), redrawn every --interval
-    seconds and after a key."""
-    view = WatchView(env.window(window), kind_filter(kinds, skip))
+    seconds and after a key; with --prices, what the reported usage cost."""
+    view = WatchView(env.window(window), kind_filter(kinds, skip), prices)
     console = Console()
     with terminal_keys() as keys, Live(console=console, screen=True, auto_refresh=False) as live:
         while True:

@@ -8,6 +8,6 @@ I/O differs. One module per capability: ``window`` (attach, config, stats, verif
 markdown), ``snapshot`` (snapshot, restore), ``summaries``, ``relevance``, ``reads``; ``base``
 holds what they share, and ``driver`` the interface the loops outside the stores run plans on.
 
-May import: ``core``, ``render``, ``relevance``, ``logs``, ``types``, ``errors``; no I/O (no redis,
+May import: ``core``, ``render``, ``relevance``, ``logs``, ``types``, ``usage``, ``errors``; no I/O (no redis,
 asyncio, subprocess or HTTP).
 """

@@ -10,7 +10,7 @@ from .. import logs
 from ..core import validate, wire
 from ..core.layout import Meta
 from ..errors import InvalidOptionsError, raise_for_reply
-from ..types import UsageTotals
+from ..usage import UsageTotals
 from .base import Plan, ScriptCall, WindowState, new_request
 
 #: the most a report may count in one field (what a provider could report for one request, and more)
