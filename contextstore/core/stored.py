@@ -151,11 +151,6 @@ def _listing_key(attrs: bytes | str, by_seq: bool) -> float:
         return _LAST
 
 
-def seq_of(attrs: bytes | str) -> float:
-    """The seq an ``:attrs`` value holds (infinity for a value in a shape no script writes)."""
-    return _listing_key(attrs, by_seq=True)
-
-
 def listing(attrs: Mapping[Any, bytes | str], jsons: Mapping[Any, Any], by_seq: bool) -> list[Any]:
     """A window's ids as ``:fifo`` (``by_seq``: arrival order) or ``:order`` (build order,
     ``layout.order_score``; a tie by id, as a sorted set breaks it) lists them, worked out from

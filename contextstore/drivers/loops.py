@@ -117,11 +117,6 @@ class LoopClients:
         if unused is not None and self._unused_owned:
             await unused.aclose()
 
-    @property
-    def template(self) -> Any:
-        """The client the store was made with (its settings are what every loop uses)."""
-        return self._template
-
 
 def loop_error(where: str, exc: RuntimeError) -> ContextStoreError:
     """The error for a client used from an event loop it is not bound to (``exc``: asyncio's)."""
