@@ -70,8 +70,10 @@ _NEEDS = re.compile(r"^-- needs: (.*)$", re.M)
 _MAIN = re.compile(r"^-- main:", re.M)
 
 
+@cache
 def lua_dir() -> Path:
-    """``contextstore/lua`` inside an installed wheel, else ``lua/`` of a source checkout."""
+    """``contextstore/lua`` inside an installed wheel, else ``lua/`` of a source checkout (found
+    once: each look costs the package's resource lookup, ~0.5 ms)."""
     packaged = resources.files("contextstore").joinpath("lua")
     if packaged.is_dir():
         return Path(str(packaged))
