@@ -41,7 +41,7 @@ def state(**config: Any) -> WindowState:
 
 
 def stored(n: int, content: str, **fields: Any) -> list[Any]:
-    added = datetime(2026, 11, 22, tzinfo=timezone.utc)
+    added = datetime.now(timezone.utc)  # relative to now: tests hold on any date
     fields.setdefault("token_count", words(content))
     fields["type"] = cs.ItemType(fields.get("type", "code"))
     item = cs.ContextItem(content=content, id=f"ctx-{n}", seq=n, added_at=added, **fields)
