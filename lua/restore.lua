@@ -7,10 +7,11 @@
 -- ARGV[2 * N_CONFIG + 1]: n; then the n items' rows, each a JSON array of 10 strings: id, stored
 --   JSON, seq, token_count, priority, type, pinned, flags, group, tool link (as in add.lua), packed
 --   into arguments that are each a JSON array of rows (up to wire.ROWS_AN_ARGUMENT rows or about
---   wire.BYTES_AN_ARGUMENT bytes: a script's arguments stay few at any size); then m, the snapshot's archive entries, each: summary id,
---   server ms it expires, k, and the rows of its k items packed the same way, each a JSON array
---   of 8 strings (id, stored JSON, seq, token_count, priority, type, flags, group): the items the
---   summary replaced, in arrival order; then, for a fork (§19), 'fork', the window it is made
+--   wire.BYTES_AN_ARGUMENT bytes: a script's arguments stay few at any size); then m, the
+--   snapshot's archive entries, each: summary id, server ms it expires, k, and the rows of its k
+--   items packed the same way, each a JSON array of 8 strings (id, stored JSON, seq, token_count,
+--   priority, type, flags, group): the items the summary replaced, in arrival order; then, for a
+--   fork (§19), 'fork', the window it is made
 --   from and the item it is made at ('' for none): the window must not exist ({'!', 'EXISTS'}
 --   otherwise, nothing written), it keeps its lineage in :meta (parent, fork_point) and its
 --   event is 'forked' (parent, fork_point, items), not 'restored'.
