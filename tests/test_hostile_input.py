@@ -174,3 +174,38 @@ def test_import_checks_every_file_before_writing_any(redis_url, prefix, r, tmp_p
         (folder / "2.json").write_bytes(msgspec.json.encode(bad))
         assert cli.main(["--url", redis_url, "--prefix", prefix, "import", str(folder)]) == 2, name
         assert not r.exists(f"{prefix}:{{imp-a}}:meta"), f"{name}: imp-a was written"
+
+
+def _packed_restore_args(store, w, snap) -> tuple[list, int]:
+    """The arguments restore() sends for ``snap`` and where its packed item rows are."""
+    from contextstore.core import layout
+    from contextstore.plans import snapshot as snapshot_plans
+
+    plan = snapshot_plans.restore(store._settings, w._state, snap)
+    call = next(plan)
+    plan.close()
+    assert call.name == "restore"
+    return list(call.args), 2 * len(layout.Meta.CONFIG) + 1  # after both configs and the count
+
+
+@pytest.mark.parametrize(
+    "packed",
+    [b'{"a": 1}', b"[]", b'[["only", "two"]]', b"[[1,2,3,4,5,6,7,8,9,10]]", b"not json", None],
+    ids=["an object", "no rows", "a short row", "numbers", "not JSON", "rows missing"],
+)
+def test_the_restore_script_refuses_packed_rows_no_client_sends(store, r, prefix, packed):
+    """The server checks the packed rows itself (a foreign or corrupt caller), before any write."""
+    from contextstore.plans.base import ScriptCall
+
+    w = store.window("snap-raw", max_tokens=100_000)
+    w.add("already here")
+    args, at = _packed_restore_args(store, w, _snapshot_of(store))
+    args = args[:at] + args[at + 1 :] if packed is None else [*args[:at], packed, *args[at + 1 :]]
+    before = dump_window(r, prefix, "snap-raw")
+
+    def raw() -> Any:
+        return (yield ScriptCall("restore", w._state.keys, args, "restore:raw"))
+
+    reply = store._run(raw())
+    assert reply[0] in (b"!", "!") and reply[1] in (b"BADARG", "BADARG"), reply
+    assert dump_window(r, prefix, "snap-raw") == before
