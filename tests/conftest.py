@@ -42,7 +42,8 @@ def one_server(request: pytest.FixtureRequest) -> None:
     """For a test whose subject does not differ by server (a multi-process run of an
     integration, the demo): it runs on the first server of the matrix only; the scripts it
     drives run on every server in the other tests."""
-    if request.node.callspec.params.get("redis_binary", SERVERS[0]) != SERVERS[0]:
+    params = getattr(getattr(request.node, "callspec", None), "params", {})
+    if params.get("redis_binary", SERVERS[0]) != SERVERS[0]:
         pytest.skip(f"runs on one server ({SERVERS[0]}): its subject does not differ by server")
 
 

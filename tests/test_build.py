@@ -14,6 +14,11 @@ from support import open_store
 
 COUNTER = cs.TiktokenCounter()
 
+#: the rules of a build (sections, flags, history, budgets, token bounds) do not differ by server;
+#: the reads that feed them do, and run on every server in test_build_paths.py, test_cold_builds.py,
+#: test_build_cache.py and test_appended_reads.py
+pytestmark = pytest.mark.usefixtures("one_server")
+
 
 def test_sections_order_and_conversation_group(store):
     w = store.window("b-sections")

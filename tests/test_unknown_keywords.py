@@ -9,6 +9,9 @@ import contextstore as cs
 
 from support import dump_window
 
+#: every refusal here is the client's, before any I/O: it does not differ by server
+pytestmark = pytest.mark.usefixtures("one_server")
+
 
 @pytest.mark.parametrize(
     "call, bad, hint",
