@@ -1,4 +1,5 @@
-"""Compaction strategies that need helpers outside Redis: SUMMARIZE and SELECTIVE."""
+"""Compaction: the strategies that need helpers outside Redis (SUMMARIZE, SELECTIVE), the
+target, and what a compaction leaves of the built prompt."""
 
 from __future__ import annotations
 
@@ -174,3 +175,41 @@ def test_the_compaction_target_is_a_window_option_like_the_others(store):
         with pytest.raises(cs.InvalidOptionsError):
             w.configure(compaction_target=bad)
     assert w.snapshot().compaction_target is None
+
+
+@pytest.mark.parametrize("strategy", ["remove_oldest", "clear_tool_results", "remove_low_priority", "summarize"])
+def test_a_compaction_changes_the_built_messages_only_from_its_first_change_on(make_store, strategy):
+    """What a provider's prompt cache keeps: after a compaction, an arrival-order build sends the
+    messages before the first item it removed or cleared byte for byte as before, and every item
+    it left alone exactly as before; only the removed items go, the cleared ones change and a
+    summary comes in where what it replaced began."""
+    w = make_store(summarizer=summarize).window(f"cache-{strategy}", max_tokens=50_000)
+    w.add("You are terse.", type="system_prompt", pinned=True)
+    for turn in range(12):
+        call = {"id": f"c{turn}", "type": "function", "function": {"name": "look", "arguments": "{}"}}
+        w.add(f"question {turn}: " + "what is there? " * 10, role="user", priority=20 + (turn * 37) % 60)
+        w.add_many([
+            {"content": "", "role": "assistant", "metadata": {"tool_calls": [call]}},
+            {"content": f"result {turn}: " + "rows of data " * 40, "role": "tool",
+             "metadata": {"tool_call_id": f"c{turn}"}},
+        ])  # fmt: skip
+        w.add(f"answer {turn}: " + "it is fine " * 10, role="assistant", priority=20 + (turn * 53) % 60)
+    opts = cs.BuildOptions(order="arrival", reserve_for_response=0, max_history_items=1_000)
+    before = w.build_messages_structured(opts)
+    assert len(before.messages) == len(before.included_item_ids)  # one message an item (OpenAI's)
+    usage = w.stats().usage_percent
+    assert w.compact(strategy, target_percent=usage * 0.6) > 0
+    after = w.build_messages_structured(opts)
+    was = dict(zip(before.included_item_ids, before.messages))
+    now = dict(zip(after.included_item_ids, after.messages))
+    changed = [i for i in before.included_item_ids if i not in now or now[i] != was[i]]
+    assert changed  # the compaction did something to what is sent
+    first = before.included_item_ids.index(changed[0])
+    assert after.messages[:first] == before.messages[:first]  # the cached prefix survives whole
+    new = [i for i in after.included_item_ids if i not in was]  # a summary
+    assert (strategy == "summarize") == bool(new) and all(after.included_item_ids.index(i) == first for i in new)
+    assert [i for i in after.included_item_ids if now[i] != was.get(i) and i not in new] == [
+        i for i in changed if i in now
+    ]
+    cleared = [i for i in changed if i in now]
+    assert (strategy == "clear_tool_results") == bool(cleared)  # only clearing rewrites an item
