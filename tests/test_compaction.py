@@ -200,8 +200,8 @@ def test_a_compaction_changes_the_built_messages_only_from_its_first_change_on(m
     usage = w.stats().usage_percent
     assert w.compact(strategy, target_percent=usage * 0.6) > 0
     after = w.build_messages_structured(opts)
-    was = dict(zip(before.included_item_ids, before.messages))
-    now = dict(zip(after.included_item_ids, after.messages))
+    was = dict(zip(before.included_item_ids, before.messages, strict=True))
+    now = dict(zip(after.included_item_ids, after.messages, strict=True))
     changed = [i for i in before.included_item_ids if i not in now or now[i] != was[i]]
     assert changed  # the compaction did something to what is sent
     first = before.included_item_ids.index(changed[0])
