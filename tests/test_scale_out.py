@@ -135,8 +135,10 @@ def _fail_over(cluster: LocalCluster, slot: int) -> None:
 
 
 def test_failover_under_load_reaches_no_caller_and_replicated_writes_survive(
-    cluster: LocalCluster, tmp_path: Any
+    one_server: None, cluster: LocalCluster, tmp_path: Any
 ) -> None:
+    """(On one server of the matrix: its subject is the client's handling of a failover; the
+    scripts it drives run on a cluster of each server in the other tests of this module.)"""
     prefix, ids = "fo", ["busy", "busy-too"]
     slot = slot_of_window(prefix, "busy")
     with cs.ContextStore.from_url(cluster.url(), prefix=prefix) as store:
