@@ -21,7 +21,8 @@ messages within the budget, the way LangChain's ``trim_messages`` does); **clear
 reported usage); the same **with calibration** (after each call, ``record_usage`` reports what
 the provider counted: budgets then apply ``max_tokens / token_calibration``); and that with
 ``compaction_target=40`` (each compaction goes down to 40% rather than 15 points below the
-threshold, so there are fewer of them, and each prompt in between extends the last). The 100-turn
+threshold, so there are fewer of them, and each prompt in between extends the last), and with
+``compaction_target=5`` (as far as clearing goes: every result outside ``keep_recent``). The 100-turn
 session has tool results ten times larger (a group of them takes up to half the window, so the
 windows there keep the 2 newest units from compaction rather than 6).
 """
@@ -60,6 +61,11 @@ STRATEGIES = {  # name: (window options, record usage)
     "clear at threshold down to 40%, calibrated": (
         {"max_tokens": CONTEXT, "default_strategy": "clear_tool_results", "keep_recent": 6, "clear_at_least": 6000,
          "compaction_target": 40.0},
+        True,
+    ),
+    "clear at threshold down to 5%, calibrated": (
+        {"max_tokens": CONTEXT, "default_strategy": "clear_tool_results", "keep_recent": 6, "clear_at_least": 6000,
+         "compaction_target": 5.0},
         True,
     ),
 }  # fmt: skip

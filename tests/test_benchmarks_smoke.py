@@ -107,7 +107,7 @@ def test_cost_smoke_replays_each_strategy_and_calibration_keeps_every_prompt_wit
         cells = [c.strip() for c in line.strip("|").split("|")]
         if len(cells) == 9 and cells[0] != "strategy" and not cells[0].startswith("-"):
             rows.setdefault(cells[0], []).append(cells)
-    assert len(rows) == 4 and all(len(r) == 2 for r in rows.values()), text
+    assert len(rows) == 5 and all(len(r) == 2 for r in rows.values()), text
     cost = lambda cells: float(cells[3].replace(",", ""))  # noqa: E731
     for session in range(2):
         assert rows["clear at threshold"][session][5] != "0"  # refused
