@@ -1,5 +1,5 @@
 -- restore.lua: replace a window's items and config with a snapshot's, atomically.
--- needs: items archive
+-- needs: items archive turns
 -- KEYS: the window keys (lib/core.lua). ARGV[1..N_CONFIG]: caller config (item_limit is taken from it
 --   when the window does not exist yet).
 -- ARGV[N_CONFIG + 1..2 * N_CONFIG]: the snapshot's config, in layout.Meta.CONFIG order (its
@@ -19,6 +19,8 @@
 -- back), so later ids cannot collide with restored ones. Items come in seq order. The window's
 -- archive is replaced by the snapshot's entries whose expiry has not passed (by the server's
 -- clock) and whose summary is among the restored items; the others are dropped and counted.
+-- The inputs waiting for a turn stay, and so do the counts of the blobs they refer to (a turn
+-- hash in a shape no script writes is left as it is: its next turn reports it).
 -- It counts as a removal by hand: an add whose items it did not bring back runs again when
 -- replayed (one whose items it restored replays).
 -- Reply: number of items restored.
@@ -167,9 +169,13 @@ elseif tail ~= #ARGV + 1 then
 end
 
 local replaced = cfg.items
+local found, pending = pcall(pending_inputs)
+local waiting = {}
+for _, group in ipairs(found and pending.groups or {}) do waiting[#waiting + 1] = group[2] end
 if repairing then redis.call('DEL', K_META) end
 persist_config(cfg)
 wipe()
+count_blobs(waiting, 1)  -- wipe() took :blobs with the items
 bump(F.REMOVED_BY_CALLER, 1)
 new_epoch()
 local tokens = store(items)

@@ -307,6 +307,22 @@ def test_an_input_waiting_for_a_turn_keeps_its_blob(make_store, r, prefix, no_gr
     assert r.hvals(f"{prefix}:{{waiting}}:blobs") == [b"1"]
 
 
+def test_an_input_waiting_across_a_restore_keeps_its_blob(make_store, r, prefix, no_grace):
+    """A restore replaces the window's items (and their blob counts) but not the inputs waiting
+    for a turn: what they refer to stays counted, so no sweep takes it before they go in."""
+    store = make_store(blob_threshold_bytes=THRESHOLD)
+    w = store.window("waiting-restore", max_tokens=100_000)
+    w.add("before", role="user")
+    snap = w.snapshot()
+    with w.turn(input={"content": "first", "role": "user"}, owner="a") as turn:
+        with pytest.raises(cs.TurnQueuedError), w.turn(policy="enqueue", input={"content": question(), "role": "user"}):
+            pytest.fail("an enqueued caller has no turn to run")
+        w.restore(snap)
+        assert sweep(store) == 0 and len(blob_keys(r, prefix)) == 1  # the waiting input still refers to it
+        assert [i.content for i in turn.take_pending()] == [question()]
+    assert w.items()[-1].content == question() and w.verify().ok
+
+
 def test_a_blob_whose_writer_died_before_its_item_is_released(make_store, r, prefix, no_grace):
     store = make_store(blob_threshold_bytes=THRESHOLD)
     w = store.window("died", max_tokens=100_000)
