@@ -16,7 +16,7 @@ import zlib
 import pytest
 
 import contextstore as cs
-from contextstore.core import blobs
+from contextstore.core import blobs, parts
 from contextstore.plans import blobs as blob_plans
 
 THRESHOLD = 4096
@@ -74,8 +74,10 @@ def test_the_same_screenshot_is_stored_once_per_prefix(make_store, r, prefix):
     assert r.hget(f"{prefix}:{{shot-0}}:blobs", sha) == b"5"
     assert all(i.content == question() for w in windows for i in w.items())
     stored = r.hget(f"{prefix}:{{shot-0}}:items", windows[0].items()[0].id)
-    assert stored.startswith(b'{"added_at_us":') and b'"blobs":["' + sha.encode() in stored
-    assert len(stored) < 500  # the item holds a reference, not the payload
+    # the reference: the sha and what the part is (media type, bytes, size, tokens at the default detail)
+    ref = f"{sha}#image/png,{len(screenshot())},320x200,{parts.image_tokens(320, 200)}".encode()
+    assert stored.startswith(b'{"added_at_us":') and b'"blobs":["' + ref + b'"]' in stored
+    assert b'"url":"cs-blob:' + ref + b'"' in stored and len(stored) < 500  # a reference, not the payload
 
 
 def test_events_carry_references_never_bodies(make_store, r, prefix):
@@ -92,6 +94,34 @@ def test_events_carry_references_never_bodies(make_store, r, prefix):
     for _, fields in entries:
         raw = b"".join(k + v for k, v in fields.items())
         assert len(raw) < 1_000 and not any(p in raw for p in payloads)
+
+
+def test_an_item_stored_with_a_bare_sha_reference_still_reads(make_store, r, prefix):
+    """Items stored before references said what the part is (``cs-blob:<sha>`` alone) read as
+    before, and count and sweep the same."""
+    store = make_store(blob_threshold_bytes=THRESHOLD)
+    w = store.window("bare", max_tokens=100_000)
+    item = w.add(question(), role="user")
+    key = f"{prefix}:{{bare}}:items"
+    stored = r.hget(key, item.id)
+    tail = stored.split(b'"blobs":["', 1)[1].split(b'"', 1)[0][64:]
+    assert tail.startswith(b"#image/png,")
+    r.hset(key, item.id, stored.replace(tail, b""))  # as an older version stored it
+    assert make_store(blob_threshold_bytes=THRESHOLD).window("bare").items()[0].content == question()
+    assert w.verify().ok and sweep(store) == 0 and len(blob_keys(r, prefix)) == 1
+
+
+def test_a_summary_of_items_with_blobs_commits_what_it_read(make_store, r, prefix):
+    """A compaction outside Redis commits only if the items are as it read them; it compares the
+    stored JSON with what it read, its payloads turned back into their references exactly."""
+    store = make_store(blob_threshold_bytes=THRESHOLD, summarizer=lambda items: "screens were shown")
+    w = store.window("summed", max_tokens=100_000)
+    for turn in range(6):
+        w.add(question(turn % 2), role="user")
+        w.add(f"answer {turn}", role="assistant")
+    assert w.compact("summarize", target_percent=w.stats().usage_percent / 2) > 0
+    (summary,) = [i for i in w.items() if "summary_of" in (i.metadata or {})]
+    assert any(i.content == question(0) for i in w.archived(summary.id)) and w.verify().ok
 
 
 def test_blobs_take_a_fraction_of_the_memory_of_inline_parts(make_store, r, prefix):

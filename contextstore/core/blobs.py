@@ -3,9 +3,11 @@
 A content part whose payload (a ``data:`` URL, base64 data) is at least the store's
 ``blob_threshold_bytes`` is a *blob*: its payload is stored once under the prefix, named by its
 SHA-256 (``<prefix>:{#blobs:<g>}:<sha>``, ``g`` the sha's first hex digit: sixteen slots on a
-cluster), and the item's stored JSON holds the token ``"cs-blob:<sha>"`` in its place, with the
-shas it refers to first in its body (``{"added_at_us":…,"blobs":["<sha>",…],"content":…}``, where
-no caller's value can be). Each window counts its references in its own ``:blobs`` hash (its
+cluster), and the item's stored JSON holds the token ``"cs-blob:<sha>#<media type>,<bytes>,
+<width>x<height>,<tokens>"`` in its place (what the part is, readable without the payload: a
+part that is no image has no size there), with the tokens' tails (the reference: sha and what
+it is) first in its body (``{"added_at_us":…,"blobs":["<sha>#…",…],"content":…}``, where no
+caller's value can be). Each window counts its references in its own ``:blobs`` hash (its
 items and its archive; lua/lib/items.lua), and its slot's index (``…:index``) lists, per blob,
 when it was last stored and the windows that stored it. A sweep (any store of the prefix that
 stored or read a blob, every ``SWEEP_EVERY_S``; plans/blobs.py) drops a blob none of those
@@ -27,7 +29,7 @@ import msgspec
 
 from ..errors import corrupt_value
 from .layout import STORED_HEAD
-from .parts import payload_field, sha_of
+from .parts import data_of, dimensions, payload_field, sha_of, tokens
 
 #: a blob's payload must be at least this many bytes (store option ``blob_threshold_bytes``)
 DEFAULT_THRESHOLD = 16_384
@@ -43,9 +45,11 @@ CACHE_BYTES = 32 * 1024 * 1024
 GROUPS = "0123456789abcdef"
 
 _TOKEN = b'"cs-blob:'
-_SHA = re.compile(rb"[0-9a-f]{64}")
+#: a reference in an item's ``blobs`` field: the sha, then (since 2026-11-27) what the part is
+_REF = re.compile(rb'"([0-9a-f]{64})(#[\w.+/-]*,\d+,(?:\d+x\d+)?,\d+)?"')
 _HEAD = STORED_HEAD.encode()
-_BLOBS = re.compile(rb',"blobs":\[((?:"[0-9a-f]{64}",?)*)\],')
+_BLOBS = re.compile(rb',"blobs":\[((?:"[0-9a-f]{64}(?:#[^"]*)?",?)*)\],')
+_MEDIA_TYPE = re.compile(r"[\w.+-]+/[\w.+-]+")
 
 
 class BlobKeys(NamedTuple):
@@ -84,13 +88,29 @@ def split(content: Any, threshold: int) -> tuple[Any, dict[str, str]]:
         if isinstance(payload, str) and len(payload.encode()) >= threshold:
             sha = sha_of(payload)
             found[sha] = payload
-            part = {**part, where[0]: {**part[where[0]], where[1]: f"cs-blob:{sha}"}}  # type: ignore[index]
+            token = f"cs-blob:{sha}{described(part)}"
+            part = {**part, where[0]: {**part[where[0]], where[1]: token}}  # type: ignore[index]
         out.append(part)
     return (out, found) if found else (content, {})
 
 
+def described(part: Mapping[str, Any]) -> str:
+    """What a part is, as its blob token carries it: ``#<media type>,<bytes>,<w>x<h>,<tokens>``
+    (no size for a part that is no image, no media type where it names none; the tokens at the
+    default ``detail``, so that one payload always reads the same, in any part that sends it)."""
+    data, media_type = data_of(part)
+    size = dimensions(data) if data is not None and media_type.startswith("image/") else None
+    kind = media_type if _MEDIA_TYPE.fullmatch(media_type) else ""
+    shape = f"{size[0]}x{size[1]}" if size else ""
+    plain = {k: v for k, v in part.items() if k != "image_url"} | (
+        {"image_url": {"url": part["image_url"]["url"]}} if "image_url" in part else {}
+    )
+    return f"#{kind},{len(data or b'')},{shape},{tokens([plain], len)}"
+
+
 def tokens_in(content: Any) -> list[str]:
-    """The shas of the blob tokens ``split`` put in ``content``'s payload fields, sorted."""
+    """The references (sha and ``described`` tail) of the blob tokens ``split`` put in
+    ``content``'s payload fields, sorted: what the item's ``blobs`` field lists."""
     if isinstance(content, str):
         return []
     found = set()
@@ -102,12 +122,17 @@ def tokens_in(content: Any) -> list[str]:
     return sorted(found)
 
 
-def refs_of(stored: bytes) -> list[str]:
-    """The shas an item's stored JSON refers to ([] for one without blobs)."""
+def _refs(stored: bytes) -> list[tuple[bytes, bytes]]:
+    """The references of an item's stored JSON: (sha, the tail its token carries after it)."""
     if not stored.startswith(_HEAD):
         return []
     found = _BLOBS.match(stored, stored.find(b",", len(_HEAD)))
-    return [m.decode() for m in _SHA.findall(found.group(1))] if found else []
+    return [(sha, tail or b"") for sha, tail in _REF.findall(found.group(1))] if found else []
+
+
+def refs_of(stored: bytes) -> list[str]:
+    """The shas an item's stored JSON refers to ([] for one without blobs)."""
+    return [sha.decode() for sha, _ in _refs(stored)]
 
 
 _MARK = b',"blobs":['
@@ -164,8 +189,8 @@ def inlined(reply: Any, payloads: Mapping[str, str]) -> Any:
 
 def _inlined(reply: Any, encoded: Mapping[str, bytes]) -> Any:
     if type(reply) is bytes:
-        for sha in refs_of(reply) if _with_blobs(reply) else ():
-            reply = reply.replace(_TOKEN + sha.encode() + b'"', encoded[sha])
+        for sha, tail in _refs(reply) if _with_blobs(reply) else ():
+            reply = reply.replace(_TOKEN + sha + tail + b'"', encoded[sha.decode()])
         return reply
     if type(reply) is list:
         return [_inlined(r, encoded) for r in reply]
@@ -178,9 +203,9 @@ def _inlined(reply: Any, encoded: Mapping[str, bytes]) -> Any:
 
 def tokenized(stored: bytes, payloads: Mapping[str, str] | BlobCache) -> bytes:
     """An item JSON as Redis holds it, from one ``inlined`` made (what commit.lua checks)."""
-    for sha in refs_of(stored):
-        if sha in payloads:
-            stored = stored.replace(msgspec.json.encode(payloads[sha]), _TOKEN + sha.encode() + b'"')
+    for sha, tail in _refs(stored):
+        if sha.decode() in payloads:
+            stored = stored.replace(msgspec.json.encode(payloads[sha.decode()]), _TOKEN + sha + tail + b'"')
     return stored
 
 

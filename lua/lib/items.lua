@@ -237,7 +237,7 @@ local function count_blobs(jsons, d)
   for _, json in ipairs(jsons) do
     local list = type(json) == 'string' and (string.match(json, '^{"added_at_us":%d+,"blobs":%[([^%]]*)%],')
       or string.match(json, '^{"blobs":%[([^%]]*)%],'))  -- (an input waiting for a turn: a body alone)
-    for sha in string.gmatch(list or '', '"(%x+)"') do
+    for sha in string.gmatch(list or '', '"(%x+)[^"]*"') do  -- a reference: the sha, then what it is
       if redis.call('HINCRBY', K_BLOBS, sha, d) <= 0 then redis.call('HDEL', K_BLOBS, sha) end
     end
   end
