@@ -60,8 +60,8 @@ def test_watch_redraws_as_another_process_adds_and_quits_on_q(redis_url, prefix,
             capture_output=True, text=True, timeout=60,
         )  # fmt: skip
         assert added.returncode == 0, added.stderr
-        later = _screen_until(session, "tmux note 42")
-        assert f"item_added item_id={added.stdout.strip()}" in later  # the event pane shows it too
+        # the item and its event (a capture can catch a redraw half written: wait for both)
+        later = _screen_until(session, "tmux note 42", f"item_added item_id={added.stdout.strip()}")
         assert later != first
         _tmux("send-keys", "-t", session, "q")
         deadline = time.monotonic() + 15
