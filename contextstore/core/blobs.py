@@ -29,7 +29,7 @@ import msgspec
 
 from ..errors import corrupt_value
 from .layout import STORED_HEAD
-from .parts import data_of, dimensions, payload_field, sha_of, tokens
+from .parts import measured, part_tokens, payload_field, sha_of
 
 #: a blob's payload must be at least this many bytes (store option ``blob_threshold_bytes``)
 DEFAULT_THRESHOLD = 16_384
@@ -98,14 +98,10 @@ def described(part: Mapping[str, Any]) -> str:
     """What a part is, as its blob token carries it: ``#<media type>,<bytes>,<w>x<h>,<tokens>``
     (no size for a part that is no image, no media type where it names none; the tokens at the
     default ``detail``, so that one payload always reads the same, in any part that sends it)."""
-    data, media_type = data_of(part)
-    size = dimensions(data) if data is not None and media_type.startswith("image/") else None
+    data, media_type, size = measured(part)
     kind = media_type if _MEDIA_TYPE.fullmatch(media_type) else ""
     shape = f"{size[0]}x{size[1]}" if size else ""
-    plain = {k: v for k, v in part.items() if k != "image_url"} | (
-        {"image_url": {"url": part["image_url"]["url"]}} if "image_url" in part else {}
-    )
-    return f"#{kind},{len(data or b'')},{shape},{tokens([plain], len)}"
+    return f"#{kind},{len(data or b'')},{shape},{part_tokens(part, data, size, 'auto')}"
 
 
 def tokens_in(content: Any) -> list[str]:

@@ -214,15 +214,25 @@ def tokens(parts: list[dict[str, Any]], count_text: Callable[[str], int]) -> int
         if part["type"] == "text":
             total += count_text(part["text"])
             continue
-        data, media_type = data_of(part)
-        size = dimensions(data) if data is not None and media_type.startswith("image/") else None
-        if size is not None:
-            total += image_tokens(*size, str((part.get("image_url") or {}).get("detail", "auto")))
-        elif _is_image(part):
-            total += UNKNOWN_IMAGE_TOKENS
-        else:
-            total += max(MIN_PART_TOKENS, len(data or b"") // BYTES_PER_TOKEN)
+        data, _, size = measured(part)
+        total += part_tokens(part, data, size, str((part.get("image_url") or {}).get("detail", "auto")))
     return total
+
+
+def measured(part: Mapping[str, Any]) -> tuple[bytes | None, str, tuple[int, int] | None]:
+    """A part's data and media type (``data_of``), and its size when it is an image whose
+    header says (its data decoded once)."""
+    data, media_type = data_of(part)
+    return data, media_type, dimensions(data) if data is not None and media_type.startswith("image/") else None
+
+
+def part_tokens(part: Mapping[str, Any], data: bytes | None, size: tuple[int, int] | None, detail: str) -> int:
+    """The tokens of one part that is not text, from what ``measured`` found (see ``tokens``)."""
+    if size is not None:
+        return image_tokens(*size, detail)
+    if _is_image(part):
+        return UNKNOWN_IMAGE_TOKENS
+    return max(MIN_PART_TOKENS, len(data or b"") // BYTES_PER_TOKEN)
 
 
 def counted_text(content: str | list[dict[str, Any]]) -> str:
@@ -285,10 +295,9 @@ def label(part: Mapping[str, Any], sha: bool = False) -> str:
     """A part that is not text, in words: ``[image/png 1280x800 312 KB]``, ``[file]``; with
     ``sha``, the start of its payload's SHA-256 too (``sha256:ab12cd34ef56…``: it names the
     part's blob when it is stored as one), as the CLI shows it."""
-    data, media_type = data_of(part)
+    data, media_type, size = measured(part)
     kind = media_type or ("image" if _is_image(part) else part["type"])
     words = [kind]
-    size = dimensions(data) if data is not None and media_type.startswith("image/") else None
     if size is not None:
         words.append(f"{size[0]}x{size[1]}")
     if data is not None:
