@@ -167,26 +167,54 @@ def _stored_before_letters(r: redis.Redis, prefix: str) -> None:
         r.hset(key, item_id, old)
 
 
-@pytest.mark.parametrize(
-    "case",
-    [
-        lambda w, r, p: _parallel_calls(w),
-        lambda w, r, p: _sourced_document(w),
-        lambda w, r, p: _stored_before_letters(r, p),
-    ],
-    ids=["parallel tool calls", "a context item with a source_ref", "items stored before the letters"],
-)
-def test_a_window_whose_facts_cannot_choose_is_built_on_a_whole_read(
-    make_store, redis_url, prefix, r, bodies_asked, case
-):
+def test_a_window_whose_facts_cannot_choose_is_built_on_a_whole_read(make_store, redis_url, prefix, r, bodies_asked):
     if on_cluster(redis_url):
         pytest.skip("counts one server's commands")
     w = make_store().window("whole", max_tokens=50_000)
     _chat(w, 30)
-    case(w, r, prefix)
+    _stored_before_letters(r, prefix)
     got = make_store(item_cache_bytes=0).window("whole").build_messages_structured(OPTS)
     assert bodies_asked == []  # the facts did not serve: no body was read by them
     _same(got, _whole(redis_url, prefix, "whole", OPTS))
+
+
+def _items_read(monkeypatch) -> list[list[Any]]:
+    """The ids of each ``HMGET :items`` a facts read (``cold._Walk``) sends."""
+    asked: list[list[Any]] = []
+    real = cold._Walk.commands
+
+    def recording(walk, keys):
+        reads = real(walk, keys)
+        asked.extend([list(c[2:]) for c in reads if c[0] == "HMGET" and c[1] == keys.items])
+        return reads
+
+    monkeypatch.setattr(cold._Walk, "commands", recording)
+    return asked
+
+
+@pytest.mark.parametrize(
+    "case, needing", [(_parallel_calls, 2), (_sourced_document, 1)], ids=["parallel tool calls", "a source_ref"]
+)
+def test_items_whose_letters_need_their_body_are_read_whole_with_the_facts(
+    make_store, redis_url, prefix, r, bodies_asked, monkeypatch, case, needing
+):
+    """Parallel tool calls (letter ``L``) and a context item with a ``source_ref`` header (``R``)
+    are chosen and costed with their bodies: the facts read takes those bodies in its next
+    round trip, and the build reads the bodies of the other items it takes only, choosing
+    exactly what a whole read chooses."""
+    if on_cluster(redis_url):
+        pytest.skip("counts one server's commands")
+    w = make_store().window("needs", max_tokens=50_000)
+    _chat(w, 30)
+    case(w)
+    for n in range(3):
+        w.add(f"and then {n}", role="user")
+        w.add(f"so {n}", role="assistant")
+    walked = _items_read(monkeypatch)
+    got = make_store(item_cache_bytes=0).window("needs").build_messages_structured(OPTS)
+    assert len(walked) == 1 and len(walked[0]) == needing  # only the items that need them
+    assert bodies_asked == [got.included_item_ids]
+    _same(got, _whole(redis_url, prefix, "needs", OPTS))
 
 
 def test_a_window_that_moves_between_the_facts_and_the_bodies_is_built_again(
@@ -296,6 +324,13 @@ def _agent_window(w, turns: int, shape: str = "chat") -> None:
         for n in range(60):
             w.add(f"step {n} " + "ok " * 10, role="user" if n % 2 else "assistant")
             w.add_many([{"content": f"x{n}_{k} = {k}", "type": "code", "priority": 0} for k in range(6)])
+    elif shape == "parallel tool calls":  # letters L: their bodies come with the facts
+        for n in range(40):
+            w.add(f"look up {n}", role="user")
+            w.add("", role="assistant", metadata={"tool_calls": [_call(f"p{n}a"), _call(f"p{n}b", "other")]})
+            w.add(f"found {n}a " + "data " * 20, role="tool", metadata={"tool_call_id": f"p{n}a"})
+            w.add(f"found {n}b " + "data " * 20, role="tool", metadata={"tool_call_id": f"p{n}b"})
+            w.add(f"so {n}", role="assistant")
     elif shape == "a long agent run":
         w.add("now fix every failing test", role="user")
         for n in range(150):
@@ -319,7 +354,7 @@ BIG_CASES = [("messages", name) for name in BIG_OPTS] + [
 
 
 @pytest.mark.parametrize("kind, options", BIG_CASES, ids=[f"{k}-{o}" for k, o in BIG_CASES])
-@pytest.mark.parametrize("shape", ["chat", "code between messages", "a long agent run"])
+@pytest.mark.parametrize("shape", ["chat", "code between messages", "a long agent run", "parallel tool calls"])
 @pytest.mark.parametrize("api", ["sync"], indirect=True)  # one plan: the asyncio shell runs it in the other tests
 def test_a_big_window_is_built_from_the_facts_of_what_the_build_can_offer(
     make_store, redis_url, prefix, r, bodies_asked, monkeypatch, kind, options, shape

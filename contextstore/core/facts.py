@@ -12,8 +12,9 @@ keep them as they are and add one of their own, ``c`` (a cleared tool result). T
   takes when none is given); ``Q``: a tool result answering the call named as its group (add.lua
   writes ``Q``, or ``L``, when it gives a result its call's group);
 - ``L``: other tool links (several calls in one message, a group of the caller's): the build
-  needs the body to pair them, and reads the window whole;
-- ``R``: a context item with a ``source_ref``, whose header (and so its cost) needs the body.
+  needs the body to pair them, and reads it with the facts (``needs_body``);
+- ``R``: a context item with a ``source_ref``, whose header (and so its cost) needs the body,
+  read with the facts too.
 
 ``stub`` makes from an id's ``:attrs`` value and pin an item without content whose role, calls
 and results are the stored item's, so that choosing (``render/select.py``) and costing
@@ -89,6 +90,17 @@ def stored_letters(attrs: str) -> str:
     """The client's letters in an ``:attrs`` value (without the store's ``c``; "" when none)."""
     parts = attrs.split("|", 5)
     return parts[4].replace(CLEARED, "") if len(parts) == 6 else ""
+
+
+def needs_body(attrs: str) -> bool:
+    """Whether the item of an ``:attrs`` value is chosen and costed only with its body (its
+    letters say so, ``NEEDS_BODY``, or it is a tool result whose link add.lua has not written),
+    rather than not at all (a value without letters, or in a shape no script writes)."""
+    parts = attrs.split("|", 5)
+    if len(parts) != 6 or _ROLES.get(parts[4][:1]) is None:
+        return False
+    flags = parts[4]
+    return bool(NEEDS_BODY.intersection(flags)) or (flags[:1] == ROLE_LETTERS["tool"] and ANSWERS_GROUP not in flags)
 
 
 def stub(item_id: str, attrs: str, pinned: bool) -> ContextItem | None:

@@ -81,9 +81,11 @@ def read_facts(state: WindowState, settled: Settled, recent: int) -> Plan[Facts 
     conversation is decided (``max_history_items``), each item with the members of its tool-call
     group; so what it reads follows the options, not the window's length. Every round trip
     checks the meta's epoch, seq and item count: the facts count only while those hold still
-    (read again, ``ATTEMPTS`` times). None when the window is missing or kept moving, when an
-    item's letters are missing (stored before they were kept) or say its body is needed
-    (``facts.stub``), or when the client is a cluster's: the caller reads the window whole then."""
+    (read again, ``ATTEMPTS`` times). An item whose letters say its body is needed
+    (``facts.needs_body``: parallel tool calls, a ``source_ref`` header) is read whole in the
+    walk's next round trip (``Facts.whole``). None when the window is missing or kept moving,
+    when an item's letters are missing (stored before they were kept), or when the client is a
+    cluster's: the caller reads the window whole then."""
     if not state.plain_reads:
         return None
     for _ in range(ATTEMPTS):
@@ -117,17 +119,20 @@ def _facts_once(state: WindowState, settled: Settled, recent: int) -> Plan[Facts
             stubs = walk.stubs(pinned)
             if stubs is None:
                 return None
-            if walk.whole or settled(stubs, walk.oldest()):
+            if walk.pending():  # bodies the stubs need: read in the next round trip
+                pass
+            elif walk.whole or settled(stubs, walk.oldest()):
                 values = {wire.text(i): wire.text(v) for i, v in walk.attrs.items()}
-                return Facts(wire.ReadReply(meta_text(meta), len(pinned), [], stubs), values)
-            walk.more = True
+                return Facts(wire.ReadReply(meta_text(meta), len(pinned), [], stubs), values, walk.items)
+            else:
+                walk.more = True
         reply = yield PlainRead((("HMGET", k.meta, *STAMP), *walk.commands(k)))
         if reply is None:
             return None
         if tuple(reply[0]) != raw_stamp(meta):
             return _MOVED
-        if not walk.took(reply[1:]):
-            return None  # an id without attrs: corrupt, the whole read says where
+        if not walk.took(reply[1:], pinned):
+            return None  # an id without attrs or body: corrupt, the whole read says where
 
 
 class _Walk:
@@ -146,26 +151,33 @@ class _Walk:
         #: the next page's size, and whether the next round trip reads it
         self.size = size * 2
         self.more = False
+        #: the items read whole (``facts.needs_body``), by id (text), and the ids still to read so
+        self.items: dict[str, ContextItem] = {}
+        self.bodies: set[Any] = set()
         #: what the last round trip asked for (``commands``)
         self.asked: list[Any] = []
         self.asked_groups: list[Any] = []
+        self.asked_bodies: list[Any] = []
 
     def commands(self, k: Any) -> list[tuple[Any, ...]]:
         """This round trip's reads: the attrs still to read, the groups' members, a page."""
         self.asked = sorted(self.todo - self.attrs.keys())
         self.asked_groups = sorted(self.groups)
-        self.todo, self.groups = set(), set()
+        self.asked_bodies = sorted(self.bodies)
+        self.todo, self.groups, self.bodies = set(), set(), set()
         reads: list[tuple[Any, ...]] = []
         if self.asked:
             reads.append(("HMGET", k.attrs, *self.asked))
         if self.asked_groups:
             reads.append(("HMGET", k.groups, *self.asked_groups))
+        if self.asked_bodies:
+            reads.append(("HMGET", k.items, *self.asked_bodies))
         if self.more:
             reads.append(("LRANGE", k.fifo, -len(self.recent) - self.size, -len(self.recent) - 1))
         return reads
 
-    def took(self, replies: list[Any]) -> bool:
-        """Take a round trip's replies (``commands``); False when an id has no attrs."""
+    def took(self, replies: list[Any], pinned: set[Any]) -> bool:
+        """Take a round trip's replies (``commands``); False when an id has no attrs or no body."""
         at = 0
         if self.asked:
             for i, value in zip(self.asked, replies[at], strict=True):
@@ -181,6 +193,13 @@ class _Walk:
             for members in replies[at]:
                 self.todo.update((members or b"").split())
             at += 1
+        if self.asked_bodies:
+            for i, json in zip(self.asked_bodies, replies[at], strict=True):
+                if json is None:
+                    return False
+                item = stored.decode_item([i, json, self.attrs[i], i in pinned])
+                self.items[item.id or ""] = item
+            at += 1
         if self.more:
             page = replies[at]
             self.recent[:0] = page
@@ -190,22 +209,29 @@ class _Walk:
         return True
 
     def pending(self) -> bool:
-        """Whether ids or groups are still to read."""
-        return bool(self.groups or self.todo - self.attrs.keys())
+        """Whether ids, groups or bodies are still to read."""
+        return bool(self.groups or self.bodies or self.todo - self.attrs.keys())
 
     def oldest(self) -> int:
         """The seq of the oldest ``:fifo`` id read (0: all of them)."""
         return 0 if self.whole or not self.recent else int(self.attrs[self.recent[0]].split(b"|", 1)[0])
 
     def stubs(self, pinned: set[Any]) -> list[ContextItem] | None:
-        """The items read, as ``facts.stub`` makes them, in build order; None when one cannot be
-        chosen without its body (or its attrs do not decode: the whole read says where)."""
+        """The items read, as ``facts.stub`` makes them (or whole, where ``facts.needs_body``:
+        those not read yet are noted to read, ``pending``), in build order; None when one cannot
+        be chosen at all (its attrs have no letters or do not decode: the whole read says where)."""
         out = []
         for i in stored.listing(self.attrs, {}, by_seq=False):
             try:
-                stub = facts.stub(wire.text(i), wire.text(self.attrs[i]), i in pinned)
+                item_id, value = wire.text(i), wire.text(self.attrs[i])
             except UnicodeDecodeError:
                 return None
+            stub = facts.stub(item_id, value, i in pinned)
+            if stub is None and facts.needs_body(value):
+                stub = self.items.get(item_id)
+                if stub is None:
+                    self.bodies.add(i)
+                    continue
             if stub is None:
                 return None
             out.append(stub)
@@ -251,7 +277,7 @@ def read_whole(state: WindowState, got: Facts, which: Callable[[ContextItem], bo
     None when the window moved on, an item went, or the server is at maxmemory: the caller
     builds on a whole read then."""
     stubs = got.found.decoded or []
-    ids = [s.id or "" for s in stubs if which(s)]
+    ids = [s.id or "" for s in stubs if which(s) and s.id not in got.whole]
     bodies = (("HMGET", state.keys.items, *ids),) if ids else ()
     reply = yield PlainRead((("HMGET", state.keys.meta, *STAMP), *bodies))
     if reply is None or tuple(None if v is None else wire.text(v) for v in reply[0]) != stamp(got.found.meta):
