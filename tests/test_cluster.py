@@ -176,3 +176,45 @@ def test_blobs_are_stored_once_across_slots_and_swept_there(cluster, cluster_por
         store.window(ids[-1]).delete()
         assert store._run(blob_plans.sweep(store._settings)) == 1 and stored() == []
     inspect.close()
+
+
+def test_a_stateless_chat_build_on_a_cluster_chooses_from_the_facts(cluster, monkeypatch):
+    """A cluster's client sends no MULTI/EXEC (redis-py's asyncio cluster client has none): a
+    stateless build's facts reads and the bodies it takes each run as one call of commands.lua,
+    then its ``built`` event alone. It reads the bodies of the items it takes only (parallel
+    tool calls with the facts), and chooses what a whole read chooses."""
+    import msgspec
+
+    from contextstore.plans import chat as chat_plans
+
+    asked: list[list[str]] = []
+    real = chat_plans.read_bodies
+
+    def recording(state, got, stubs, event):
+        asked.append([s.id for s in stubs])
+        return (yield from real(state, got, stubs, event))
+
+    monkeypatch.setattr(chat_plans, "read_bodies", recording)
+    kind, client, loop = cluster
+    prefix = f"clc-{kind}"
+    opts = cs.BuildOptions(max_tokens=300, reserve_for_response=0)
+    with open_store(kind, client=client, loop=loop, prefix=prefix) as store:
+        w = store.window("talk", max_tokens=50_000)
+        w.add("You are terse.", role="system", pinned=True)
+        for n in range(40):
+            w.add(f"question {n} " + "why " * 10, role="user")
+            if n % 5 == 0:
+                calls = [
+                    {"id": f"c{n}{x}", "type": "function", "function": {"name": x, "arguments": "{}"}} for x in "ab"
+                ]
+                w.add("", role="assistant", metadata={"tool_calls": calls})
+                for x in "ab":
+                    w.add(f"result {n}{x}", role="tool", metadata={"tool_call_id": f"c{n}{x}"})
+            w.add(f"answer {n} " + "because " * 10, role="assistant")
+        whole = w.build_messages_structured(opts)  # a store with an item cache reads it whole
+        assert asked == []
+    with open_store(kind, client=client, loop=loop, prefix=prefix, item_cache_bytes=0) as stateless:
+        got = stateless.window("talk").build_messages_structured(opts)
+    assert asked == [got.included_item_ids]
+    a, b = msgspec.to_builtins(got), msgspec.to_builtins(whole)
+    assert set(a.pop("omitted_item_ids")) <= set(b.pop("omitted_item_ids")) and a == b

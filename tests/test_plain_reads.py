@@ -151,3 +151,33 @@ def test_a_script_read_of_most_of_a_small_hash_reads_it_whole(redis_url, prefix,
     assert stats["cmdstat_hgetall"]["calls"] == 3, stats  # :meta, :items, :attrs
     assert "cmdstat_hmget" not in stats, stats
     r.close()
+
+
+def test_a_clusters_plain_read_in_commands_lua_answers_as_the_transaction_does(r, prefix):
+    """A cluster's client runs a plain read as one call of commands.lua (``scripted_read``):
+    every command a plan sends answers as in the MULTI/EXEC, an HMGET of more fields than
+    Lua's unpack takes too, and a key of another type reports the window corrupt."""
+    from contextstore.drivers.plain_reads import plain_read, scripted_read
+    from contextstore.drivers.scripts import ScriptRegistry
+
+    h, s, z, lst = (f"{prefix}:{{cmd}}:{n}" for n in ("h", "s", "z", "l"))
+    r.hset(h, mapping={f"f{n}": f"v{n}" for n in range(2500)})
+    r.sadd(s, "a", "b")
+    r.zadd(z, {"x": 1, "y": 5})
+    r.rpush(lst, *range(50))
+    fields = [f"f{n}" for n in range(0, 18_000, 2)]  # 9000, over what unpack takes; most missing
+    commands = (
+        ("HGETALL", h), ("SMEMBERS", s), ("HSCAN", h, 0, "COUNT", 10), ("HMGET", h, *fields),
+        ("LRANGE", lst, -7, -1), ("ZRANGEBYSCORE", z, "-inf", "(5"),
+    )  # fmt: skip
+    scripts = ScriptRegistry(r)
+    expected = plain_read(r, commands)
+    got = scripted_read(commands, None, scripts)
+    cursor, scanned = got[2]  # where a scan stands may differ between two calls (rehashing)
+    assert isinstance(cursor, int) and cursor > 0 and scanned and scanned.items() <= expected[0].items()
+    assert got[:2] == expected[:2] and got[3:] == expected[3:]
+    assert got[3].count(None) == 9000 - 1250
+    r.set(f"{prefix}:{{cmd}}:str", "x")
+    with pytest.raises(cs.CorruptWindowError) as caught:
+        scripted_read((("SMEMBERS", s), ("HGETALL", f"{prefix}:{{cmd}}:str")), None, scripts)
+    assert caught.value.key.endswith(":str")

@@ -48,7 +48,7 @@ from ..types import (
 from . import admin, blob_io, compacting, listing, streaming
 from .durability import arun_replicated
 from .loops import LoopClients, loop_error
-from .plain_reads import aplain_read
+from .plain_reads import aplain_read, ascripted_read
 from .redis_failures import REDIS_EXCEPTIONS
 from .scripts import ScriptRegistry
 from .store import FileSink, StoreBase
@@ -105,6 +105,8 @@ class AsyncContextStore(StoreBase):
     async def _once(self, request: ScriptCall | PlainRead, current: Any) -> Any:
         """One attempt on this loop's client: the plain commands, or the script (and WAIT when
         writes must replicate)."""
+        if isinstance(request, PlainRead) and self._cluster:
+            return await ascripted_read(request.commands, request.then, current.scripts)
         if isinstance(request, PlainRead):
             return await aplain_read(current.client, request.commands, request.then, current.scripts)
         keys, argv, durable, scripts = list(request.keys), request.argv(), self._durable(request), current.scripts

@@ -1,10 +1,11 @@
 """Plain reads: a plan's commands in one MULTI/EXEC, with a read script queued last when the
 plan needs one, sync and asyncio; and what to do when the server refuses them (at maxmemory, or
-lacking the script)."""
+lacking the script). A cluster's client sends no MULTI (redis-py's asyncio cluster client has
+none): it runs the same commands in one call of commands.lua, then the script alone."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis
@@ -49,6 +50,56 @@ def _raised(replies: list[Any], commands: Sequence[Sequence[Any]]) -> list[Any]:
                 raise corrupt_value(key, "", "another type than the scripts write") from reply
             raise reply
     return replies
+
+
+def _pairs(flat: list[Any]) -> dict[Any, Any]:
+    return dict(zip(flat[::2], flat[1::2], strict=True))
+
+
+#: a reply of commands.lua -> the reply as redis-py parses the command's own (in a MULTI too)
+_SHAPES: dict[str, Callable[[Any], Any]] = {
+    "HGETALL": _pairs,
+    "SMEMBERS": set,
+    "HSCAN": lambda r: (int(r[0]), _pairs(r[1])),
+}
+
+
+def _script_args(commands: Sequence[Sequence[Any]]) -> tuple[list[Any], list[Any]]:
+    """KEYS and ARGV of commands.lua for ``commands`` (each ``(verb, key, *words)``)."""
+    keys: list[Any] = []
+    argv: list[Any] = [""]  # no request
+    for verb, key, *words in commands:
+        if key not in keys:
+            keys.append(key)
+        argv += [verb, keys.index(key) + 1, len(words), *words]
+    return keys, argv
+
+
+def _shaped(commands: Sequence[Sequence[Any]], replies: list[Any]) -> list[Any]:
+    """commands.lua's ``replies`` in the shapes redis-py gives each command's (errors as they are)."""
+    pairs = zip(commands, replies, strict=True)
+    return [r if isinstance(r, Exception) else _SHAPES.get(c[0], list)(r) for c, r in pairs]
+
+
+def scripted_read(commands: Sequence[Sequence[Any]], then: Any, scripts: Any) -> list[Any]:
+    """``plain_read`` for a cluster's client: ``commands`` in one call of commands.lua (as atomic
+    as the transaction), then ``then`` alone. That is as safe for the ``built`` event: it is
+    written only while the window's meta is what the plan read before the commands, and a meta
+    that held through both calls means a window that did not change between them."""
+    keys, argv = _script_args(commands)
+    replies = _shaped(commands, scripts.run("commands", keys, argv)) if commands else []
+    if then is not None:
+        replies.append(scripts.run(then.name, list(then.keys), then.argv()))
+    return _raised(replies, commands)
+
+
+async def ascripted_read(commands: Sequence[Sequence[Any]], then: Any, scripts: Any) -> list[Any]:
+    """``scripted_read`` for an asyncio cluster client."""
+    keys, argv = _script_args(commands)
+    replies = _shaped(commands, await scripts.arun("commands", keys, argv)) if commands else []
+    if then is not None:
+        replies.append(await scripts.arun(then.name, list(then.keys), then.argv()))
+    return _raised(replies, commands)
 
 
 def plain_read(

@@ -47,7 +47,7 @@ from ..types import (
 )
 from . import admin, blob_io, compacting, listing, streaming
 from .durability import run_replicated
-from .plain_reads import plain_read
+from .plain_reads import plain_read, scripted_read
 from .redis_failures import REDIS_EXCEPTIONS
 from .store import FileSink, StatField, StoreBase
 
@@ -100,6 +100,8 @@ class ContextStore(StoreBase):
     def _once(self, request: ScriptCall | PlainRead) -> Any:
         """One attempt: the plain commands, or the script (and WAIT when writes must replicate);
         a write is preceded by the check of the user's permissions when it is due."""
+        if isinstance(request, PlainRead) and self._cluster:
+            return scripted_read(request.commands, request.then, self._scripts)
         if isinstance(request, PlainRead):
             return plain_read(self._client, request.commands, request.then, self._scripts)
         if (probe := self._permissions.due(request)) is not None:

@@ -32,7 +32,7 @@ def cold_route(settings: Settings, state: WindowState, options: BuildOptions) ->
     built from its facts, as by a stateless store."""
     limit = options.max_tokens
     cached = settings.item_cache_bytes and not settings.item_cache.too_large(state.keys.meta)
-    if cached or not state.plain_reads:
+    if cached:
         return False, None
     if limit is not None and (state.config.max_tokens is None or limit < state.config.max_tokens):
         return True, None
@@ -84,10 +84,8 @@ def read_facts(state: WindowState, settled: Settled, recent: int) -> Plan[Facts 
     (read again, ``ATTEMPTS`` times). An item whose letters say its body is needed
     (``facts.needs_body``: parallel tool calls, a ``source_ref`` header) is read whole in the
     walk's next round trip (``Facts.whole``). None when the window is missing or kept moving,
-    when an item's letters are missing (stored before they were kept), or when the client is a
-    cluster's: the caller reads the window whole then."""
-    if not state.plain_reads:
-        return None
+    or when an item's letters are missing (stored before they were kept): the caller reads the
+    window whole then."""
     for _ in range(ATTEMPTS):
         got = yield from _facts_once(state, settled, max(1, recent))
         if got is not _MOVED:
