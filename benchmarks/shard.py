@@ -9,8 +9,8 @@ shard really pays, network included), the script's own time where the call is on
 Side by side: an ``add`` of a ~560-byte message into a 1000-message window against a bare script
 doing the same kinds of writes (ZADD, HSET, RPUSH, HSET, HINCRBY, XADD, HSET), and a bare EVALSHA
 of ZADD + HSET for the round trip; the build of a window that did not change since the client's
-last build; a cached worker's build after other workers' adds, what was added read by build_read.lua
-and plainly; and the memory per message of a window once its exactly-once log has expired,
+last build; a cached worker's build after other workers' adds (its facts read, then the added
+bodies); and the memory per message of a window once its exactly-once log has expired,
 against the structures the design keeps at their barest (one ZADD + one HSET + one RPUSH per
 message, the same bodies).
 """
@@ -34,7 +34,7 @@ import redis
 
 import contextstore as cs
 from contextstore.drivers import scripts
-from contextstore.plans import chat as chat_plans
+from contextstore.plans import build_read as build_read_plans
 
 from _common import chat_message, redis_server, server_version, summarize, table
 
@@ -138,9 +138,7 @@ def unchanged_build_costs(url: str, messages: int) -> dict[str, dict[str, float]
         out["build, unchanged window"] = measured(r, lambda i: w.build_messages_structured(opts), 300)
 
         def read_first(i: int) -> None:  # the same build as before one-call builds: a read, then the event
-            known = store._settings.item_cache.known(w._state.keys.meta)  # benchmark only: forget the last read
-            if known is not None:
-                known.read = None
+            store._settings.item_cache.moving(w._state.keys.meta, True)  # benchmark only: read the facts first
             w.build_messages_structured(opts)
 
         out["build, unchanged window, read first"] = measured(r, read_first, 300)
@@ -208,7 +206,7 @@ def turn_costs(url: str, messages: int) -> dict[str, dict[str, float]]:
     return out
 
 
-HELPER_SCRIPTS = ("add", "build_read", "event", "turn", "pin", "remove")
+HELPER_SCRIPTS = ("add", "event", "turn", "pin", "remove")
 
 
 def helper_costs(url: str, names: tuple[str, ...] = HELPER_SCRIPTS) -> list[list[str]]:
@@ -241,8 +239,8 @@ def helper_costs(url: str, names: tuple[str, ...] = HELPER_SCRIPTS) -> list[list
 
 
 def _whole_read(*_: Any) -> Any:
-    """A ``cold_route`` that always reads whole (a plan that asks nothing)."""
-    return False, None
+    """A ``read_facts`` whose facts never serve, so builds read whole (a plan that asks nothing)."""
+    return None
     yield  # a generator: the plans call it with ``yield from``
 
 
@@ -259,13 +257,13 @@ def cold_build_costs(url: str, messages: int) -> dict[str, dict[str, float]]:
         total = w.stats().current_tokens
     out: dict[str, dict[str, float]] = {}
     stateless = cs.ContextStore.from_url(url, prefix="shard", item_limit=messages * 4, item_cache_bytes=0)
-    facts_path = chat_plans.cold_route
+    facts_path = build_read_plans.read_facts
     for label, budget in (("fits", 400_000), ("3x over", total // 3)):
         opts = cs.BuildOptions(max_tokens=budget, reserve_for_response=0, max_history_items=100_000)
         build = partial(lambda i, opts: stateless.handle("cold", **handle).build_messages_structured(opts), opts=opts)
-        chat_plans.cold_route = _whole_read  # benchmark only: the whole read, side by side
+        build_read_plans.read_facts = _whole_read  # benchmark only: the whole read, side by side
         out[f"chat build, stateless worker, {label}: whole read"] = measured(r, build, 60)
-        chat_plans.cold_route = facts_path
+        build_read_plans.read_facts = facts_path
         out[f"chat build, stateless worker, {label}: facts, then the bodies"] = measured(r, build, 60)
     stateless.close()
     r.close()
@@ -274,8 +272,9 @@ def cold_build_costs(url: str, messages: int) -> dict[str, dict[str, float]]:
 
 def appended_build_costs(url: str, windows: int = 30, messages: int = 200, added: int = 9) -> dict[str, Any]:
     """The build read a fleet worker makes most: its cache holds the window, and other workers
-    added ``added`` messages since: build_read.lua lists what was added (one ``FCALL_RO`` or
-    ``EVALSHA``). Each run times the builds alone (the adds go first)."""
+    added ``added`` messages since: it reads the facts, then the bodies of what was added (two
+    MULTI/EXECs, the second with the ``built`` event). Each run times the builds alone (the adds
+    go first)."""
     r, rng = redis.Redis.from_url(url), random.Random(9)
     opts = cs.BuildOptions(max_tokens=400_000, reserve_for_response=0, max_history_items=100_000)
     handle: dict[str, Any] = {"max_tokens": 400_000, "max_items": messages * 4}
@@ -288,11 +287,13 @@ def appended_build_costs(url: str, windows: int = 30, messages: int = 200, added
         w.add(_body(rng), role="user")
         mine.build_messages_structured(opts)  # seen moving: its builds read first
         pairs.append((w, mine))
-    runs: dict[str, list[dict[str, float]]] = {"build_read.lua": []}
+    runs: dict[str, list[dict[str, float]]] = {"the facts, then the added bodies": []}
     for _ in range(6):
         for w, _ in pairs:
             w.add_many([{"content": _body(rng), "role": "user"} for _ in range(added)])
-        runs["build_read.lua"].append(measured(r, lambda i: pairs[i][1].build_messages_structured(opts), windows))
+        runs["the facts, then the added bodies"].append(
+            measured(r, lambda i: pairs[i][1].build_messages_structured(opts), windows)
+        )
     for closing in (writer, reader, r):
         closing.close()
     return {f"build after {added} adds elsewhere, {how} (cached worker)": _medians(got) for how, got in runs.items()}

@@ -389,13 +389,14 @@ def run_processes(target: Any, args_each: list[tuple[Any, ...]], timeout: float 
 
 
 def drive(plan: Any, replies: list[Any]) -> tuple[list[Any], Any]:
-    """Run ``plan``, answering its requests with ``replies`` in order: (requests, result)."""
+    """Run ``plan``, answering its requests with ``replies`` in order (a callable reply is called
+    with the request and answers with what it returns): (requests, result)."""
     sent: list[Any] = []
     try:
         request = next(plan)
         for reply in replies:
             sent.append(request)
-            request = plan.send(reply)
+            request = plan.send(reply(request) if callable(reply) else reply)
     except StopIteration as stop:
         return sent, stop.value
     raise AssertionError(f"the plan asked for more than {len(replies)} replies: {request!r}")
@@ -405,3 +406,32 @@ def command_calls(r: Any, command: str) -> int:
     """How often the server ran ``command`` (lower case, e.g. ``fcall_ro``) since its last
     CONFIG RESETSTAT, as ``INFO commandstats`` counts it."""
     return int(r.info("commandstats").get(f"cmdstat_{command}", {}).get("calls", 0))
+
+
+@contextlib.contextmanager
+def whole_reads() -> Iterator[None]:
+    """Builds made inside read the window whole (their facts read answers None, as for a window
+    whose facts cannot serve): the reference every build's choice is checked against, since the
+    one read of builds reads the facts of what they can offer. Use a store that has not built
+    the window yet (a store's last facts read needs no read)."""
+    from contextstore.plans import build_read
+
+    def unserved(*args: Any) -> Any:
+        return None
+        yield
+
+    real = build_read.read_facts
+    build_read.read_facts = unserved  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        build_read.read_facts = real
+
+
+def same_build(got: Any, whole: Any) -> None:
+    """``got`` is the build ``whole`` (a whole read's, ``whole_reads``) but for
+    ``omitted_item_ids``: a build from the facts omits only what it read, part of the whole
+    read's."""
+    a, b = msgspec.to_builtins(got), msgspec.to_builtins(whole)
+    omitted = a.pop("omitted_item_ids")
+    assert set(omitted) <= set(b.pop("omitted_item_ids")) and a == b, (a, b)

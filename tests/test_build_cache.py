@@ -28,8 +28,9 @@ from hypothesis.stateful import (
 )
 
 import contextstore as cs
+from contextstore.plans import build_read as build_read_plans
 
-from support import key, on_cluster
+from support import key, on_cluster, same_build, whole_reads
 
 _n = itertools.count()
 #: no shrinking: a failure is reported as found (shrinking a stateful run against Redis takes minutes)
@@ -194,21 +195,20 @@ class CachedBuilds(RuleBasedStateMachine):
                                     message_format=fmt, order=order, exact_tokens=exact))  # fmt: skip
 
     def _agree(self, opts: cs.BuildOptions) -> None:
-        with cs.ContextStore.from_url(self.url, prefix=self.prefix) as fresh:
-            naive = fresh.window(self.wid)
-            for build in ("build_structured", "build_messages_structured"):
-                stateless = self.stateless.window(self.wid)
-                try:
-                    expected = getattr(naive, build)(opts)
-                except cs.BudgetTooSmallError as exc:
-                    for w in (self.w, stateless):
-                        with pytest.raises(cs.BudgetTooSmallError) as got:
-                            getattr(w, build)(opts)
-                        assert (got.value.pinned_tokens, got.value.budget) == (exc.pinned_tokens, exc.budget)
-                    continue
-                _same(getattr(self.w, build)(opts), expected)
-                _same(getattr(self.w, build)(opts), expected)  # twice: all from the cache
-                _same(getattr(stateless, build)(opts), expected)
+        for build in ("build_structured", "build_messages_structured"):
+            stateless = self.stateless.window(self.wid)
+            try:
+                with whole_reads(), cs.ContextStore.from_url(self.url, prefix=self.prefix) as fresh:
+                    expected = getattr(fresh.window(self.wid), build)(opts)
+            except cs.BudgetTooSmallError as exc:
+                for w in (self.w, stateless):
+                    with pytest.raises(cs.BudgetTooSmallError) as got:
+                        getattr(w, build)(opts)
+                    assert (got.value.pinned_tokens, got.value.budget) == (exc.pinned_tokens, exc.budget)
+                continue
+            same_build(getattr(self.w, build)(opts), expected)
+            same_build(getattr(self.w, build)(opts), expected)  # twice: from the last facts
+            same_build(getattr(stateless, build)(opts), expected)
 
 
 def test_cached_builds_equal_builds_that_read_everything(redis_url, prefix):
@@ -250,9 +250,23 @@ def test_every_change_in_place_starts_a_new_epoch(redis_url, r, prefix):
         assert None not in seen and len(set(seen[:4])) == 4 and seen[4] == seen[3]
 
 
-def test_a_build_after_adds_reads_only_the_added_items_and_grows_its_units(redis_url, r, prefix):
-    """Within an epoch: an unchanged window is not listed again (the cache entry stays), and
-    after adds only the added items are listed; the units a build chose from carry over."""
+@pytest.fixture
+def bodies_read(monkeypatch) -> list[str]:
+    """The ids of the bodies builds read (and decoded) after their facts."""
+    read: list[str] = []
+    real = build_read_plans._decoded
+
+    def recording(got, stub, json):
+        read.append(stub.id)
+        return real(got, stub, json)
+
+    monkeypatch.setattr(build_read_plans, "_decoded", recording)
+    return read
+
+
+def test_a_build_after_adds_reads_only_the_bodies_it_lacks(redis_url, r, prefix, bodies_read):
+    """Within an epoch a store reads no body it holds: after other stores' adds a build reads
+    the added items' bodies only, after a removal none; a new epoch (a pin) reads them again."""
     with (
         cs.ContextStore.from_url(redis_url, prefix=prefix) as s,
         cs.ContextStore.from_url(redis_url, prefix=prefix) as o,
@@ -263,24 +277,22 @@ def test_a_build_after_adds_reads_only_the_added_items_and_grows_its_units(redis
         w.add("an older doc", type="retrieved_document", priority=20)
         opts = cs.BuildOptions(reserve_for_response=0)
         w.build_structured(opts)
-        cache, meta = s._settings.item_cache, key(prefix, "grow", "meta")
-        entry = cache.known(meta)
-        units = entry.derived["units"][id(entry.ordered)]
+        assert sorted(bodies_read) == sorted(f"ctx-{n}" for n in range(1, 7))
+        bodies_read.clear()
         w.build_structured(opts)
-        assert cache.known(meta) is entry  # unchanged: nothing listed, the same entry
+        assert bodies_read == []  # unchanged: built from the last facts, no read
         o.window("grow").add("from elsewhere", type="user_message", role="user")
         o.window("grow").add("a doc", type="retrieved_document", priority=90)
         built = w.build_structured(opts)
-        grown = cache.known(meta)
-        assert grown is not entry and len(grown.ordered) == 8
-        assert [i.id for i in grown.ordered] == [m.decode() for m in r.zrange(key(prefix, "grow", "order"), 0, -1)]
-        now = grown.derived["units"][id(grown.ordered)]
-        assert set(map(id, units.all)) <= set(map(id, now.all))  # the old units carried over
+        assert sorted(bodies_read) == ["ctx-7", "ctx-8"]
         assert built.content.startswith("a doc") and built.content.endswith("[user]: from elsewhere")
-        o.window("grow").remove("ctx-3")  # a removal: the whole listing again
-        w.build_structured(opts)
-        listed = [m.decode() for m in r.zrange(key(prefix, "grow", "order"), 0, -1)]
-        assert [i.id for i in cache.known(meta).ordered] == listed and "ctx-3" not in listed
+        bodies_read.clear()
+        o.window("grow").remove("ctx-3")
+        built = w.build_messages_structured(opts)
+        assert bodies_read == [] and "ctx-3" not in built.included_item_ids
+        o.window("grow").pin("ctx-1")  # a change in place: a new epoch
+        w.build_messages_structured(opts)
+        assert len(bodies_read) == 7
 
 
 @pytest.mark.parametrize(
@@ -305,8 +317,9 @@ def test_removals_and_adds_between_builds_are_never_taken_for_adds_alone(redis_u
         opts = cs.BuildOptions(reserve_for_response=0)
         w.build_messages_structured(opts)  # cached
         change(o.window("mixed"))
-        with cs.ContextStore.from_url(redis_url, prefix=prefix) as fresh:
-            _same(w.build_messages_structured(opts), fresh.window("mixed").build_messages_structured(opts))
+        with whole_reads(), cs.ContextStore.from_url(redis_url, prefix=prefix) as fresh:
+            expected = fresh.window("mixed").build_messages_structured(opts)
+        same_build(w.build_messages_structured(opts), expected)
 
 
 def _script_calls(r) -> int:
@@ -358,20 +371,19 @@ def test_a_build_of_a_window_the_store_holds_as_it_is_is_one_call(redis_url, r, 
             with cs.ContextStore.from_url(redis_url, prefix=prefix) as s:
                 seen = asyncio.run(builds(s.window("one")))
     first, again, after_add, quiet, after_config = seen
-    # what changed is read by build_read.lua: one call; on 6.2, two when the server has not run it
-    # yet in this session (its EVALSHA meets NOSCRIPT and is sent again, loaded)
-    evalsha = not on_cluster(redis_url) and int(r.info("server")["redis_version"].split(".")[0]) < 7
-    assert again[1] == 1  # the event alone (the first build read the window whole, plainly)
+    assert again[1] == 1  # the event alone, checked against the last facts read
     assert again[0] == first[0] == ["ctx-1", "ctx-2"] and (first[2], again[2]) == (1, 2)
     assert after_add[0] == ["ctx-1", "ctx-2", "ctx-3"] and after_add[2] == 3
-    assert after_add[1] - 2 in ((1, 2) if evalsha else (1,))  # the refused event, the read, the event
-    assert quiet[1] == 2  # the window was seen moving: read first, until a read finds it unchanged
+    assert after_add[1] == 2  # the refused event; the facts and the new body (plain), the event
+    assert quiet[1] == 1  # the facts read found the window as last read: quiet again
     assert after_config[0] == ["ctx-3"] and after_config[2] == 5  # the new limit, one event per build
+    assert after_config[1] == 2
 
 
-def test_a_store_with_no_item_cache_reads_the_whole_window_for_every_build(make_store, redis_url, r, prefix):
+def test_a_store_with_no_item_cache_reads_the_facts_and_bodies_for_every_build(make_store, redis_url, r, prefix):
     """``item_cache_bytes=0`` (a stateless worker): nothing is kept, so every build reads the
-    window whole, plainly (one MULTI/EXEC, no read script), and sees every other store's change."""
+    facts and the bodies it uses (a prompt build: of everything it may offer) in two
+    MULTI/EXECs and writes its event, and sees every other store's change."""
     if on_cluster(redis_url):
         pytest.skip("counts one server's commands")
     s = make_store(item_cache_bytes=0)  # sync, and asyncio through a proxy
@@ -387,8 +399,8 @@ def test_a_store_with_no_item_cache_reads_the_whole_window_for_every_build(make_
             stats = r.info("commandstats")
             assert built.content.endswith(f"[user]: from elsewhere {n}") and len(built.included_item_ids) == n + 2
             scripts = sum(stats.get(f"cmdstat_{c}", {}).get("calls", 0) for c in ("evalsha", "fcall", "fcall_ro"))
-            assert stats["cmdstat_exec"]["calls"] == 1 and scripts == 1, stats  # the read, then the built event
-            assert s._settings.item_cache.known(key(prefix, "stateless", "meta")) is None
+            assert stats["cmdstat_exec"]["calls"] == 2 and scripts == 1, stats  # facts, bodies; the built event
+            assert s._settings.item_cache.last_facts(key(prefix, "stateless", "meta")) is None
     for bad in (-1, True, "64MB", 1.5):
         with pytest.raises(cs.InvalidOptionsError, match="item_cache_bytes"):
             make_store(item_cache_bytes=bad)

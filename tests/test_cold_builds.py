@@ -13,10 +13,10 @@ import redis
 
 import contextstore as cs
 from contextstore.core import facts
-from contextstore.plans import chat as chat_plans
-from contextstore.plans import cold, reads
+from contextstore.plans import build_read as cold
+from contextstore.plans import reads
 
-from support import on_cluster
+from support import on_cluster, whole_reads
 
 OPTS = cs.BuildOptions(max_tokens=600, reserve_for_response=0, max_history_items=1000)
 
@@ -42,7 +42,7 @@ def _same(a: object, b: object) -> None:
 
 def _whole(redis_url: str, prefix: str, wid: str, opts: cs.BuildOptions, fmt: str = "openai") -> Any:
     """The build of a store with an item cache: it reads the window whole."""
-    with cs.ContextStore.from_url(redis_url, prefix=prefix) as fresh:
+    with whole_reads(), cs.ContextStore.from_url(redis_url, prefix=prefix) as fresh:
         return fresh.window(wid).build_messages_structured(opts, format=fmt)
 
 
@@ -50,13 +50,13 @@ def _whole(redis_url: str, prefix: str, wid: str, opts: cs.BuildOptions, fmt: st
 def bodies_asked(monkeypatch) -> list[list[str]]:
     """The ids each cold build asked the bodies of."""
     asked: list[list[str]] = []
-    real = chat_plans.read_bodies
+    real = cold.read_bodies
 
     def recording(state, got, stubs, event):
         asked.append([s.id for s in stubs])
         return (yield from real(state, got, stubs, event))
 
-    monkeypatch.setattr(chat_plans, "read_bodies", recording)
+    monkeypatch.setattr(cold, "read_bodies", recording)
     return asked
 
 
@@ -88,23 +88,26 @@ def test_a_stateless_build_reads_only_the_bodies_it_takes(make_store, redis_url,
     assert cold_bytes < 0.5 * (_out_bytes(r) - before)
 
 
-def test_a_window_too_large_for_the_item_cache_is_then_built_from_its_facts(
-    make_store, redis_url, prefix, r, bodies_asked
-):
-    """A store whose item cache cannot keep a window reads it whole once, then builds it as a
-    stateless store does (facts, then the bodies it takes): not the whole window on every build."""
-    if on_cluster(redis_url):
-        pytest.skip("a cluster's client reads with scripts")
+def test_an_item_cache_smaller_than_a_build_keeps_within_its_bound(make_store, redis_url, prefix, r, bodies_asked):
+    """A store whose item cache cannot keep what a build takes (``item_cache_bytes``) reads
+    those bodies on every build, keeps no more than its bound, and chooses what a whole read
+    does each time; one that can keeps them, and its next build of the unchanged window reads
+    nothing."""
     _chat(make_store().window("huge", max_tokens=50_000), 60)
-    small = make_store(item_cache_bytes=2000).window("huge")  # the window holds ~15 KB of content
     expected = _whole(redis_url, prefix, "huge", OPTS)
-    sent = []
+    small = make_store(item_cache_bytes=2000)  # a build takes ~3 KB of content
     for _ in range(3):
-        before = _out_bytes(r)
-        _same(small.build_messages_structured(OPTS), expected)
-        sent.append(_out_bytes(r) - before)
-    assert len(bodies_asked) == 2  # the second and third builds
-    assert sent[1] < 0.5 * sent[0] and sent[2] < 0.5 * sent[0], sent
+        _same(small.window("huge").build_messages_structured(OPTS), expected)
+    assert len(bodies_asked) == 3 and small._settings.item_cache._bytes <= 2000
+    bodies_asked.clear()
+    roomy = make_store(item_cache_bytes=20_000)
+    for _ in range(2):
+        _same(roomy.window("huge").build_messages_structured(OPTS), expected)
+    assert len(bodies_asked) == 2 and roomy._settings.item_cache._bytes > 2000
+    w = roomy.window("huge")
+    r.config_resetstat()
+    w.build_messages_structured(OPTS)
+    assert "cmdstat_exec" not in r.info("commandstats")  # neither facts nor bodies: the event alone
 
 
 def test_a_stateless_build_of_a_window_that_fits_reads_every_body_once(make_store, redis_url, prefix, bodies_asked):
@@ -121,15 +124,12 @@ def test_a_stateless_build_of_a_window_that_fits_reads_every_body_once(make_stor
     [cs.BuildOptions(reserve_for_response=0), cs.BuildOptions(max_tokens=50_000, reserve_for_response=0)],
     ids=["the window's own budget", "a budget as large as the window's max_tokens"],
 )
-def test_a_build_whose_window_mostly_fits_reads_it_whole_in_one_call(make_store, redis_url, prefix, bodies_asked, opts):
-    """Without a budget of its own below the window's max_tokens, a build reads the window whole:
-    the window's limit (and its compaction) keeps it within the budget, so the facts would save
-    nothing and cost a round trip."""
-    if on_cluster(redis_url):
-        pytest.skip("a cluster's client reads with scripts")
+def test_a_build_within_the_windows_own_budget_reads_as_any_build(make_store, redis_url, prefix, bodies_asked, opts):
+    """Without a budget of its own below the window's max_tokens, a build reads the same way:
+    the facts, then the bodies it takes (here all of them)."""
     _chat(make_store().window("own", max_tokens=50_000), 30)
     got = make_store(item_cache_bytes=0).window("own").build_messages_structured(opts)
-    assert bodies_asked == []
+    assert bodies_asked == [got.included_item_ids]
     _same(got, _whole(redis_url, prefix, "own", opts))
 
 
@@ -225,7 +225,7 @@ def test_a_window_that_moves_between_the_facts_and_the_bodies_is_built_again(
     other = cs.ContextStore.from_url(redis_url, prefix=prefix)  # sync: it writes in the middle of an async build
     writer = other.window("moving", max_tokens=50_000)
     _chat(writer, 30)
-    real = chat_plans.read_bodies
+    real = cold.read_bodies
     moved: list[str] = []
 
     def racing(state, got, stubs, event):
@@ -233,7 +233,7 @@ def test_a_window_that_moves_between_the_facts_and_the_bodies_is_built_again(
             moved.append(writer.add("a question that came in meanwhile", role="user").id or "")
         return (yield from real(state, got, stubs, event))
 
-    monkeypatch.setattr(chat_plans, "read_bodies", racing)
+    monkeypatch.setattr(cold, "read_bodies", racing)
     got = make_store(item_cache_bytes=0).window("moving").build_messages_structured(OPTS)
     expected = _whole(redis_url, prefix, "moving", OPTS)
     _same(got, expected)
@@ -381,7 +381,7 @@ def test_a_big_window_is_built_from_the_facts_of_what_the_build_can_offer(
     else:
         got = stateless.build_structured(opts)
         assert r.info("commandstats")["cmdstat_hgetall"]["calls"] == 1  # :meta; a whole read adds :items, :attrs
-        with cs.ContextStore.from_url(redis_url, prefix=prefix) as fresh:
+        with whole_reads(), cs.ContextStore.from_url(redis_url, prefix=prefix) as fresh:
             _same_choice(got, fresh.window("long").build_structured(opts))
     count = len(w.items())
     assert 0 < sum(asked) < count * 0.6, (asked, count)  # the tool results come with their calls
@@ -409,7 +409,7 @@ def test_a_window_too_large_to_read_whole_is_built_from_its_facts_without_a_budg
     else:
         got = stateless.build_structured(opts)
     assert r.info("commandstats")["cmdstat_hgetall"]["calls"] == 1  # :meta; a whole read adds :items, :attrs
-    with cs.ContextStore.from_url(redis_url, prefix=prefix) as fresh:
+    with whole_reads(), cs.ContextStore.from_url(redis_url, prefix=prefix) as fresh:
         whole = fresh.window("unbudgeted")
         _same_choice(got, whole.build_messages_structured(opts) if kind == "messages" else whole.build_structured(opts))
 
@@ -443,7 +443,7 @@ def test_the_facts_count_only_while_the_window_holds_still(make_store, redis_url
 
         return read_facts
 
-    monkeypatch.setattr(chat_plans, "read_facts", adding_between_round_trips(every=False))
+    monkeypatch.setattr(cold, "read_facts", adding_between_round_trips(every=False))
     once = stateless.build_messages_structured(opts)
     assert len(trips) > 3 and bodies_asked == [once.included_item_ids]  # read again, then it counted
     _same_choice(once, _whole(redis_url, prefix, "moving", opts))
@@ -451,7 +451,7 @@ def test_the_facts_count_only_while_the_window_holds_still(make_store, redis_url
 
     trips.clear()
     bodies_asked.clear()
-    monkeypatch.setattr(chat_plans, "read_facts", adding_between_round_trips(every=True))
+    monkeypatch.setattr(cold, "read_facts", adding_between_round_trips(every=True))
     moving = stateless.build_messages_structured(opts)
     assert bodies_asked == []  # never held still: a whole read
     assert moving.included_item_ids == _whole(redis_url, prefix, "moving", opts).included_item_ids
@@ -492,7 +492,7 @@ def test_a_build_with_relevance_scores_reads_the_texts_it_scores_and_the_facts_o
     assert 0 < sum(asked) < len(w.items()) * 0.6
     if kind == "messages":
         assert bodies_asked == [got.included_item_ids]
-    with cs.ContextStore.from_url(redis_url, prefix=prefix, relevance_scorer=_WordScorer()) as fresh:
+    with whole_reads(), cs.ContextStore.from_url(redis_url, prefix=prefix, relevance_scorer=_WordScorer()) as fresh:
         _same_choice(got, built(fresh.window("scored"), opts))
     unscored = built(make_store(item_cache_bytes=0).window("scored"), opts)
     assert "owls " * 60 in str(got) and "owls " * 60 not in str(unscored)  # the scores chose it
@@ -518,7 +518,7 @@ def test_a_build_that_compacts_chooses_from_the_facts_and_builds_on_the_window_i
     assert got.was_compacted and got.tokens_freed_by_compaction == before - after.current_tokens > 0
     assert got.version == after.version
     again = cs.BuildOptions(max_tokens=8_000, reserve_for_response=0)
-    with cs.ContextStore.from_url(redis_url, prefix=prefix) as fresh:
+    with whole_reads(), cs.ContextStore.from_url(redis_url, prefix=prefix) as fresh:
         whole = fresh.window("compacting")
         expected = whole.build_messages_structured(again) if kind == "messages" else whole.build_structured(again)
     assert got.included_item_ids == expected.included_item_ids and got.total_tokens == expected.total_tokens

@@ -47,24 +47,20 @@ for i = 1, #ARGV, 3 do
   out[#out + 1] = seq_of(s)
   out[#out + 1] = priority_of(s, RANK[itype])
   out[#out + 1] = tostring(band(RANK[itype], priority) + seq == tonumber(s))
-  local listed, older, newer = {}, {}, {}
-  list_newer({'x', s}, seq - 1, listed, newer)
-  list_newer({'x', s}, seq, listed, older)
-  out[#out + 1] = #listed .. ' ' .. #newer .. ' ' .. #older
 end
 return out
 """
 
 
 def test_the_scripts_encode_and_decode_the_build_order_score_as_layout_does(r):
-    """``score`` / ``band`` / ``seq_of`` / ``priority_of`` / ``list_newer`` (lua/lib/items.lua) against
+    """``score`` / ``band`` / ``seq_of`` / ``priority_of`` (lua/lib/items.lua) against
     ``layout.order_score``, for every type, the priority bounds and seqs up to the largest."""
     _, libs = scripts._libs()
     helpers = "\n".join(libs[n] for n in scripts.closure({"items"}, libs))
     cases = [(t, p, q) for t in cs.ItemType for p in (0, 1, 50, 99, 100) for q in (1, 2, 10**9, 10**10 - 1)]
     argv = [str(x) for t, p, q in cases for x in (t.value, p, q)]
     got = [x.decode() if isinstance(x, bytes) else x for x in r.eval(helpers + "\n" + SCORE_PROBE, 0, *argv)]
-    expected = [x for t, p, q in cases for x in (str(layout.order_score(t.rank, p, q)), q, p, "true", "2 1 0")]
+    expected = [x for t, p, q in cases for x in (str(layout.order_score(t.rank, p, q)), q, p, "true")]
     assert got == expected
 
 
@@ -92,7 +88,7 @@ def test_every_script_names_real_helpers_and_is_assembled_with_them(name):
 def test_a_62_script_carries_only_the_helper_files_it_needs():
     """Each EVALSHA re-creates every helper its script carries, so a script carries only the
     files its ``-- needs:`` line names (and theirs)."""
-    read, add = scripts.sources()["build_read"], scripts.sources()["add"]
+    read, add = scripts.sources()["list"], scripts.sources()["add"]
     assert "-- lib/compaction.lua:" not in read and "local function plan_compaction" not in read
     assert "-- lib/compaction.lua:" in add and "local function plan_compaction" in add
 
@@ -128,7 +124,7 @@ def test_a_library_defines_a_scripts_own_helpers_once_not_on_every_call():
     assert helpers == "local function h() return 1 end\n" and main.startswith("-- main:")
     assert scripts.split_main("return 1\n") == ("", "return 1\n")
     library = scripts.library()[0]
-    for name, helper in (("add", "make_room"), ("build_read", "appended")):  # the two calls every turn makes
+    for name, helper in (("add", "make_room"), ("commands", "hmget")):
         per_call = library.split(f"MAINS['{name}'] = function()\n", 1)[1].split("\nend\nend\n", 1)[0]
         assert per_call.startswith("-- main:") and "local function" not in per_call
         assert f"local function {helper}(" in library.split(f"MAINS['{name}'] = function()", 1)[0]

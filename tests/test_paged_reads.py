@@ -16,7 +16,7 @@ import pytest
 import redis
 
 import contextstore as cs
-from contextstore.plans import cached, reads
+from contextstore.plans import reads
 from contextstore.plans import snapshot as snapshot_plans
 from contextstore.plans.base import ScriptCall
 
@@ -140,12 +140,10 @@ def test_a_window_that_keeps_changing_is_read_in_one_call_at_last(redis_url, pre
         _fill(w, random.Random(3), 12)
         with cs.ContextStore.from_url(redis_url, prefix=prefix) as writer:
             other = writer.window("w")
-            got, sent = _drive(
-                store, cached.read_for_build(store._settings, w._state), lambda n: other.add(f"more {n}")
-            )
-        listings = [a for a in sent if a[0] == "build_read" and a[3] == "0"]
-        assert len(listings) == reads.ATTEMPTS + 1 and listings[-1][4:] == ["0", "0"]  # unbounded
-        texts = _texts(got.decoded)  # the window as that last call read it
+            got, sent = _drive(store, reads.read(w._state, "order"), lambda n: other.add(f"more {n}"))
+        listings = [a for a in sent if a[0] == "list" and a[4] == "0"]
+        assert len(listings) == reads.ATTEMPTS + 1 and listings[-1][5:] == ["0", "0"]  # unbounded
+        texts = _texts(got.items())  # the window as that last call read it
         assert f"more {len(sent) - 1}" in texts and f"more {len(sent)}" not in texts
 
 

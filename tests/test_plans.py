@@ -12,7 +12,7 @@ import msgspec
 import pytest
 
 import contextstore as cs
-from contextstore.core import layout, wire
+from contextstore.core import facts, layout, wire
 from contextstore.core.config import config_values, creation_config
 from contextstore.core.keys import window_keys
 from contextstore.core.layout import CLEARED_PLACEHOLDER, Meta
@@ -22,7 +22,7 @@ from contextstore.plans import build as build_plans
 from contextstore.plans import chat as chat_plans
 from contextstore.plans import compaction as compaction_plans
 from contextstore.plans import items as item_plans
-from contextstore.plans.base import External, ScriptCall, Settings, WindowState
+from contextstore.plans.base import External, PlainRead, ScriptCall, Settings, WindowState
 
 from support import drive
 
@@ -50,9 +50,7 @@ def stored(n: int, content: str, **fields: Any) -> list[Any]:
 
 def whole_json(item: cs.ContextItem) -> list[Any]:
     """An item as the scripts send it: [id, stored JSON, attrs, pinned] (raw_entry in lua/lib/items.lua)."""
-    attrs = f"{item.seq}|{item.token_count}|{item.priority}|{item.type.value}"
-    if item.group:
-        attrs += f"||{item.group}"
+    attrs = f"{item.seq}|{item.token_count}|{item.priority}|{item.type.value}|{facts.of_item(item)}|{item.group or ''}"
     return [(item.id or "").encode(), stored_json(item), attrs.encode(), int(item.pinned)]
 
 
@@ -133,10 +131,40 @@ def read_reply(raw: list[Any], **fields: object) -> list[Any]:
     return [meta(**fields), 0, raw, listed, [], -1]
 
 
-def build_reply(raw: list[Any], ids: list[str] | None = None, **fields: object) -> list[Any]:
-    """build_read.lua's reply: the JSON sent, and every id in build order (default: those)."""
-    listed = [r[0] for r in raw] if ids is None else [i.encode() for i in ids]
-    return [meta(**fields), 0, raw, listed, [], -1]
+def facts_reply(raw: list[Any], **fields: object) -> list[Any]:
+    """The first round trip of a facts read (plans/build_read.py ``read_facts``) of a window
+    holding ``raw``, as redis-py parses its MULTI/EXEC: the meta, the pins, the whole of a small
+    :attrs (an HSCAN's cursor 0), the ids that are not conversation messages, the newest ids."""
+    conversation = {b"user_message", b"assistant_message"}
+    meta_hash = dict(zip(*[iter(x.encode() for x in meta(**fields))] * 2, strict=True))
+    others = [r[0] for r in raw if r[2].split(b"|")[3] not in conversation]
+    return [meta_hash, {r[0] for r in raw if r[3]}, (0, {r[0]: r[2] for r in raw}), others, [], [r[0] for r in raw]]
+
+
+def stamp_of(**fields: object) -> list[bytes | None]:
+    """An ``HMGET`` of the meta's epoch, seq and item count (``reads.STAMP``), as ``meta`` holds them."""
+    held = dict(zip(*[iter(meta(**fields))] * 2, strict=True))
+    return [None if held.get(f) is None else held[f].encode() for f in (Meta.EPOCH, Meta.SEQ, Meta.ITEMS)]
+
+
+def bodies_reply(raw: list[Any], **fields: object) -> Any:
+    """A reply to ``read_whole``'s transaction (the meta's stamp, then the bodies asked for, of
+    ``raw``); to the ``built`` event (written) when the store held every body already."""
+    jsons = {r[0].decode(): r[1] for r in raw}
+    return lambda request: 1 if isinstance(request, ScriptCall) else [
+        stamp_of(**fields), [jsons[i] for i in hmget_items(request)],
+    ]  # fmt: skip
+
+
+def chosen_bodies(raw: list[Any]) -> Any:
+    """A reply to a chat build's read of the bodies it chose (with its ``built`` event, written)."""
+    jsons = {r[0].decode(): r[1] for r in raw}
+    return lambda request: 1 if isinstance(request, ScriptCall) else [[jsons[i] for i in hmget_items(request)], 1]
+
+
+def hmget_items(request: Any) -> list[str]:
+    """The ids a plain read asks the bodies of (its ``HMGET`` of :items)."""
+    return [i for c in request.commands if c[0] == "HMGET" and c[1].endswith(":items") for i in c[2:]]
 
 
 def test_build_renders_within_the_budget_and_reports_every_item():
@@ -146,10 +174,14 @@ def test_build_renders_within_the_budget_and_reports_every_item():
         stored(3, "a short reply", type="assistant_message", role="assistant"),
     ]
     plan = build_plans.build(settings(), state(max_tokens=100), cs.BuildOptions(max_tokens=40, reserve_for_response=10))
-    sent, built = drive(plan, [build_reply(raw, tokens=20), 1])
-    read_call, event_call = sent
-    assert read_call.name == "build_read" and read_call.args[:2] == ["", "-1"]
-    assert event_call.name == "event" and event_call.args[:2] == ["0", "built"] and event_call.request == ""
+    sent, built = drive(plan, [facts_reply(raw, tokens=20), bodies_reply(raw, tokens=20), 1])
+    facts_call, bodies_call, event_call = sent
+    assert isinstance(facts_call, PlainRead) and hmget_items(bodies_call) == ["ctx-1", "ctx-2", "ctx-3"]
+    assert (
+        event_call.name == "event"
+        and event_call.args[2 * len(Meta.BUILD_INPUTS) + 1] == "built"
+        and not event_call.request
+    )
     assert built.content == (
         "You are terse.\n\n---\n\n[user]: one two three four five six seven eight nine ten"
         "\n\n---\n\n[assistant]: a short reply"
@@ -160,38 +192,50 @@ def test_build_renders_within_the_budget_and_reports_every_item():
 def test_build_excludes_what_does_not_fit_and_omits_what_the_options_leave_out():
     raw = [stored(n, f"message {n} " + "word " * 8, type="user_message", role="user") for n in range(1, 6)]
     opts = cs.BuildOptions(max_tokens=30, reserve_for_response=0, max_history_items=3)
-    _, built = drive(build_plans.build(settings(), state(max_tokens=100), opts), [build_reply(raw), 1])
+    _, built = drive(build_plans.build(settings(), state(max_tokens=100), opts), [
+        facts_reply(raw), bodies_reply(raw), 1,
+    ])  # fmt: skip
     assert built.omitted_item_ids == ["ctx-1", "ctx-2"]  # older than the 3 most recent
     assert built.included_item_ids == ["ctx-4", "ctx-5"] and built.excluded_item_ids == ["ctx-3"]
 
 
 def test_build_refuses_a_reserve_that_leaves_no_room_after_reading_the_limit():
     plan = build_plans.build(settings(), state(max_tokens=100), None)  # default reserve 1000
-    assert next(plan).name == "build_read"
+    assert isinstance(next(plan), PlainRead)
     with pytest.raises(cs.InvalidOptionsError, match="reserve_for_response=1000 leaves no room"):
-        plan.send(build_reply([]))
+        plan.send(facts_reply([]))
 
 
-def test_a_second_build_asks_only_for_what_the_store_has_not_cached():
+def test_a_chat_build_reads_the_bodies_it_takes_with_its_event():
+    raw = [stored(n, f"message {n} " + "word " * 8, type="user_message", role="user") for n in range(1, 6)]
+    opts = cs.BuildOptions(max_tokens=30, reserve_for_response=0)
+    sent, built = drive(chat_plans.build_messages(settings(), state(max_tokens=100), opts), [
+        facts_reply(raw), chosen_bodies(raw),
+    ])  # fmt: skip
+    assert hmget_items(sent[1]) == built.included_item_ids == ["ctx-5"] and sent[1].then.name == "event"
+    assert [m["content"] for m in built.messages] == ["message 5 " + "word " * 8]
+
+
+def test_a_second_build_reads_only_the_bodies_the_store_lacks():
     s, st = settings(), state(max_tokens=100)
     first = [stored(n, f"message {n}", type="user_message", role="user") for n in (1, 2)]
     opts = cs.BuildOptions(reserve_for_response=0)
-    sent, built = drive(build_plans.build(s, st, opts), [build_reply(first, epoch="7", seq="2"), 1])
-    assert sent[0].name == "build_read" and sent[0].args[:2] == ["", "-1"]
-    assert built.included_item_ids == ["ctx-1", "ctx-2"]
-    third = stored(3, "message 3", type="user_message", role="user")
-    again = build_reply([third], ["ctx-2", "ctx-3"], epoch="7", seq="3")  # ctx-1 went meanwhile
-    sent, built = drive(build_plans.build(s, st, opts), [-1, again, 1])  # -1: the cached build is stale
-    assert sent[1].args[:2] == ["7", "2"]  # the epoch and the last seq this store holds
+    sent, built = drive(build_plans.build(s, st, opts), [
+        facts_reply(first, epoch="7", seq="2", items="2"), bodies_reply(first, epoch="7", seq="2", items="2"), 1,
+    ])  # fmt: skip
+    assert hmget_items(sent[1]) == ["ctx-1", "ctx-2"] and built.included_item_ids == ["ctx-1", "ctx-2"]
+    now = [first[1], stored(3, "message 3", type="user_message", role="user")]  # ctx-1 went meanwhile
+    sent, built = drive(build_plans.build(s, st, opts), [
+        -1, facts_reply(now, epoch="7", seq="3", items="2"), bodies_reply(now[1:], epoch="7", seq="3", items="2"), 1,
+    ])  # fmt: skip  # -1: the build from the last facts found the window moved on
+    assert sent[0].name == "event" and isinstance(sent[1], PlainRead) and hmget_items(sent[2]) == ["ctx-3"]
     assert built.included_item_ids == ["ctx-2", "ctx-3"]
     assert "message 2" in built.content and "message 1" not in built.content
-    # a new epoch: the cached items are stale, what was listed but not sent is read again in full
-    sent, built = drive(
-        build_plans.build(s, st, opts),
-        [build_reply([], ["ctx-2"], epoch="8", seq="3"), build_reply([first[1]], epoch="8", seq="3"), 1],
-    )  # no event first: the build before found the window moving
-    assert [c.args[:2] for c in sent[:2]] == [["7", "3"], ["", "-1"]]
-    assert built.included_item_ids == ["ctx-2"]
+    # a new epoch: the bodies the store holds are stale, every one is read again
+    sent, built = drive(build_plans.build(s, st, opts), [
+        facts_reply(now, epoch="8", seq="3", items="2"), bodies_reply(now, epoch="8", seq="3", items="2"), 1,
+    ])  # fmt: skip  # no event first: the build before found the window moving
+    assert hmget_items(sent[1]) == ["ctx-2", "ctx-3"]
 
 
 @pytest.mark.parametrize("chat", [False, True], ids=["build", "build_messages"])
@@ -199,13 +243,19 @@ def test_a_build_of_a_window_the_store_has_read_is_one_conditional_event(chat):
     s, st = settings(), state(max_tokens=100)
     first = [stored(n, f"message {n}", type="user_message", role="user") for n in (1, 2)]
     opts = cs.BuildOptions(reserve_for_response=0)
+    fields = {"epoch": "7", "seq": "2", "items": "2", "created_us": "5"}
 
     def run(replies):
         plan = chat_plans.build_messages(s, st, opts) if chat else build_plans.build(s, st, opts)
         return drive(plan, replies)
 
-    _, before = run([build_reply(first, epoch="7", seq="2", items="2", created_us="5"), 1])
-    sent, built = run([1])  # the event alone, checked against what the read said
+    def read(raw, **at):
+        return [facts_reply(raw, **at), chosen_bodies(raw)] if chat else [
+            facts_reply(raw, **at), bodies_reply(raw, **at), 1,
+        ]  # fmt: skip
+
+    _, before = run(read(first, **fields))
+    sent, built = run([1])  # the event alone, checked against what the facts read said
     (call,) = sent
     n = int(call.args[0])
     held = dict(zip(call.args[1 : 2 * n : 2], call.args[2 : 2 * n + 1 : 2], strict=True))
@@ -214,30 +264,34 @@ def test_a_build_of_a_window_the_store_has_read_is_one_conditional_event(chat):
     assert held == {Meta.EPOCH: "7", Meta.ITEMS: "2", Meta.CREATED_US: "5", Meta.SEQ: "2", Meta.REMOVED_BY_CALLER: ""}
     assert built.included_item_ids == before.included_item_ids and built.version == before.version == "5.2.0"
     # the window moved on: the event wrote nothing (-1); the build reads and runs again
-    third = stored(3, "message 3", type="user_message", role="user")
-    sent, built = run([-1, build_reply([third], ["ctx-1", "ctx-2", "ctx-3"], epoch="7", seq="3", items="3"), 1])
-    assert [c.name for c in sent] == ["event", "build_read", "event"] and sent[2].args[0] == "0"
+    third = [*first, stored(3, "message 3", type="user_message", role="user")]
+    moved = {**fields, "seq": "3", "items": "3"}
+    sent, built = run([-1, *read(third, **moved)])
+    assert sent[0].name == "event" and isinstance(sent[1], PlainRead)
     assert built.included_item_ids == ["ctx-1", "ctx-2", "ctx-3"]
     # a window seen moving is read first (no event sent in vain) until a read finds it unchanged
-    fourth = stored(4, "message 4", type="user_message", role="user")
-    sent, _ = run([build_reply([fourth], ["ctx-1", "ctx-2", "ctx-3", "ctx-4"], epoch="7", seq="4", items="4"), 1])
-    assert [c.name for c in sent] == ["build_read", "event"]
-    unchanged = [meta(epoch="7", seq="4", items="4"), 0, [], [], [], -2]  # build_read.lua: the cache holds the window
-    sent, _ = run([unchanged, 1])
-    assert [c.name for c in sent] == ["build_read", "event"]
+    fourth = [*third, stored(4, "message 4", type="user_message", role="user")]
+    sent, _ = run(read(fourth, **{**moved, "seq": "4", "items": "4"}))
+    assert isinstance(sent[0], PlainRead)
+    sent, _ = run(read(fourth, **{**moved, "seq": "4", "items": "4"}))  # unchanged since the last read
+    assert isinstance(sent[0], PlainRead)
     sent, built = run([1])
     assert [c.name for c in sent] == ["event"] and built.included_item_ids[-1] == "ctx-4"
 
 
-def test_a_cached_build_that_fails_reads_before_it_raises():
+def test_a_build_from_the_last_facts_that_fails_reads_before_it_raises():
     s, st = settings(), state(max_tokens=100)
     pinned = [stored(1, "word " * 30, type="system_prompt", pinned=True)]
     opts = cs.BuildOptions(reserve_for_response=0)
-    drive(build_plans.build(s, st, opts), [build_reply(pinned, epoch="7", seq="1", items="1"), 1])
-    small = cs.BuildOptions(reserve_for_response=0, max_tokens=20)  # too small for the cached pin
-    sent, built = drive(build_plans.build(s, st, small), [build_reply([], [], epoch="8", seq="1", items="0"), 1])
-    assert [c.name for c in sent] == ["build_read", "event"] and built.included_item_ids == []  # unpinned meanwhile
-    sent, built = drive(build_plans.build(s, st, small), [1])  # the cache now holds the read: one call
+    drive(build_plans.build(s, st, opts), [
+        facts_reply(pinned, epoch="7", seq="1", items="1"), bodies_reply(pinned, epoch="7", seq="1", items="1"), 1,
+    ])  # fmt: skip
+    small = cs.BuildOptions(reserve_for_response=0, max_tokens=20)  # too small for the pin held
+    sent, built = drive(build_plans.build(s, st, small), [facts_reply([], epoch="8", seq="1", items="0"), 1])
+    assert (
+        isinstance(sent[0], PlainRead) and sent[1].name == "event" and built.included_item_ids == []
+    )  # unpinned meanwhile
+    sent, built = drive(build_plans.build(s, st, small), [1])  # the store now holds that read: one call
     assert [c.name for c in sent] == ["event"] and built.included_item_ids == []
 
 

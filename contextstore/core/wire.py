@@ -102,8 +102,8 @@ def config_from(values: Sequence[Any]) -> WindowConfig:
 class ReadReply(msgspec.Struct):
     """A read script's reply: the meta hash (empty: no window), the pinned count, the items' entries
     (``stored.decode_item`` puts them together; None for an id the window no longer holds);
-    for a build read (build_read.lua), the items already decoded (partly from the store's cache) and the
-    cache entry they came from."""
+    for a build's read (``plans/build_read.py``), the items already decoded (stubs of some: their
+    facts) and the store's cache entry of the window at their epoch."""
 
     meta: dict[str, str]
     pinned: int

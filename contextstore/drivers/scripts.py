@@ -41,13 +41,13 @@ T = TypeVar("T")
 SCRIPT_NAMES = (
     "add", "remove", "pin", "priority", "clear", "compact", "commit", "restore",
     "configure", "ensure", "delete", "event", "undo", "lease", "vectors", "pop", "turn", "acl",
-    "list", "build_read", "fetch", "peek", "archived", "dump", "rewind", "forked",
+    "list", "fetch", "peek", "archived", "dump", "rewind", "forked",
     "usage", "blob_put", "blob_drop", "blob_index", "blob_counts", "commands",
 )  # fmt: skip
 
 #: the scripts that read a window, each for one job (lib/reads.lua: what they share), and those a
 #: sweep of the blobs reads with
-READS = frozenset({"list", "build_read", "fetch", "peek", "archived", "dump", "blob_index", "blob_counts", "commands"})
+READS = frozenset({"list", "fetch", "peek", "archived", "dump", "blob_index", "blob_counts", "commands"})
 #: scripts that take no request (reads, and the ``built`` event): they record no reply, so they
 #: run under ``run_plain`` (lib/calls.lua) and carry none of the request protocol (lib/requests.lua)
 REQUESTLESS = READS | {"event", "acl", "blob_put", "blob_drop"}

@@ -10,16 +10,16 @@ from typing import TypeVar
 
 from .. import logs
 from ..core import validate, wire
-from ..core.layout import Meta, build_inputs, calibrated, calibration_of, window_version
-from ..errors import BudgetTooSmallError, InvalidOptionsError, NoConversationError, raise_for_reply
+from ..core.layout import Meta, calibrated, calibration_of, window_version
+from ..errors import InvalidOptionsError, raise_for_reply
 from ..render import markdown, prompt
 from ..render.select import RELEVANT_TYPES, history_read, units_for
 from ..types import BuildOptions, BuiltContext, CompactionStrategy, ContextItem, WindowConfig
 from .base import Plan, ScriptCall, Settings, WindowState
-from .cached import cached_for_build, read_for_build
-from .cold import cold_route, read_facts, read_whole, recent_for
+from .build_read import Bodies, build_read, recent_for
 from .compaction import compact, has_helper
 from .items import items
+from .reads import read
 from .relevance import scores
 
 log = logging.getLogger("contextstore")
@@ -67,7 +67,7 @@ def compact_first(
     freed = yield from compact(settings, state, strategy, COMPACT_ON_BUILD_PERCENT, options.query)
     if not freed:
         return 0, decoded
-    again = yield from read_for_build(settings, state)
+    again = yield from read(state, "order")
     return freed, again.items()
 
 
@@ -94,39 +94,6 @@ def relevance_of(
     return {i.id or "": s for i, s in zip(relevant, got, strict=True)}
 
 
-#: what a build from the cache alone gives up on: errors its cached view may have caused wrongly
-_MAYBE_STALE = (BudgetTooSmallError, InvalidOptionsError, NoConversationError)
-
-
-def cache_first(
-    settings: Settings,
-    state: WindowState,
-    options: BuildOptions,
-    run: Callable[[wire.ReadReply, dict[str, str] | None], Plan[T | None]],
-    fits: bool | None = None,
-) -> Plan[T]:
-    """``run`` a build from the store's cached window with no read first, when the options ask
-    for no compaction and no relevance scores: its ``built`` event, written only if the window
-    still holds what the build used, is then its one call. Else, or when the window moved on (then
-    ``run`` answers None, having written nothing, and builds read first until a read finds the
-    window unchanged: ``ItemCache.moving``), ``run`` on a read (``fits``: what a size probe of
-    this build already found, ``cold_route``)."""
-    cached = cached_for_build(settings, state) if not options.compact and not scored(settings, options) else None
-    if cached is not None:
-        try:
-            done = yield from run(*cached)
-        except _MAYBE_STALE:
-            pass  # the read below decides
-        else:
-            if done is not None:
-                return done
-            settings.item_cache.moving(state.keys.meta, True)
-    found = yield from read_for_build(settings, state, fits)
-    done = yield from run(found, None)
-    assert done is not None  # a build on a read needs nothing to hold
-    return done
-
-
 def built_event(state: WindowState, fields: dict[str, str], held: dict[str, str] | None) -> Plan[bool]:
     """Append the ``built`` event (no request id: a retry may log a second one, which is
     harmless); False when the window no longer holds ``held`` (nothing written)."""
@@ -139,19 +106,17 @@ def build(settings: Settings, state: WindowState, options: object = None) -> Pla
     they fit. Deletes nothing unless ``compact=True``; appends a ``built`` event."""
     opts = prompt.validate_options(options)
     run = partial(_build, settings, state, opts, time.perf_counter())
-    facts, fits = yield from cold_route(settings, state, opts)
-    if facts:
-        got = yield from read_facts(state, partial(_history_read, opts), recent_for(opts))
-        whole = (yield from read_whole(state, got, lambda _: True)) if got is not None else None
-        if whole is not None:
-            done = yield from run(whole.found, build_inputs(whole.found.meta))
-            if done is not None:
-                return done
-    return (yield from cache_first(settings, state, opts, run, fits))
+    fresh = opts.compact or scored(settings, opts)
+    every = _every  # a prompt counts its joints from each item's edges: every item whole
+    return (yield from build_read(settings, state, partial(_history_read, opts), recent_for(opts), run, every, fresh))
+
+
+def _every(_: ContextItem) -> bool:
+    return True
 
 
 def _history_read(options: BuildOptions, items: list[ContextItem], oldest: int) -> bool:
-    """Whether ``items`` (a facts read so far, ``cold.read_facts``) hold every conversation unit
+    """Whether ``items`` (a facts read so far, ``build_read.read_facts``) hold every conversation unit
     a text build with ``options`` offers (``select.history_read``)."""
     return history_read(units_for(items, None), oldest, options)
 
@@ -163,8 +128,10 @@ def _build(
     started: float,
     found: wire.ReadReply,
     held: dict[str, str] | None,
+    _bodies: Bodies | None = None,
 ) -> Plan[BuiltContext | None]:
-    """``build`` from ``found``; None when ``held`` no longer holds (``cache_first``)."""
+    """``build`` from ``found`` (its items whole: ``build_read`` read them); None when ``held``
+    no longer holds (nothing written)."""
     cfg = found.config(state.config)
     budget = budget_of(opts, found, cfg, state.window_id)
     decoded = found.items()

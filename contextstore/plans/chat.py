@@ -2,43 +2,27 @@
 the token budget (content plus a per-message overhead), whole units, pinned first, every tool
 result right after its call.
 
-A build on a store that keeps no items between builds chooses from the window's facts
-(``cold.read_facts``: ``:meta``, ``:attrs`` and their letters, ``:pinned``) and reads the bodies
-of the items it takes only (``_from_facts``); otherwise it reads like a prompt build
-(``build.cache_first``).
+A build chooses from the window's facts (``build_read.read_facts``: ``:meta``, ``:attrs`` and
+their letters, ``:pinned``) and reads the bodies of the items it takes only, those the store's
+item cache lacks (``build_read.build_read``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 from .. import logs
 from ..core import wire
-from ..core.layout import build_inputs, window_version
+from ..core.layout import window_version
 from ..errors import BudgetTooSmallError, InvalidOptionsError, NoConversationError
 from ..render import messages, prompt
 from ..render.select import Choice, Unit, choose, history_read, members, newest_with, ranked_key, units_for
 from ..types import BuildOptions, BuiltMessages, ContextItem
 from .base import Plan, Settings, WindowState
-from .build import (
-    budget_of,
-    built_event,
-    cache_first,
-    compact_first,
-    dropped_newest,
-    is_scored,
-    relevance_of,
-    scored,
-    seq_lookup,
-)
-from .cold import cold_route, read_bodies, read_facts, read_whole, recent_for
-
-T = TypeVar("T")
-#: how a build from the facts reads the chosen items (``cold.read_bodies``): given their stubs
-#: and the ``built`` event's arguments, the items, or None (then it builds on a whole read)
-Bodies = Callable[[list[ContextItem], wire.Args], Plan[list[ContextItem] | None]]
+from .build import budget_of, built_event, compact_first, dropped_newest, is_scored, relevance_of, scored, seq_lookup
+from .build_read import Bodies, build_read, recent_for
 
 FORMATS = ("openai", "anthropic")
 #: the key of message costs among a cached window's cost memos
@@ -75,32 +59,10 @@ def build_messages(
     pinned first; every tool result right after its call. Appends a ``built`` event."""
     opts, fmt = prompt.validate_options(options), _check_format(format)
     run = partial(_build_messages, settings, state, opts, fmt)
-    facts, fits = yield from cold_route(settings, state, opts)
-    if facts:
-        done = yield from _from_facts(settings, state, opts, run)
-        if done is not None:
-            return done
-    return (yield from cache_first(settings, state, opts, run, fits))
-
-
-def _from_facts(
-    settings: Settings, state: WindowState, options: BuildOptions, run: Callable[..., Plan[T | None]]
-) -> Plan[T | None]:
-    """``run`` (``_build_messages``: the read, the meta its ``built`` event must find, how to
-    read the bodies of the items it chose) on the facts a build with ``options`` can offer
-    (``cold.read_facts``: meta, pins, the ``:attrs`` of the items it may offer; no body but
-    those of the items relevance scores, ``cold.read_whole``), reading the bodies of the
-    chosen items only, with the ``built`` event, written only if the
-    window still holds what the facts said (``Meta.BUILD_INPUTS``). None when the facts cannot
-    serve (``read_facts``), the window moved on meanwhile, or a body disagrees with its letters
-    (its event was written: the whole read writes another): the caller builds on a whole read
-    then."""
-    got = yield from read_facts(state, partial(_settled, options), recent_for(options))
-    if got is not None and scored(settings, options):
-        got = yield from read_whole(state, got, is_scored)
-    if got is None:
-        return None
-    return (yield from run(got.found, build_inputs(got.found.meta), partial(read_bodies, state, got)))
+    rank = scored(settings, opts)  # relevance scores need the texts they score
+    settled = partial(_settled, opts)
+    fresh = opts.compact or rank
+    return (yield from build_read(settings, state, settled, recent_for(opts), run, is_scored if rank else None, fresh))
 
 
 def _settled(options: BuildOptions, items: list[ContextItem], oldest: int) -> bool:

@@ -4,8 +4,8 @@ A window whose config keeps it within one page (``max_tokens`` and ``max_items``
 config does not bound that holds little enough (its stored tokens and item count, asked first),
 is read whole with plain commands in one MULTI/EXEC (``plain_whole``) when the store's client is not
 a cluster's: the server sends what its keys hold, about seven times cheaper than a script
-copying the same data through Lua. A build whose store already caches the window reads what
-changed (``plans/cached.py``).
+copying the same data through Lua. Builds read the facts of what they can offer instead
+(``plans/build_read.py``), and read whole only when those cannot serve.
 
 A read lists ids (in arrival or build order) in pages of at most ``PAGE_IDS`` and returns item
 JSON up to ``PAGE_BYTES`` per call; the JSON it could not send is fetched by id afterwards, in
@@ -43,14 +43,11 @@ BYTES_PER_TOKEN = 8
 @dataclass(slots=True)
 class Listing:
     """What a paged read gathered: the first page's meta and pinned count, the listed ids, the
-    JSON read so far (in the order asked for), the ids whose JSON is still to fetch; for a build
-    read, ``UNCHANGED`` (nothing listed) or ``APPENDED`` (only added ids listed) when the item
-    cache was current or only behind by adds."""
+    JSON read so far (in the order asked for), the ids whose JSON is still to fetch."""
 
     found: wire.ReadReply
     ids: list[Any]
     deferred: list[Any]
-    status: int = -1
 
 
 def _plain_fits(state: WindowState) -> bool:
@@ -123,27 +120,18 @@ def stamp(meta: dict[str, str]) -> tuple[str | None, ...]:
     return tuple(meta.get(f) for f in STAMP)
 
 
-#: build_read.lua's ``next`` when it finds the window as the client's cache holds it
-UNCHANGED = -2
-#: build_read.lua's ``next`` when it lists only the items added since the cache's seq
-APPENDED = -3
-
-
-def _list(
-    state: WindowState, script: str, head: Sequence[str | bytes], page: int, budget: int, tail: Sequence[str] = ()
-) -> Plan[Listing | None]:
-    """Every page of one listing (``list`` or ``build_read``); None when the window changed
-    between pages. A build read may answer with one page about the cache (``Listing.status``)."""
+def _list(state: WindowState, head: Sequence[str | bytes], page: int, budget: int) -> Plan[Listing | None]:
+    """Every page of one listing of list.lua; None when the window changed between pages."""
     first: Listing | None = None
     start = 0
     while True:
-        args = [*head, str(start), str(page), str(budget), *tail]
-        reply = raise_for_reply((yield ScriptCall(script, state.keys, args)))
+        args = [*head, str(start), str(page), str(budget)]
+        reply = raise_for_reply((yield ScriptCall("list", state.keys, args)))
         found = wire.decode_read(reply)
         if first is None:
             if not found.exists:
                 return Listing(found, [], [])
-            first = Listing(found, list(reply[3]), list(reply[4]), min(int(reply[5]), -1))
+            first = Listing(found, list(reply[3]), list(reply[4]))
         elif stamp(found.meta) != stamp(first.found.meta):
             return None
         else:
@@ -170,15 +158,12 @@ def _fetch(state: WindowState, listing: Listing, budget: int) -> Plan[bool]:
     return True
 
 
-def read_listing(
-    state: WindowState, script: str, head: Sequence[str | bytes], limit: int = -1, tail: Sequence[str] = ()
-) -> Plan[Listing]:
-    """A whole listing of ``script`` (``list``, ``build_read``) with its JSON, in bounded calls
-    (one unbounded call after ``ATTEMPTS`` races); ``limit`` cuts a listing of several pages to
-    its last N ids."""
+def read_listing(state: WindowState, head: Sequence[str | bytes], limit: int = -1) -> Plan[Listing]:
+    """A whole listing of list.lua with its JSON, in bounded calls (one unbounded call after
+    ``ATTEMPTS`` races); ``limit`` cuts a listing of several pages to its last N ids."""
     for attempt in range(ATTEMPTS + 1):
         bounded = attempt < ATTEMPTS
-        listing = yield from _list(state, script, head, PAGE_IDS if bounded else 0, PAGE_BYTES if bounded else 0, tail)
+        listing = yield from _list(state, head, PAGE_IDS if bounded else 0, PAGE_BYTES if bounded else 0)
         if listing is None:
             continue
         if limit >= 0 and len(listing.ids) > limit:  # several pages, all of it deferred: cut here
@@ -197,7 +182,7 @@ def read(state: WindowState, mode: str, types: str = "", limit: int = -1) -> Pla
         plain = yield from plain_whole(state, mode)
         if plain is not None:
             return plain.found
-    listing = yield from read_listing(state, "list", wire.list_args(mode, types, limit), limit)
+    listing = yield from read_listing(state, wire.list_args(mode, types, limit), limit)
     return listing.found
 
 
@@ -216,7 +201,7 @@ def read_page(state: WindowState, order: str, types: str, first: int, count: int
         listing = Listing(found, list(reply[3]), list(reply[4]))
         if (yield from _fetch(state, listing, PAGE_BYTES)):
             return listing.found
-    whole = (yield from read_listing(state, "list", wire.list_args(order, types))).found
+    whole = (yield from read_listing(state, wire.list_args(order, types))).found
     whole.raw = whole.raw[first : first + count]
     return whole
 

@@ -23,16 +23,6 @@ local function priority_of(s, r)
   return MAX_PRIORITY - math.floor((tonumber(s) - r * RANK_WEIGHT) / PRIORITY_WEIGHT)
 end
 
--- A ZRANGE WITHSCORES reply of :order: its ids onto `listed`, those with a seq above `known`
--- onto `wanted` (a build read's listing; seq_of inlined, this loop runs once per item).
-local function list_newer(flat, known, listed, wanted)
-  for i = 1, #flat, 2 do
-    local id = flat[i]
-    listed[#listed + 1] = id
-    if tonumber(flat[i + 1]) % PRIORITY_WEIGHT > known then wanted[#wanted + 1] = id end
-  end
-end
-
 -- :attrs values: "seq|tokens|priority|type", then "|flags|group" when either is set.
 local function pack_attrs(a)
   local v = fmt(a.seq) .. '|' .. fmt(a.tokens) .. '|' .. fmt(a.priority) .. '|' .. a.type

@@ -1,43 +1,25 @@
-"""The reads of a cold build (``plans/chat.py``, ``plans/build.py``): the facts of what it can
+"""The one read of every build (``plans/chat.py``, ``plans/build.py``): the facts of what it can
 offer, then the bodies of what a chat build chose (or of what a prompt build can offer), in
-plain commands; what is read follows what the build can offer, not the window's length."""
+plain commands; what is read follows what the build can offer, not the window's length, and a
+store with an item cache (``core/itemcache.py``) reads no body it holds, and may build from its
+last facts read with no read at all (``build_read``)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
 from ..core import facts, stored, wire
-from ..core.layout import RANK_WEIGHT, meta_text
-from ..errors import raise_for_reply
+from ..core.itemcache import CachedWindow
+from ..core.layout import RANK_WEIGHT, Meta, build_inputs, meta_text
+from ..errors import BudgetTooSmallError, InvalidOptionsError, NoConversationError, raise_for_reply
 from ..types import BuildOptions, ContextItem, ItemType
 from .base import PlainRead, Plan, ScriptCall, Settings, WindowState
-from .reads import ATTEMPTS, STAMP, plain_ok, raw_stamp, stamp
+from .reads import ATTEMPTS, STAMP, raw_stamp, read, stamp
 
-
-def cold_route(settings: Settings, state: WindowState, options: BuildOptions) -> Plan[tuple[bool, bool | None]]:
-    """Whether a build reads the facts of what it can offer (``read_facts``) rather than the window
-    whole, and whether the window fits one plain read when that was asked on the way (None: not
-    asked; ``cached.read_for_build`` then asks itself). It reads the facts on a store that keeps no
-    items between builds (``item_cache_bytes=0``: a stateless worker, whose every build starts
-    cold), for a build with a budget of its own (``BuildOptions.max_tokens``) below the window's
-    ``max_tokens``, or for a window too large to read whole in one call (``reads.plain_ok``: its
-    config bounds it, or one ``HMGET`` of its counts says so); with compaction (``compact=True``:
-    after a compaction, the build reads the window whole) and relevance scores (which need the
-    texts of the items they score: ``read_whole``) too. A window that fits, built within its own
-    limit, is read whole: that costs the shard less (docs/benchmarks.md). A store with an item cache reads a window it
-    does not hold whole instead, and keeps it: its next builds of that window then cost the shard
-    next to nothing; a window last read too large for the cache to keep (``ItemCache.too_large``) is
-    built from its facts, as by a stateless store."""
-    limit = options.max_tokens
-    cached = settings.item_cache_bytes and not settings.item_cache.too_large(state.keys.meta)
-    if cached:
-        return False, None
-    if limit is not None and (state.config.max_tokens is None or limit < state.config.max_tokens):
-        return True, None
-    fits = yield from plain_ok(state)
-    return not fits, fits
+T = TypeVar("T")
 
 
 def recent_for(options: BuildOptions) -> int:
@@ -55,8 +37,112 @@ class Facts:
 
     found: wire.ReadReply
     attrs: dict[str, str]
-    #: the items among ``found``'s read whole already (``read_whole``), by id
+    #: the items among ``found``'s read whole already (``read_whole``, or held by the store), by id
     whole: dict[str, ContextItem] = field(default_factory=dict)
+    #: the seq from which the conversation was read whole (0: all of it): what ``Settled`` takes
+    oldest: int = 0
+
+
+#: how a build reads the bodies of the items it chose from the facts (``read_bodies``): given
+#: their stubs and the ``built`` event's arguments, the items, or None (the window moved on)
+Bodies = Callable[[list[ContextItem], wire.Args], Plan[list[ContextItem] | None]]
+#: a build on a read: ``run(found, held, bodies)``, where ``held`` is the meta its ``built`` event
+#: must find (None: none, after a whole read) and ``bodies`` reads the bodies of what it chose
+#: (None: ``found`` holds them); None when the window moved on (nothing written)
+Run = Callable[[wire.ReadReply, "dict[str, str] | None", "Bodies | None"], Plan["T | None"]]
+#: what a build from the last facts alone gives up on: errors those facts may have caused wrongly
+_MAYBE_STALE = (BudgetTooSmallError, InvalidOptionsError, NoConversationError)
+
+
+def build_read(
+    settings: Settings,
+    state: WindowState,
+    settled: Settled,
+    recent: int,
+    run: Run[T],
+    whole: Callable[[ContextItem], bool] | None = None,
+    fresh: bool = False,
+) -> Plan[T]:
+    """``run`` a build on the one read of builds: the facts of what it can offer (``read_facts``;
+    ``settled`` says when they decide the build, ``recent`` how far back they start), with the
+    items ``whole`` picks read whole (``read_whole``: a prompt build's every item, a scored
+    build's scored ones), and the bodies of the items a chat build takes read with its ``built``
+    event (``read_bodies``). A store with an item cache reads no body it holds at the window's
+    epoch, and first tries its last facts read of the window with no read at all (unless
+    ``fresh``: compaction and relevance scores decide on a read; nor while builds find the
+    window moving, ``ItemCache.moving``): its ``built`` event, written only while the window
+    holds those facts' meta, is then its one call. When the facts cannot serve (an item stored
+    before the letters were kept; a window that kept moving), ``run`` builds on a whole read."""
+    cache, window = settings.item_cache, state.keys.meta
+    last = cache.last_facts(window)
+    if last is not None and not fresh and not cache.moving(window) and _decides(last, settled):
+        try:
+            done = yield from _run_on(settings, state, last, whole, run)
+        except _MAYBE_STALE:
+            done = None  # the read below decides
+        if done is not None:
+            return done
+        cache.moving(window, True)
+    got = yield from read_facts(state, settled, recent)
+    if got is not None:
+        if last is not None and stamp(last.found.meta) == stamp(got.found.meta):
+            cache.moving(window, False)  # a quiet window again: builds may start from the facts
+        done = yield from _run_on(settings, state, got, whole, run)
+        if done is not None:
+            return done
+    found = yield from read(state, "order")
+    done = yield from run(found, None, None)
+    assert done is not None  # a build on a read needs nothing to hold
+    return done
+
+
+def _decides(got: Facts, settled: Settled) -> bool:
+    """Whether the facts ``got`` (read for some build) decide a build that ``settled`` judges."""
+    return got.oldest == 0 or settled(got.found.items(), got.oldest)
+
+
+def _run_on(
+    settings: Settings, state: WindowState, got: Facts, whole: Callable[[ContextItem], bool] | None, run: Run[T]
+) -> Plan[T | None]:
+    """``run`` on the facts ``got``: the items the store holds at their epoch (and those
+    ``whole`` picks, read) in place of their stubs; None when the window moved on."""
+    entry = settings.item_cache.entry(state.keys.meta, got.found.meta.get(Meta.EPOCH, ""))
+    if entry is not None:
+        settings.item_cache.keep_facts(entry, got)
+        got = _with_held(got, entry)
+    if whole is not None:
+        read_got = yield from read_whole(state, got, whole)
+        if read_got is None:
+            return None
+        got = read_got
+        if entry is not None:
+            settings.item_cache.keep(state.keys.meta, entry, got.whole.values())
+    got.found.cached = entry
+    bodies = partial(_bodies_kept, settings, state, entry, got)
+    return (yield from run(got.found, build_inputs(got.found.meta), bodies))
+
+
+def _with_held(got: Facts, entry: CachedWindow) -> Facts:
+    """``got`` with the items ``entry`` holds whole among them (``got`` itself when none)."""
+    held = {i: entry.items[i] for i in got.attrs if i in entry.items and i not in got.whole}
+    if not held:
+        return got
+    return Facts(got.found, got.attrs, {**got.whole, **held}, got.oldest)
+
+
+def _bodies_kept(
+    settings: Settings,
+    state: WindowState,
+    entry: CachedWindow | None,
+    got: Facts,
+    stubs: list[ContextItem],
+    event: wire.Args,
+) -> Plan[list[ContextItem] | None]:
+    """``read_bodies``, the items read kept in the store's cache (``entry``)."""
+    out = yield from read_bodies(state, got, stubs, event)
+    if out is not None and entry is not None:
+        settings.item_cache.keep(state.keys.meta, entry, out)
+    return out
 
 
 #: ``:attrs`` fields the first round trip of a facts read scans: a small hash (a listpack, up to
@@ -121,7 +207,7 @@ def _facts_once(state: WindowState, settled: Settled, recent: int) -> Plan[Facts
                 pass
             elif walk.whole or settled(stubs, walk.oldest()):
                 values = {wire.text(i): wire.text(v) for i, v in walk.attrs.items()}
-                return Facts(wire.ReadReply(meta_text(meta), len(pinned), [], stubs), values, walk.items)
+                return Facts(wire.ReadReply(meta_text(meta), len(pinned), [], stubs), values, walk.items, walk.oldest())
             else:
                 walk.more = True
         reply = yield PlainRead((("HMGET", k.meta, *STAMP), *walk.commands(k)))
@@ -247,8 +333,8 @@ def read_bodies(
     the server is at maxmemory: the caller builds on a whole read then. Items ``got`` holds whole
     already (``read_whole``) are not read again."""
     ids = [s.id or "" for s in stubs if s.id not in got.whole]
-    reads = (("HMGET", state.keys.items, *ids),) if ids else ()
-    reply = yield PlainRead(reads, then=ScriptCall("event", state.keys, event))
+    built = ScriptCall("event", state.keys, event)
+    reply = (yield PlainRead((("HMGET", state.keys.items, *ids),), then=built)) if ids else [(yield built)]
     if reply is None or raise_for_reply(reply[-1]) != 1:
         return None
     read = dict(zip(ids, reply[0] if ids else [], strict=True))
@@ -268,23 +354,25 @@ def _decoded(got: Facts, stub: ContextItem, json: Any) -> ContextItem | None:
 
 
 def read_whole(state: WindowState, got: Facts, which: Callable[[ContextItem], bool]) -> Plan[Facts | None]:
-    """``got`` with the items ``which`` picks read whole (a text build chooses with its items'
-    edges, and relevance scores need the texts they score, which only the bodies hold): one
-    plain ``HMGET`` of their bodies, checked against the window's epoch, seq and count in the
-    same transaction; they replace their stubs in ``got.found`` and are kept in ``got.whole``.
-    None when the window moved on, an item went, or the server is at maxmemory: the caller
-    builds on a whole read then."""
-    stubs = got.found.decoded or []
-    ids = [s.id or "" for s in stubs if which(s) and s.id not in got.whole]
-    bodies = (("HMGET", state.keys.items, *ids),) if ids else ()
-    reply = yield PlainRead((("HMGET", state.keys.meta, *STAMP), *bodies))
-    if reply is None or tuple(None if v is None else wire.text(v) for v in reply[0]) != stamp(got.found.meta):
-        return None
-    read = dict(zip(ids, reply[1] if ids else [], strict=True))
-    for n, stub in enumerate(stubs):
-        if stub.id in read:
-            item = _decoded(got, stub, read[stub.id or ""])
+    """``got`` with the items ``which`` picks whole (a text build chooses with its items' edges,
+    and relevance scores need the texts they score, which only the bodies hold), in a new
+    ``Facts`` (``got`` may be a store's cached facts, which other builds share): those it does
+    not hold whole already read with one plain ``HMGET``, checked against the window's epoch,
+    seq and count in the same transaction. None when the window moved on, an item went, or the
+    server is at maxmemory: the caller builds on a whole read then."""
+    stubs = got.found.items()
+    wanted = [s for s in stubs if which(s) and s.id not in got.whole]
+    whole = dict(got.whole)
+    if wanted:
+        ids = [s.id or "" for s in wanted]
+        reply = yield PlainRead((("HMGET", state.keys.meta, *STAMP), ("HMGET", state.keys.items, *ids)))
+        if reply is None or tuple(None if v is None else wire.text(v) for v in reply[0]) != stamp(got.found.meta):
+            return None
+        for stub, json in zip(wanted, reply[1], strict=True):
+            item = _decoded(got, stub, json)
             if item is None:
                 return None
-            stubs[n] = got.whole[stub.id or ""] = item
-    return got
+            whole[item.id or ""] = item
+    listing = [whole.get(s.id or "", s) if which(s) else s for s in stubs]
+    found = wire.ReadReply(got.found.meta, got.found.pinned, [], listing)
+    return Facts(found, got.attrs, whole, got.oldest)
