@@ -252,15 +252,16 @@ def test_every_change_in_place_starts_a_new_epoch(redis_url, r, prefix):
 
 @pytest.fixture
 def bodies_read(monkeypatch) -> list[str]:
-    """The ids of the bodies builds read (and decoded) after their facts."""
+    """The ids of the bodies builds read with their facts or after them (each one decoded)."""
     read: list[str] = []
-    real = build_read_plans._decoded
+    real = build_read_plans.stored.decode_item
 
-    def recording(got, stub, json):
-        read.append(stub.id)
-        return real(got, stub, json)
+    def recording(entry):
+        item = real(entry)
+        read.append(item.id)
+        return item
 
-    monkeypatch.setattr(build_read_plans, "_decoded", recording)
+    monkeypatch.setattr(build_read_plans.stored, "decode_item", recording)
     return read
 
 

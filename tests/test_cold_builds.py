@@ -428,8 +428,8 @@ def test_the_facts_count_only_while_the_window_holds_still(make_store, redis_url
     real, trips = cold.read_facts, []
 
     def adding_between_round_trips(every: bool):
-        def read_facts(state, settled, recent):
-            plan = real(state, settled, recent)
+        def read_facts(state, settled, recent, *rest):
+            plan = real(state, settled, recent, *rest)
             request = next(plan)
             try:
                 while True:

@@ -147,24 +147,38 @@ def stamp_of(**fields: object) -> list[bytes | None]:
     return [None if held.get(f) is None else held[f].encode() for f in (Meta.EPOCH, Meta.SEQ, Meta.ITEMS)]
 
 
-def bodies_reply(raw: list[Any], **fields: object) -> Any:
-    """A reply to ``read_whole``'s transaction (the meta's stamp, then the bodies asked for, of
-    ``raw``); to the ``built`` event (written) when the store held every body already."""
-    jsons = {r[0].decode(): r[1] for r in raw}
-    return lambda request: 1 if isinstance(request, ScriptCall) else [
-        stamp_of(**fields), [jsons[i] for i in hmget_items(request)],
-    ]  # fmt: skip
+def server(raw: list[Any], event: int = 1, **fields: object) -> Any:
+    """Answers whatever a build asks of a window holding ``raw`` (``fields`` in its meta): the
+    facts' first round trip, every attrs and body at once, bodies by id, the meta's stamp, and
+    its ``built`` event (``event``: 1 written, -1 the window moved on)."""
+    attrs, jsons = {r[0]: r[2] for r in raw}, {r[0]: r[1] for r in raw}
 
+    def one(command: tuple[Any, ...]) -> Any:
+        verb, key = command[0], command[1].rsplit(":", 1)[1]
+        if (verb, key) == ("HMGET", "meta"):
+            return stamp_of(**fields)
+        if (verb, key) == ("HMGET", "items"):
+            return [jsons.get(i.encode()) for i in command[2:]]
+        return {("HGETALL", "attrs"): attrs, ("HGETALL", "items"): jsons}[verb, key]
 
-def chosen_bodies(raw: list[Any]) -> Any:
-    """A reply to a chat build's read of the bodies it chose (with its ``built`` event, written)."""
-    jsons = {r[0].decode(): r[1] for r in raw}
-    return lambda request: 1 if isinstance(request, ScriptCall) else [[jsons[i] for i in hmget_items(request)], 1]
+    def answer(request: Any) -> Any:
+        if isinstance(request, ScriptCall):
+            return event
+        if request.commands[0][0] == "HGETALL":  # the first round trip of a facts read
+            return facts_reply(raw, **fields)
+        return [*map(one, request.commands), *([event] if request.then is not None else [])]
+
+    return answer
 
 
 def hmget_items(request: Any) -> list[str]:
     """The ids a plain read asks the bodies of (its ``HMGET`` of :items)."""
     return [i for c in request.commands if c[0] == "HMGET" and c[1].endswith(":items") for i in c[2:]]
+
+
+def reads_everything(request: Any) -> bool:
+    """Whether a plain read takes every attrs and body at once (``build_read._everything``)."""
+    return isinstance(request, PlainRead) and ("HGETALL", "ctx:{w}:items") in [c[:2] for c in request.commands]
 
 
 def test_build_renders_within_the_budget_and_reports_every_item():
@@ -174,14 +188,11 @@ def test_build_renders_within_the_budget_and_reports_every_item():
         stored(3, "a short reply", type="assistant_message", role="assistant"),
     ]
     plan = build_plans.build(settings(), state(max_tokens=100), cs.BuildOptions(max_tokens=40, reserve_for_response=10))
-    sent, built = drive(plan, [facts_reply(raw, tokens=20), bodies_reply(raw, tokens=20), 1])
-    facts_call, bodies_call, event_call = sent
-    assert isinstance(facts_call, PlainRead) and hmget_items(bodies_call) == ["ctx-1", "ctx-2", "ctx-3"]
-    assert (
-        event_call.name == "event"
-        and event_call.args[2 * len(Meta.BUILD_INPUTS) + 1] == "built"
-        and not event_call.request
-    )
+    sent, built = drive(plan, [server(raw, tokens=20, items=3)] * 3)
+    facts_call, everything, event_call = sent
+    assert isinstance(facts_call, PlainRead) and reads_everything(everything)  # every item is a candidate
+    assert event_call.name == "event" and event_call.args[2 * len(Meta.BUILD_INPUTS) + 1] == "built"
+    assert not event_call.request
     assert built.content == (
         "You are terse.\n\n---\n\n[user]: one two three four five six seven eight nine ten"
         "\n\n---\n\n[assistant]: a short reply"
@@ -192,50 +203,50 @@ def test_build_renders_within_the_budget_and_reports_every_item():
 def test_build_excludes_what_does_not_fit_and_omits_what_the_options_leave_out():
     raw = [stored(n, f"message {n} " + "word " * 8, type="user_message", role="user") for n in range(1, 6)]
     opts = cs.BuildOptions(max_tokens=30, reserve_for_response=0, max_history_items=3)
-    _, built = drive(build_plans.build(settings(), state(max_tokens=100), opts), [
-        facts_reply(raw), bodies_reply(raw), 1,
-    ])  # fmt: skip
+    sent, built = drive(build_plans.build(settings(), state(max_tokens=100), opts), [server(raw)] * 3)
+    assert hmget_items(sent[1]) == [f"ctx-{n}" for n in range(1, 6)]  # the bodies of the facts read (all)
     assert built.omitted_item_ids == ["ctx-1", "ctx-2"]  # older than the 3 most recent
     assert built.included_item_ids == ["ctx-4", "ctx-5"] and built.excluded_item_ids == ["ctx-3"]
 
 
 def test_build_refuses_a_reserve_that_leaves_no_room_after_reading_the_limit():
     plan = build_plans.build(settings(), state(max_tokens=100), None)  # default reserve 1000
-    assert isinstance(next(plan), PlainRead)
     with pytest.raises(cs.InvalidOptionsError, match="reserve_for_response=1000 leaves no room"):
-        plan.send(facts_reply([]))
+        drive(plan, [server([])] * 3)
 
 
 def test_a_chat_build_reads_the_bodies_it_takes_with_its_event():
     raw = [stored(n, f"message {n} " + "word " * 8, type="user_message", role="user") for n in range(1, 6)]
     opts = cs.BuildOptions(max_tokens=30, reserve_for_response=0)
-    sent, built = drive(chat_plans.build_messages(settings(), state(max_tokens=100), opts), [
-        facts_reply(raw), chosen_bodies(raw),
-    ])  # fmt: skip
+    sent, built = drive(
+        chat_plans.build_messages(settings(), state(max_tokens=100), opts), [server(raw, tokens=50)] * 2
+    )
     assert hmget_items(sent[1]) == built.included_item_ids == ["ctx-5"] and sent[1].then.name == "event"
     assert [m["content"] for m in built.messages] == ["message 5 " + "word " * 8]
+    # a window within the budget: every item is taken, so every body is read with the facts
+    roomy = cs.BuildOptions(max_tokens=60, reserve_for_response=0)
+    sent, built = drive(
+        chat_plans.build_messages(settings(), state(max_tokens=100), roomy), [server(raw[3:], tokens=20, items=2)] * 3
+    )
+    assert reads_everything(sent[1]) and sent[2].name == "event" and built.included_item_ids == ["ctx-4", "ctx-5"]
 
 
 def test_a_second_build_reads_only_the_bodies_the_store_lacks():
     s, st = settings(), state(max_tokens=100)
     first = [stored(n, f"message {n}", type="user_message", role="user") for n in (1, 2)]
     opts = cs.BuildOptions(reserve_for_response=0)
-    sent, built = drive(build_plans.build(s, st, opts), [
-        facts_reply(first, epoch="7", seq="2", items="2"), bodies_reply(first, epoch="7", seq="2", items="2"), 1,
-    ])  # fmt: skip
-    assert hmget_items(sent[1]) == ["ctx-1", "ctx-2"] and built.included_item_ids == ["ctx-1", "ctx-2"]
+    sent, built = drive(build_plans.build(s, st, opts), [server(first, epoch="7", seq="2", items="2")] * 3)
+    assert reads_everything(sent[1]) and built.included_item_ids == ["ctx-1", "ctx-2"]
     now = [first[1], stored(3, "message 3", type="user_message", role="user")]  # ctx-1 went meanwhile
-    sent, built = drive(build_plans.build(s, st, opts), [
-        -1, facts_reply(now, epoch="7", seq="3", items="2"), bodies_reply(now[1:], epoch="7", seq="3", items="2"), 1,
-    ])  # fmt: skip  # -1: the build from the last facts found the window moved on
-    assert sent[0].name == "event" and isinstance(sent[1], PlainRead) and hmget_items(sent[2]) == ["ctx-3"]
+    moved = server(now, epoch="7", seq="3", items="2")
+    sent, built = drive(build_plans.build(s, st, opts), [server(now, event=-1), moved, moved, moved])
+    assert sent[0].name == "event"  # from the last facts: the window moved on
+    assert isinstance(sent[1], PlainRead) and hmget_items(sent[2]) == ["ctx-3"]  # it holds ctx-2
     assert built.included_item_ids == ["ctx-2", "ctx-3"]
     assert "message 2" in built.content and "message 1" not in built.content
     # a new epoch: the bodies the store holds are stale, every one is read again
-    sent, built = drive(build_plans.build(s, st, opts), [
-        facts_reply(now, epoch="8", seq="3", items="2"), bodies_reply(now, epoch="8", seq="3", items="2"), 1,
-    ])  # fmt: skip  # no event first: the build before found the window moving
-    assert hmget_items(sent[1]) == ["ctx-2", "ctx-3"]
+    sent, built = drive(build_plans.build(s, st, opts), [server(now, epoch="8", seq="3", items="2")] * 3)
+    assert isinstance(sent[0], PlainRead) and reads_everything(sent[1])  # no event first: it was moving
 
 
 @pytest.mark.parametrize("chat", [False, True], ids=["build", "build_messages"])
@@ -249,12 +260,7 @@ def test_a_build_of_a_window_the_store_has_read_is_one_conditional_event(chat):
         plan = chat_plans.build_messages(s, st, opts) if chat else build_plans.build(s, st, opts)
         return drive(plan, replies)
 
-    def read(raw, **at):
-        return [facts_reply(raw, **at), chosen_bodies(raw)] if chat else [
-            facts_reply(raw, **at), bodies_reply(raw, **at), 1,
-        ]  # fmt: skip
-
-    _, before = run(read(first, **fields))
+    _, before = run([server(first, **fields)] * 3)
     sent, built = run([1])  # the event alone, checked against what the facts read said
     (call,) = sent
     n = int(call.args[0])
@@ -263,17 +269,17 @@ def test_a_build_of_a_window_the_store_has_read_is_one_conditional_event(chat):
     assert call.args[2 * len(Meta.BUILD_INPUTS) + 1] == "built"
     assert held == {Meta.EPOCH: "7", Meta.ITEMS: "2", Meta.CREATED_US: "5", Meta.SEQ: "2", Meta.REMOVED_BY_CALLER: ""}
     assert built.included_item_ids == before.included_item_ids and built.version == before.version == "5.2.0"
-    # the window moved on: the event wrote nothing (-1); the build reads and runs again
+    # the window moved on: the event wrote nothing (-1); the build reads the facts and runs again
     third = [*first, stored(3, "message 3", type="user_message", role="user")]
     moved = {**fields, "seq": "3", "items": "3"}
-    sent, built = run([-1, *read(third, **moved)])
-    assert sent[0].name == "event" and isinstance(sent[1], PlainRead)
+    sent, built = run([-1, *[server(third, **moved)] * 3])
+    assert sent[0].name == "event" and isinstance(sent[1], PlainRead) and hmget_items(sent[2]) == ["ctx-3"]
     assert built.included_item_ids == ["ctx-1", "ctx-2", "ctx-3"]
-    # a window seen moving is read first (no event sent in vain) until a read finds it unchanged
+    # a window seen moving is read first (no event sent in vain) until a read finds it as last read
     fourth = [*third, stored(4, "message 4", type="user_message", role="user")]
-    sent, _ = run(read(fourth, **{**moved, "seq": "4", "items": "4"}))
+    sent, _ = run([server(fourth, **{**moved, "seq": "4", "items": "4"})] * 3)
     assert isinstance(sent[0], PlainRead)
-    sent, _ = run(read(fourth, **{**moved, "seq": "4", "items": "4"}))  # unchanged since the last read
+    sent, _ = run([server(fourth, **{**moved, "seq": "4", "items": "4"})] * 3)  # unchanged since
     assert isinstance(sent[0], PlainRead)
     sent, built = run([1])
     assert [c.name for c in sent] == ["event"] and built.included_item_ids[-1] == "ctx-4"
@@ -283,14 +289,10 @@ def test_a_build_from_the_last_facts_that_fails_reads_before_it_raises():
     s, st = settings(), state(max_tokens=100)
     pinned = [stored(1, "word " * 30, type="system_prompt", pinned=True)]
     opts = cs.BuildOptions(reserve_for_response=0)
-    drive(build_plans.build(s, st, opts), [
-        facts_reply(pinned, epoch="7", seq="1", items="1"), bodies_reply(pinned, epoch="7", seq="1", items="1"), 1,
-    ])  # fmt: skip
+    drive(build_plans.build(s, st, opts), [server(pinned, epoch="7", seq="1", items="1")] * 3)
     small = cs.BuildOptions(reserve_for_response=0, max_tokens=20)  # too small for the pin held
-    sent, built = drive(build_plans.build(s, st, small), [facts_reply([], epoch="8", seq="1", items="0"), 1])
-    assert (
-        isinstance(sent[0], PlainRead) and sent[1].name == "event" and built.included_item_ids == []
-    )  # unpinned meanwhile
+    sent, built = drive(build_plans.build(s, st, small), [server([], epoch="8", seq="1", items="0")] * 3)
+    assert isinstance(sent[0], PlainRead) and built.included_item_ids == []  # unpinned meanwhile
     sent, built = drive(build_plans.build(s, st, small), [1])  # the store now holds that read: one call
     assert [c.name for c in sent] == ["event"] and built.included_item_ids == []
 

@@ -29,7 +29,8 @@ DEFAULT_CACHE_BYTES = 64 * 1024 * 1024
 
 
 class CachedWindow:
-    """What a store holds of one window at one epoch: the items it has read whole, by id; its last
+    """What a store holds of one window at one epoch: the items it has read whole, by id (each
+    good while the window holds that id at its seq); its last
     facts read (``plans.build_read.Facts``) and what builds worked out from them (``derived``: the
     units a build chooses from); per-item build costs memoised per build format."""
 
@@ -77,6 +78,12 @@ class ItemCache:
             self._windows.move_to_end(window)
             return held
 
+    def held(self, window: str, epoch: str) -> int:
+        """How many of ``window``'s items the store holds whole at ``epoch``."""
+        with self._lock:
+            entry = self._windows.get(window)
+            return len(entry.items) if entry is not None and entry.epoch == epoch else 0
+
     def last_facts(self, window: str) -> Any:
         """The window's last facts read (None: none)."""
         with self._lock:
@@ -95,9 +102,10 @@ class ItemCache:
         with self._lock:
             grew = 0
             for item in items:
-                if item.id and item.id not in entry.items:
+                old = entry.items.get(item.id or "")
+                if item.id and (old is None or old.seq != item.seq):  # an id a caller reused: its new item
                     entry.items[item.id] = item
-                    grew += _size(item)
+                    grew += _size(item) - (_size(old) if old is not None else 0)
             entry.size += grew
             if self._windows.get(window) is entry:
                 self._bytes += grew

@@ -13,7 +13,7 @@ from ..core import validate, wire
 from ..core.layout import Meta, calibrated, calibration_of, window_version
 from ..errors import InvalidOptionsError, raise_for_reply
 from ..render import markdown, prompt
-from ..render.select import RELEVANT_TYPES, history_read, units_for
+from ..render.select import RELEVANT_TYPES, all_compete, history_read, units_for
 from ..types import BuildOptions, BuiltContext, CompactionStrategy, ContextItem, WindowConfig
 from .base import Plan, ScriptCall, Settings, WindowState
 from .build_read import Bodies, build_read, recent_for
@@ -47,6 +47,22 @@ def budget_of(options: BuildOptions, found: wire.ReadReply, cfg: WindowConfig, w
             f"(tokens kept free for the model's answer), or a larger max_tokens"
         )
     return calibrated(limit - options.reserve_for_response, calibration_of(found.meta))
+
+
+def uses_every_item(state: WindowState, options: BuildOptions, chooses: bool, found: wire.ReadReply) -> bool:
+    """Whether a build with ``options`` uses every item of the window ``found``'s meta describes:
+    every item competes (``select.all_compete``) and, for a build that ``chooses`` the items it
+    takes by the budget (a chat build: a prompt build reads every item it may offer), their
+    stored tokens are within the budget."""
+    if not all_compete(options, found.counter(Meta.ITEMS)):
+        return False
+    if not chooses:
+        return True
+    try:
+        budget = budget_of(options, found, found.config(state.config), state.window_id)
+    except InvalidOptionsError:
+        return False
+    return budget is None or found.counter(Meta.TOKENS) <= budget
 
 
 def compact_first(
@@ -108,7 +124,9 @@ def build(settings: Settings, state: WindowState, options: object = None) -> Pla
     run = partial(_build, settings, state, opts, time.perf_counter())
     fresh = opts.compact or scored(settings, opts)
     every = _every  # a prompt counts its joints from each item's edges: every item whole
-    return (yield from build_read(settings, state, partial(_history_read, opts), recent_for(opts), run, every, fresh))
+    uses_all = partial(uses_every_item, state, opts, False)
+    settled = partial(_history_read, opts)
+    return (yield from build_read(settings, state, settled, recent_for(opts), run, every, fresh, uses_all))
 
 
 def _every(_: ContextItem) -> bool:

@@ -62,6 +62,7 @@ def build_read(
     run: Run[T],
     whole: Callable[[ContextItem], bool] | None = None,
     fresh: bool = False,
+    uses_all: Callable[[wire.ReadReply], bool] | None = None,
 ) -> Plan[T]:
     """``run`` a build on the one read of builds: the facts of what it can offer (``read_facts``;
     ``settled`` says when they decide the build, ``recent`` how far back they start), with the
@@ -71,9 +72,19 @@ def build_read(
     epoch, and first tries its last facts read of the window with no read at all (unless
     ``fresh``: compaction and relevance scores decide on a read; nor while builds find the
     window moving, ``ItemCache.moving``): its ``built`` event, written only while the window
-    holds those facts' meta, is then its one call. When the facts cannot serve (an item stored
-    before the letters were kept; a window that kept moving), ``run`` builds on a whole read."""
+    holds those facts' meta, is then its one call. ``uses_all`` says from a window's meta whether
+    the build uses every item of it (all compete, and a chat build's budget holds them): then,
+    unless the store holds most of their bodies, the facts read takes every body at once
+    (``_everything``). When the facts cannot serve (an item stored before the letters were kept;
+    a window that kept moving), ``run`` builds on a whole read."""
     cache, window = settings.item_cache, state.keys.meta
+
+    def everything(meta: dict[str, str]) -> bool:
+        held = cache.held(window, meta.get(Meta.EPOCH, ""))
+        return (
+            uses_all is not None and 2 * held < int(meta.get(Meta.ITEMS) or 0) and uses_all(wire.ReadReply(meta, 0, []))
+        )
+
     last = cache.last_facts(window)
     if last is not None and not fresh and not cache.moving(window) and _decides(last, settled):
         try:
@@ -83,7 +94,7 @@ def build_read(
         if done is not None:
             return done
         cache.moving(window, True)
-    got = yield from read_facts(state, settled, recent)
+    got = yield from read_facts(state, settled, recent, everything)
     if got is not None:
         if last is not None and stamp(last.found.meta) == stamp(got.found.meta):
             cache.moving(window, False)  # a quiet window again: builds may start from the facts
@@ -123,8 +134,14 @@ def _run_on(
 
 
 def _with_held(got: Facts, entry: CachedWindow) -> Facts:
-    """``got`` with the items ``entry`` holds whole among them (``got`` itself when none)."""
-    held = {i: entry.items[i] for i in got.attrs if i in entry.items and i not in got.whole}
+    """``got`` with the items ``entry`` holds whole among them (``got`` itself when none): the same
+    id at the same seq (a caller may reuse an id once its item is gone; a seq names one content
+    within an epoch)."""
+    held = {}
+    for stub in got.found.items():
+        item = entry.items.get(stub.id or "")
+        if item is not None and item.seq == stub.seq and stub.id not in got.whole:
+            held[stub.id or ""] = item
     if not held:
         return got
     return Facts(got.found, got.attrs, {**got.whole, **held}, got.oldest)
@@ -158,7 +175,9 @@ _AFTER_CONVERSATION = str((ItemType.ASSISTANT_MESSAGE.rank + 1) * RANK_WEIGHT)
 Settled = Callable[[list[ContextItem], int], bool]
 
 
-def read_facts(state: WindowState, settled: Settled, recent: int) -> Plan[Facts | None]:
+def read_facts(
+    state: WindowState, settled: Settled, recent: int, uses_all: Callable[[dict[str, str]], bool] | None = None
+) -> Plan[Facts | None]:
     """What a build within a budget chooses by (``plans/chat.py``), in plain commands and no item
     body: the window's meta and pins, and the ``:attrs`` of the items a build can offer. A small
     window's come whole in one round trip (``SCAN_COUNT``). Of a larger one: every pinned item,
@@ -173,7 +192,7 @@ def read_facts(state: WindowState, settled: Settled, recent: int) -> Plan[Facts 
     or when an item's letters are missing (stored before they were kept): the caller reads the
     window whole then."""
     for _ in range(ATTEMPTS):
-        got = yield from _facts_once(state, settled, max(1, recent))
+        got = yield from _facts_once(state, settled, max(1, recent), uses_all)
         if got is not _MOVED:
             return got
     return None
@@ -183,7 +202,9 @@ def read_facts(state: WindowState, settled: Settled, recent: int) -> Plan[Facts 
 _MOVED = Facts(wire.ReadReply({}, 0, []), {})
 
 
-def _facts_once(state: WindowState, settled: Settled, recent: int) -> Plan[Facts | None]:
+def _facts_once(
+    state: WindowState, settled: Settled, recent: int, uses_all: Callable[[dict[str, str]], bool] | None
+) -> Plan[Facts | None]:
     """One attempt of ``read_facts``; ``_MOVED`` when the window changed under it."""
     k = state.keys
     first = yield PlainRead((
@@ -195,6 +216,8 @@ def _facts_once(state: WindowState, settled: Settled, recent: int) -> Plan[Facts
     if first is None or not first[0]:
         return None
     meta, pinned, (cursor, scanned), before, after, page = first
+    if uses_all is not None and uses_all(meta_text(meta)):
+        return (yield from _everything(state, meta, pinned))
     walk = _Walk(set(pinned) | set(before) | set(after), page, recent)
     if not int(cursor):  # the whole of :attrs
         walk.attrs, walk.todo, walk.whole = scanned, set(), True
@@ -217,6 +240,26 @@ def _facts_once(state: WindowState, settled: Settled, recent: int) -> Plan[Facts
             return _MOVED
         if not walk.took(reply[1:], pinned):
             return None  # an id without attrs or body: corrupt, the whole read says where
+
+
+def _everything(state: WindowState, meta: dict[Any, Any], pinned: set[Any]) -> Plan[Facts | None]:
+    """The facts of a window whose every item the build uses (``read_facts``' ``uses_all``), read
+    with every body: ``HGETALL`` of :attrs and :items, in one transaction that checks the meta's
+    epoch, seq and count (``_MOVED`` when they moved on). Cheaper for the shard than the walk
+    and an ``HMGET`` of every body."""
+    k = state.keys
+    reply = yield PlainRead((("HMGET", k.meta, *STAMP), ("HGETALL", k.attrs), ("HGETALL", k.items)))
+    if reply is None:
+        return None
+    if tuple(reply[0]) != raw_stamp(meta):
+        return _MOVED
+    _, attrs, jsons = reply
+    if jsons.keys() != attrs.keys():
+        return None  # an item without attrs or body: corrupt, the whole read says where
+    items = [stored.decode_item([i, jsons[i], attrs[i], i in pinned]) for i in stored.listing(attrs, {}, by_seq=False)]
+    values = {wire.text(i): wire.text(v) for i, v in attrs.items()}
+    found = wire.ReadReply(meta_text(meta), len(pinned), [], items)
+    return Facts(found, values, {i.id or "": i for i in items})
 
 
 class _Walk:

@@ -21,7 +21,17 @@ from ..render import messages, prompt
 from ..render.select import Choice, Unit, choose, history_read, members, newest_with, ranked_key, units_for
 from ..types import BuildOptions, BuiltMessages, ContextItem
 from .base import Plan, Settings, WindowState
-from .build import budget_of, built_event, compact_first, dropped_newest, is_scored, relevance_of, scored, seq_lookup
+from .build import (
+    budget_of,
+    built_event,
+    compact_first,
+    dropped_newest,
+    is_scored,
+    relevance_of,
+    scored,
+    seq_lookup,
+    uses_every_item,
+)
 from .build_read import Bodies, build_read, recent_for
 
 FORMATS = ("openai", "anthropic")
@@ -62,7 +72,9 @@ def build_messages(
     rank = scored(settings, opts)  # relevance scores need the texts they score
     settled = partial(_settled, opts)
     fresh = opts.compact or rank
-    return (yield from build_read(settings, state, settled, recent_for(opts), run, is_scored if rank else None, fresh))
+    uses_all = partial(uses_every_item, state, opts, True)
+    scores = is_scored if rank else None
+    return (yield from build_read(settings, state, settled, recent_for(opts), run, scores, fresh, uses_all))
 
 
 def _settled(options: BuildOptions, items: list[ContextItem], oldest: int) -> bool:

@@ -148,19 +148,20 @@ def units_for(items: Sequence[ContextItem], memo: dict[str, Any] | None) -> Unit
     return held
 
 
-def _takes_all(units: Units, options: BuildOptions) -> bool:
-    """True when the options let every unit compete."""
+def all_compete(options: BuildOptions, messages: int) -> bool:
+    """True when the options let every unit of a window holding ``messages`` conversation
+    messages (or fewer) compete."""
     every_type = options.include_system_prompt and options.include_instructions and options.include_relevant_memory
     if not every_type or not options.include_recent_history:
         return False
-    return options.max_history_items >= units.messages
+    return options.max_history_items >= messages
 
 
 def candidates(units: Units, options: BuildOptions, key: Key = build_key) -> tuple[list[Unit], list[str]]:
     """The unpinned units the options let compete for the budget (in the order they are offered
     it: the conversation newest first, up to ``max_history_items`` messages), and the ids the
     options leave out, in arrival order."""
-    if key is build_key and _takes_all(units, options):
+    if key is build_key and all_compete(options, units.messages):
         return units.offers, []
     order = units.offers if key is build_key else offer_order((u for u in units.all if not u.pinned), key)
     offered: list[Unit] = []
