@@ -158,3 +158,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     this order, so the minute-long ones (mypy, the calendar run, the fault and failover runs)
     start while every worker is busy instead of ending a run on one worker alone."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+@pytest.fixture
+def bodies_asked(monkeypatch) -> list[list[str]]:
+    """The ids of the items each chat build asked the bodies of after its facts
+    (``plans.build_read.read_bodies``: those it took, the store's cache aside)."""
+    from contextstore.plans import build_read
+
+    asked: list[list[str]] = []
+    real = build_read.read_bodies
+
+    def recording(state, got, stubs, event):
+        asked.append([s.id for s in stubs])
+        return (yield from real(state, got, stubs, event))
+
+    monkeypatch.setattr(build_read, "read_bodies", recording)
+    return asked

@@ -178,21 +178,12 @@ def test_blobs_are_stored_once_across_slots_and_swept_there(cluster, cluster_por
     inspect.close()
 
 
-def test_a_stateless_chat_build_on_a_cluster_chooses_from_the_facts(cluster, monkeypatch):
+def test_a_stateless_chat_build_on_a_cluster_chooses_from_the_facts(cluster, bodies_asked):
     """A cluster's client sends no MULTI/EXEC (redis-py's asyncio cluster client has none): a
     stateless build's facts reads and the bodies it takes each run as one call of commands.lua,
     then its ``built`` event alone. It reads the bodies of the items it takes only (parallel
     tool calls with the facts), and chooses what a whole read chooses."""
-    from contextstore.plans import build_read as build_read_plans
-
-    asked: list[list[str]] = []
-    real = build_read_plans.read_bodies
-
-    def recording(state, got, stubs, event):
-        asked.append([s.id for s in stubs])
-        return (yield from real(state, got, stubs, event))
-
-    monkeypatch.setattr(build_read_plans, "read_bodies", recording)
+    asked = bodies_asked
     kind, client, loop = cluster
     prefix = f"clc-{kind}"
     opts = cs.BuildOptions(max_tokens=300, reserve_for_response=0)

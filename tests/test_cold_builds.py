@@ -46,20 +46,6 @@ def _whole(redis_url: str, prefix: str, wid: str, opts: cs.BuildOptions, fmt: st
         return fresh.window(wid).build_messages_structured(opts, format=fmt)
 
 
-@pytest.fixture
-def bodies_asked(monkeypatch) -> list[list[str]]:
-    """The ids each cold build asked the bodies of."""
-    asked: list[list[str]] = []
-    real = cold.read_bodies
-
-    def recording(state, got, stubs, event):
-        asked.append([s.id for s in stubs])
-        return (yield from real(state, got, stubs, event))
-
-    monkeypatch.setattr(cold, "read_bodies", recording)
-    return asked
-
-
 def _out_bytes(r: redis.Redis) -> int:
     return int(r.info("stats")["total_net_output_bytes"])
 
@@ -522,3 +508,29 @@ def test_a_build_that_compacts_chooses_from_the_facts_and_builds_on_the_window_i
         whole = fresh.window("compacting")
         expected = whole.build_messages_structured(again) if kind == "messages" else whole.build_structured(again)
     assert got.included_item_ids == expected.included_item_ids and got.total_tokens == expected.total_tokens
+
+
+def test_after_adds_alone_a_store_reads_the_facts_of_the_added_items_only(make_store, redis_url, prefix, monkeypatch):
+    """A store that holds the window's last facts reads, after other stores only added items
+    (the epoch held, and the item count grew by as much as the seq), the attrs of the added
+    items alone; after a removal (or a change in place) it walks the window's facts again. Each
+    build chooses what a whole read does."""
+    monkeypatch.setattr(cold, "SCAN_COUNT", 1)  # :attrs read by the walk, not whole in one call
+    w = make_store().window("appended", max_items=1000)
+    _chat(w, 200)  # ~535 items: :attrs is a hash table
+    opts = cs.BuildOptions(max_tokens=600, reserve_for_response=0, max_history_items=60)
+    reader = make_store().window("appended")
+    asked = _attrs_asked(monkeypatch)
+    _same_choice(reader.build_messages_structured(opts), _whole(redis_url, prefix, "appended", opts))
+    assert sum(asked) > 60
+    asked.clear()
+    w.add("one more?", role="user")
+    w.add("and a note", type="text", priority=10)
+    w.add("yes", role="assistant")
+    _same_choice(reader.build_messages_structured(opts), _whole(redis_url, prefix, "appended", opts))
+    assert sum(asked) == 3  # the added items' attrs alone
+    asked.clear()
+    w.remove(w.items(limit=5)[0].id)  # a removal: the earlier facts may name an item gone
+    w.add("after the removal", role="user")
+    _same_choice(reader.build_messages_structured(opts), _whole(redis_url, prefix, "appended", opts))
+    assert sum(asked) > 60

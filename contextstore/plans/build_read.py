@@ -94,7 +94,7 @@ def build_read(
         if done is not None:
             return done
         cache.moving(window, True)
-    got = yield from read_facts(state, settled, recent, everything)
+    got = yield from read_facts(state, settled, recent, everything, last)
     if got is not None:
         if last is not None and stamp(last.found.meta) == stamp(got.found.meta):
             cache.moving(window, False)  # a quiet window again: builds may start from the facts
@@ -176,7 +176,11 @@ Settled = Callable[[list[ContextItem], int], bool]
 
 
 def read_facts(
-    state: WindowState, settled: Settled, recent: int, uses_all: Callable[[dict[str, str]], bool] | None = None
+    state: WindowState,
+    settled: Settled,
+    recent: int,
+    uses_all: Callable[[dict[str, str]], bool] | None = None,
+    last: Facts | None = None,
 ) -> Plan[Facts | None]:
     """What a build within a budget chooses by (``plans/chat.py``), in plain commands and no item
     body: the window's meta and pins, and the ``:attrs`` of the items a build can offer. A small
@@ -188,14 +192,33 @@ def read_facts(
     checks the meta's epoch, seq and item count: the facts count only while those hold still
     (read again, ``ATTEMPTS`` times). An item whose letters say its body is needed
     (``facts.needs_body``: parallel tool calls, a ``source_ref`` header) is read whole in the
-    walk's next round trip (``Facts.whole``). None when the window is missing or kept moving,
+    walk's next round trip (``Facts.whole``). ``last``, the store's last facts read of the window:
+    when the window has only had items added since (same epoch; its item count grew by as much as
+    its seq), their attrs still hold, and the walk reads those of the added items only (a page of
+    ``APPENDED_PAGE`` newest ids first). None when the window is missing or kept moving,
     or when an item's letters are missing (stored before they were kept): the caller reads the
     window whole then."""
     for _ in range(ATTEMPTS):
-        got = yield from _facts_once(state, settled, max(1, recent), uses_all)
+        got = yield from _facts_once(state, settled, max(1, recent), uses_all, last)
         if got is not _MOVED:
             return got
     return None
+
+
+#: how many of the newest ids a facts read takes first when the store holds the window's last
+#: facts: what was added since is mostly fewer
+APPENDED_PAGE = 64
+
+
+def _added(old: dict[str, str], new: dict[str, str]) -> int | None:
+    """How many items a window whose meta was ``old`` and is ``new`` had added and nothing else
+    (no removal, no change in place: the same epoch, and the item count grew by as much as the
+    seq, which every added item raises by one); None when anything else happened."""
+    if not old.get(Meta.EPOCH) or old.get(Meta.EPOCH) != new.get(Meta.EPOCH):
+        return None
+    added = int(new.get(Meta.SEQ) or 0) - int(old.get(Meta.SEQ) or 0)
+    grew = int(new.get(Meta.ITEMS) or 0) - int(old.get(Meta.ITEMS) or 0)
+    return added if added == grew and added >= 0 else None
 
 
 #: what one attempt of a facts read answers when the window changed between its round trips
@@ -203,10 +226,15 @@ _MOVED = Facts(wire.ReadReply({}, 0, []), {})
 
 
 def _facts_once(
-    state: WindowState, settled: Settled, recent: int, uses_all: Callable[[dict[str, str]], bool] | None
+    state: WindowState,
+    settled: Settled,
+    recent: int,
+    uses_all: Callable[[dict[str, str]], bool] | None,
+    last: Facts | None,
 ) -> Plan[Facts | None]:
     """One attempt of ``read_facts``; ``_MOVED`` when the window changed under it."""
     k = state.keys
+    recent = min(recent, APPENDED_PAGE) if last is not None else recent
     first = yield PlainRead((
         ("HGETALL", k.meta), ("SMEMBERS", k.pinned), ("HSCAN", k.attrs, 0, "COUNT", SCAN_COUNT),
         ("ZRANGEBYSCORE", k.order, "-inf", _BEFORE_CONVERSATION),
@@ -219,6 +247,9 @@ def _facts_once(
     if uses_all is not None and uses_all(meta_text(meta)):
         return (yield from _everything(state, meta, pinned))
     walk = _Walk(set(pinned) | set(before) | set(after), page, recent)
+    added = _added(last.found.meta, meta_text(meta)) if last is not None else None
+    if last is not None and added is not None and (walk.whole or added <= len(page)):
+        walk.reuse(last)
     if not int(cursor):  # the whole of :attrs
         walk.attrs, walk.todo, walk.whole = scanned, set(), True
     while True:
@@ -232,7 +263,7 @@ def _facts_once(
                 values = {wire.text(i): wire.text(v) for i, v in walk.attrs.items()}
                 return Facts(wire.ReadReply(meta_text(meta), len(pinned), [], stubs), values, walk.items, walk.oldest())
             else:
-                walk.more = True
+                walk.more, walk.floor = True, None
         reply = yield PlainRead((("HMGET", k.meta, *STAMP), *walk.commands(k)))
         if reply is None:
             return None
@@ -281,6 +312,9 @@ class _Walk:
         #: the items read whole (``facts.needs_body``), by id (text), and the ids still to read so
         self.items: dict[str, ContextItem] = {}
         self.bodies: set[Any] = set()
+        #: the seq the window's conversation is read from when an earlier read's attrs are
+        #: reused (``reuse``), else None (``oldest``: the first of ``recent``)
+        self.floor: int | None = None
         #: what the last round trip asked for (``commands``)
         self.asked: list[Any] = []
         self.asked_groups: list[Any] = []
@@ -341,7 +375,18 @@ class _Walk:
 
     def oldest(self) -> int:
         """The seq of the oldest ``:fifo`` id read (0: all of them)."""
-        return 0 if self.whole or not self.recent else int(self.attrs[self.recent[0]].split(b"|", 1)[0])
+        if self.whole or not self.recent:
+            return 0
+        return self.floor if self.floor is not None else int(self.attrs[self.recent[0]].split(b"|", 1)[0])
+
+    def reuse(self, last: Facts) -> None:
+        """Take ``last``'s attrs (and the items it read whole) as read: every item it held is still
+        there at the same seq, and the page holds every item added since (``_added``)."""
+        self.attrs.update({i.encode(): v.encode() for i, v in last.attrs.items()})
+        self.items.update(last.whole)
+        if last.oldest == 0:
+            self.whole = True
+        self.floor = last.oldest
 
     def stubs(self, pinned: set[Any]) -> list[ContextItem] | None:
         """The items read, as ``facts.stub`` makes them (or whole, where ``facts.needs_body``:
