@@ -405,3 +405,26 @@ def test_a_store_with_no_item_cache_reads_the_facts_and_bodies_for_every_build(m
     for bad in (-1, True, "64MB", 1.5):
         with pytest.raises(cs.InvalidOptionsError, match="item_cache_bytes"):
             make_store(item_cache_bytes=bad)
+
+
+def test_a_first_build_under_which_every_item_competes_reads_the_window_in_one_round_trip(make_store, r, redis_url):
+    """Options under which every item competes, whatever the window holds (``max_history_items``
+    at least its ``max_items``): every item is a candidate, so a store that keeps items and holds
+    nothing of the window reads every attrs and body in its first round trip (one MULTI/EXEC),
+    then writes its event; a store that keeps nothing reads the facts, then what it takes."""
+    if on_cluster(redis_url):
+        pytest.skip("counts one server's commands")
+    w = make_store().window("all", max_tokens=50_000, max_items=200)
+    for n in range(150):  # :attrs a hash table on Redis 7 (over 128 fields)
+        w.add(f"message {n} " + "word " * 20, role="user" if n % 2 else "assistant")
+    opts = cs.BuildOptions(max_tokens=600, reserve_for_response=0, max_history_items=200)
+    for cache_bytes, transactions in ((None, 1), (0, 2)):
+        store = make_store() if cache_bytes is None else make_store(item_cache_bytes=cache_bytes)
+        reader = store.window("all")
+        r.config_resetstat()
+        built = reader.build_messages_structured(opts)
+        stats = r.info("commandstats")
+        assert stats["cmdstat_exec"]["calls"] == transactions, (cache_bytes, stats)
+        with whole_reads():
+            expected = make_store().window("all").build_messages_structured(opts)
+        same_build(built, expected)

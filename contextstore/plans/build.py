@@ -125,8 +125,8 @@ def build(settings: Settings, state: WindowState, options: object = None) -> Pla
     fresh = opts.compact or scored(settings, opts)
     every = _every  # a prompt counts its joints from each item's edges: every item whole
     uses_all = partial(uses_every_item, state, opts, False)
-    settled = partial(_history_read, opts)
-    return (yield from build_read(settings, state, settled, recent_for(opts), run, every, fresh, uses_all))
+    settled, every_one = partial(_history_read, opts), all_compete(opts, state.config.max_items)
+    return (yield from build_read(settings, state, settled, recent_for(opts), run, every, fresh, uses_all, every_one))
 
 
 def _every(_: ContextItem) -> bool:

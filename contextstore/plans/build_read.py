@@ -63,6 +63,7 @@ def build_read(
     whole: Callable[[ContextItem], bool] | None = None,
     fresh: bool = False,
     uses_all: Callable[[wire.ReadReply], bool] | None = None,
+    all_compete: bool = False,
 ) -> Plan[T]:
     """``run`` a build on the one read of builds: the facts of what it can offer (``read_facts``;
     ``settled`` says when they decide the build, ``recent`` how far back they start), with the
@@ -75,8 +76,11 @@ def build_read(
     holds those facts' meta, is then its one call. ``uses_all`` says from a window's meta whether
     the build uses every item of it (all compete, and a chat build's budget holds them): then,
     unless the store holds most of their bodies, the facts read takes every body at once
-    (``_everything``). When the facts cannot serve (an item stored before the letters were kept;
-    a window that kept moving), ``run`` builds on a whole read."""
+    (``_everything``); when every item competes however many the window holds (``all_compete``)
+    and the store keeps items but holds no facts of the window, its first round trip reads every
+    attrs and body (all are candidates, and the store keeps them). When the facts cannot serve
+    (an item stored before the letters were kept; a window that kept moving), ``run`` builds on
+    a whole read."""
     cache, window = settings.item_cache, state.keys.meta
 
     def everything(meta: dict[str, str]) -> bool:
@@ -94,7 +98,8 @@ def build_read(
         if done is not None:
             return done
         cache.moving(window, True)
-    got = yield from read_facts(state, settled, recent, everything, last)
+    first_all = all_compete and last is None and bool(settings.item_cache_bytes)
+    got = yield from read_facts(state, settled, recent, everything, last, first_all)
     if got is not None:
         if last is not None and stamp(last.found.meta) == stamp(got.found.meta):
             cache.moving(window, False)  # a quiet window again: builds may start from the facts
@@ -181,6 +186,7 @@ def read_facts(
     recent: int,
     uses_all: Callable[[dict[str, str]], bool] | None = None,
     last: Facts | None = None,
+    everything_first: bool = False,
 ) -> Plan[Facts | None]:
     """What a build within a budget chooses by (``plans/chat.py``), in plain commands and no item
     body: the window's meta and pins, and the ``:attrs`` of the items a build can offer. A small
@@ -195,11 +201,13 @@ def read_facts(
     walk's next round trip (``Facts.whole``). ``last``, the store's last facts read of the window:
     when the window has only had items added since (same epoch; its item count grew by as much as
     its seq), their attrs still hold, and the walk reads those of the added items only (a page of
-    ``APPENDED_PAGE`` newest ids first). None when the window is missing or kept moving,
+    ``APPENDED_PAGE`` newest ids first). ``everything_first``: every item is a candidate whatever
+    the window holds, and the caller keeps what it reads: the first round trip reads every attrs
+    and body. None when the window is missing or kept moving,
     or when an item's letters are missing (stored before they were kept): the caller reads the
     window whole then."""
     for _ in range(ATTEMPTS):
-        got = yield from _facts_once(state, settled, max(1, recent), uses_all, last)
+        got = yield from _facts_once(state, settled, max(1, recent), uses_all, last, everything_first)
         if got is not _MOVED:
             return got
     return None
@@ -231,9 +239,15 @@ def _facts_once(
     recent: int,
     uses_all: Callable[[dict[str, str]], bool] | None,
     last: Facts | None,
+    everything_first: bool,
 ) -> Plan[Facts | None]:
     """One attempt of ``read_facts``; ``_MOVED`` when the window changed under it."""
     k = state.keys
+    if everything_first:
+        whole = yield PlainRead(
+            (("HGETALL", k.meta), ("SMEMBERS", k.pinned), ("HGETALL", k.attrs), ("HGETALL", k.items))
+        )
+        return None if whole is None or not whole[0] else _all_facts(*whole)
     recent = min(recent, APPENDED_PAGE) if last is not None else recent
     first = yield PlainRead((
         ("HGETALL", k.meta), ("SMEMBERS", k.pinned), ("HSCAN", k.attrs, 0, "COUNT", SCAN_COUNT),
@@ -245,7 +259,7 @@ def _facts_once(
         return None
     meta, pinned, (cursor, scanned), before, after, page = first
     if uses_all is not None and uses_all(meta_text(meta)):
-        return (yield from _everything(state, meta, pinned))
+        return (yield from _everything(state, meta, pinned, None if int(cursor) else scanned))
     walk = _Walk(set(pinned) | set(before) | set(after), page, recent)
     added = _added(last.found.meta, meta_text(meta)) if last is not None else None
     if last is not None and added is not None and (walk.whole or added <= len(page)):
@@ -273,20 +287,30 @@ def _facts_once(
             return None  # an id without attrs or body: corrupt, the whole read says where
 
 
-def _everything(state: WindowState, meta: dict[Any, Any], pinned: set[Any]) -> Plan[Facts | None]:
+def _everything(
+    state: WindowState, meta: dict[Any, Any], pinned: set[Any], attrs: dict[Any, Any] | None
+) -> Plan[Facts | None]:
     """The facts of a window whose every item the build uses (``read_facts``' ``uses_all``), read
-    with every body: ``HGETALL`` of :attrs and :items, in one transaction that checks the meta's
-    epoch, seq and count (``_MOVED`` when they moved on). Cheaper for the shard than the walk
-    and an ``HMGET`` of every body."""
+    with every body: ``HGETALL`` of :items (and of :attrs, unless ``attrs`` holds the whole hash
+    already: the first round trip's scan of a small one), in one transaction that checks the
+    meta's epoch, seq and count (``_MOVED`` when they moved on). Cheaper for the shard than the
+    walk and an ``HMGET`` of every body."""
     k = state.keys
-    reply = yield PlainRead((("HMGET", k.meta, *STAMP), ("HGETALL", k.attrs), ("HGETALL", k.items)))
+    wanted = (("HGETALL", k.attrs),) if attrs is None else ()
+    reply = yield PlainRead((("HMGET", k.meta, *STAMP), *wanted, ("HGETALL", k.items)))
     if reply is None:
         return None
     if tuple(reply[0]) != raw_stamp(meta):
         return _MOVED
-    _, attrs, jsons = reply
+    attrs, jsons = (reply[1], reply[2]) if attrs is None else (attrs, reply[1])
+    return _all_facts(meta, pinned, attrs, jsons)
+
+
+def _all_facts(meta: dict[Any, Any], pinned: set[Any], attrs: dict[Any, Any], jsons: dict[Any, Any]) -> Facts | None:
+    """The facts of a window read whole (its meta, pins, every attrs and body); None when an item
+    lacks its attrs or its body (corrupt: the whole read says where)."""
     if jsons.keys() != attrs.keys():
-        return None  # an item without attrs or body: corrupt, the whole read says where
+        return None
     items = [stored.decode_item([i, jsons[i], attrs[i], i in pinned]) for i in stored.listing(attrs, {}, by_seq=False)]
     values = {wire.text(i): wire.text(v) for i, v in attrs.items()}
     found = wire.ReadReply(meta_text(meta), len(pinned), [], items)

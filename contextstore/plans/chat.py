@@ -18,7 +18,17 @@ from ..core import wire
 from ..core.layout import window_version
 from ..errors import BudgetTooSmallError, InvalidOptionsError, NoConversationError
 from ..render import messages, prompt
-from ..render.select import Choice, Unit, choose, history_read, members, newest_with, ranked_key, units_for
+from ..render.select import (
+    Choice,
+    Unit,
+    all_compete,
+    choose,
+    history_read,
+    members,
+    newest_with,
+    ranked_key,
+    units_for,
+)
 from ..types import BuildOptions, BuiltMessages, ContextItem
 from .base import Plan, Settings, WindowState
 from .build import (
@@ -73,8 +83,8 @@ def build_messages(
     settled = partial(_settled, opts)
     fresh = opts.compact or rank
     uses_all = partial(uses_every_item, state, opts, True)
-    scores = is_scored if rank else None
-    return (yield from build_read(settings, state, settled, recent_for(opts), run, scores, fresh, uses_all))
+    scores, every_one = is_scored if rank else None, all_compete(opts, state.config.max_items)
+    return (yield from build_read(settings, state, settled, recent_for(opts), run, scores, fresh, uses_all, every_one))
 
 
 def _settled(options: BuildOptions, items: list[ContextItem], oldest: int) -> bool:
