@@ -14,7 +14,7 @@ import redis
 import contextstore as cs
 from contextstore.core import facts
 from contextstore.plans import build_read as cold
-from contextstore.plans import reads
+from contextstore.plans import facts_read, reads
 
 from support import on_cluster, whole_reads
 
@@ -165,16 +165,16 @@ def test_a_window_whose_facts_cannot_choose_is_built_on_a_whole_read(make_store,
 
 
 def _items_read(monkeypatch) -> list[list[Any]]:
-    """The ids of each ``HMGET :items`` a facts read (``cold._Walk``) sends."""
+    """The ids of each ``HMGET :items`` a facts read (``facts_read._Walk``) sends."""
     asked: list[list[Any]] = []
-    real = cold._Walk.commands
+    real = facts_read._Walk.commands
 
     def recording(walk, keys):
         reads = real(walk, keys)
         asked.extend([list(c[2:]) for c in reads if c[0] == "HMGET" and c[1] == keys.items])
         return reads
 
-    monkeypatch.setattr(cold._Walk, "commands", recording)
+    monkeypatch.setattr(facts_read._Walk, "commands", recording)
     return asked
 
 
@@ -278,14 +278,14 @@ def test_each_item_keeps_the_letters_a_build_chooses_by(store, r, prefix):
 def _attrs_asked(monkeypatch) -> list[int]:
     """How many ``:attrs`` fields each facts read asked for by name (its ``HMGET`` calls)."""
     asked: list[int] = []
-    real = cold._Walk.commands
+    real = facts_read._Walk.commands
 
     def counting(self, k):
         commands = real(self, k)
         asked.extend(len(c) - 2 for c in commands if c[0] == "HMGET" and c[1] == k.attrs)
         return commands
 
-    monkeypatch.setattr(cold._Walk, "commands", counting)
+    monkeypatch.setattr(facts_read._Walk, "commands", counting)
     return asked
 
 
@@ -354,7 +354,7 @@ def test_a_big_window_is_built_from_the_facts_of_what_the_build_can_offer(
     if on_cluster(redis_url):
         pytest.skip("a cluster's client reads with scripts")
     opts = BIG_OPTS[options]
-    monkeypatch.setattr(cold, "SCAN_COUNT", 1)  # ~670 items: a hash table, not read in one call
+    monkeypatch.setattr(facts_read, "SCAN_COUNT", 1)  # ~670 items: a hash table, not read in one call
     w = make_store().window("long", max_items=1000)
     _agent_window(w, 200, shape)  # 670-1000 items: :attrs is a hash table
     asked = _attrs_asked(monkeypatch)
@@ -382,7 +382,7 @@ def test_a_window_too_large_to_read_whole_is_built_from_its_facts_without_a_budg
     above shows), but one over that page from its facts, as a build with a budget does."""
     if on_cluster(redis_url):
         pytest.skip("a cluster's client reads with scripts")
-    monkeypatch.setattr(cold, "SCAN_COUNT", 1)
+    monkeypatch.setattr(facts_read, "SCAN_COUNT", 1)
     monkeypatch.setattr(reads, "PAGE_IDS", 300)  # a whole read's page: the window is over it
     w = make_store().window("unbudgeted", max_items=1000, max_tokens=limit)
     _agent_window(w, 200)
@@ -406,7 +406,7 @@ def test_the_facts_count_only_while_the_window_holds_still(make_store, redis_url
     change), and one that keeps changing is built on a whole read."""
     if on_cluster(redis_url):
         pytest.skip("a cluster's client reads with scripts")
-    monkeypatch.setattr(cold, "SCAN_COUNT", 1)
+    monkeypatch.setattr(facts_read, "SCAN_COUNT", 1)
     w = make_store().window("moving", max_items=1000)
     _agent_window(w, 200)  # ~670 items: :attrs is a hash table, which HSCAN reads in parts
     stateless = make_store(item_cache_bytes=0).window("moving")
@@ -460,7 +460,7 @@ def test_a_build_with_relevance_scores_reads_the_texts_it_scores_and_the_facts_o
     what a whole read chooses (the scores reorder the documents)."""
     if on_cluster(redis_url):
         pytest.skip("a cluster's client reads with scripts")
-    monkeypatch.setattr(cold, "SCAN_COUNT", 1)
+    monkeypatch.setattr(facts_read, "SCAN_COUNT", 1)
     w = make_store().window("scored", max_items=1000)
     _agent_window(w, 200)
     for topic in ("ducks", "geese", "swans", "herons", "owls", "larks"):
@@ -515,7 +515,7 @@ def test_after_adds_alone_a_store_reads_the_facts_of_the_added_items_only(make_s
     (the epoch held, and the item count grew by as much as the seq), the attrs of the added
     items alone; after a removal (or a change in place) it walks the window's facts again. Each
     build chooses what a whole read does."""
-    monkeypatch.setattr(cold, "SCAN_COUNT", 1)  # :attrs read by the walk, not whole in one call
+    monkeypatch.setattr(facts_read, "SCAN_COUNT", 1)  # :attrs read by the walk, not whole in one call
     w = make_store().window("appended", max_items=1000)
     _chat(w, 200)  # ~535 items: :attrs is a hash table
     opts = cs.BuildOptions(max_tokens=600, reserve_for_response=0, max_history_items=60)

@@ -22,6 +22,7 @@ from support import (
     open_store,
     redis7_binary,
     valkey_binary,
+    whole_reads,
 )
 from support import (
     command_calls as _calls,
@@ -216,10 +217,11 @@ def _scripts_only(store: cs.ContextStore) -> cs.ContextStore:
     return store
 
 
-def test_each_server_reads_small_hashes_whole_and_lists_only_added_items(each_server, prefix):
+def test_each_server_reads_small_hashes_whole_and_builds_after_adds_from_what_was_added(each_server, prefix):
     """The read scripts on each server: they name a small hash's encoding as the server does (6.2
     ``ziplist``, 7 and Valkey ``listpack``) and reads such a hash whole with one HGETALL; a build
-    after another store's adds lists only the added items (one LRANGE, one ZSCORE)."""
+    after another store's adds reads the facts, then the added bodies with its event (two
+    transactions, one ``built`` event script)."""
     name, url = each_server
     r = redis.Redis.from_url(url)
     opts = cs.BuildOptions(reserve_for_response=0)
@@ -235,8 +237,8 @@ def test_each_server_reads_small_hashes_whole_and_lists_only_added_items(each_se
             b.handle("small-hash").add_many(["from b 1", "from b 2"])
             r.config_resetstat()
             built = w.build_messages_structured(opts)
-            assert _calls(r, "zscore") == 1 and _calls(r, "lrange") == 1, name
-            with cs.ContextStore.from_url(url, prefix=prefix) as fresh:
+            assert _calls(r, "exec") == 2 and _calls(r, "lrange") == 1, name
+            with whole_reads(), cs.ContextStore.from_url(url, prefix=prefix) as fresh:
                 assert built.messages == fresh.handle("small-hash").build_messages_structured(opts).messages
             assert built.messages[-1]["content"].endswith("from b 2")
     finally:

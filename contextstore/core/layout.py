@@ -70,7 +70,7 @@ SCRIPT_CALLS = (
     "lpop K", "lpos K v", "lrange K 0 1", "lrem K 1 v", "lset K 0 v", "ltrim K 0 1", "object encoding K", "persist K",
     "pexpire K 1", "pttl K", "rpush K v", "sadd K v", "scard K", "set K v", "sismember K v", "smembers K",
     "smismember K v", "srem K v", "sscan K 0", "time", "type K", "unlink K", "xadd K * f v", "xrevrange K + -",
-    "zadd K 1 m", "zcard K", "zrange K 0 1", "zrangebyscore K 0 1", "zrem K m", "zrevrangebyscore K 1 0", "zscore K m",
+    "zadd K 1 m", "zcard K", "zrange K 0 1", "zrangebyscore K 0 1", "zrem K m", "zrevrangebyscore K 1 0",
 )  # fmt: skip
 
 
