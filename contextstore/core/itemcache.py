@@ -91,10 +91,12 @@ class ItemCache:
             return None if held is None else held.facts
 
     def keep_facts(self, entry: CachedWindow, facts: Any) -> None:
-        """Keep ``facts`` as ``entry``'s window's last facts read (its memos start afresh)."""
+        """Keep ``facts`` as ``entry``'s window's last facts read (its memos start afresh unless
+        they hold the very items of the facts before)."""
         with self._lock:
+            same = entry.facts is not None and entry.facts.found.decoded is facts.found.decoded
             if entry.facts is not facts:
-                entry.facts, entry.derived = facts, {}
+                entry.facts, entry.derived = facts, entry.derived if same else {}
 
     def keep(self, window: str, entry: CachedWindow, items: Iterable[ContextItem]) -> None:
         """Keep ``items`` (read whole at ``entry``'s epoch) in ``entry``, then drop the least

@@ -178,7 +178,10 @@ def read_bodies(
     out = []
     for stub in stubs:
         held = got.whole.get(stub.id or "")
-        item = held if held is not None else _decoded(got, stub, read[stub.id or ""])
+        if held is not None:  # checked when it was read
+            out.append(held)
+            continue
+        item = _decoded(got, stub, read[stub.id or ""])
         if item is None or facts.of_item(item) != facts.stored_letters(got.attrs[stub.id or ""]):
             return None
         out.append(item)

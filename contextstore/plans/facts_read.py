@@ -116,19 +116,23 @@ def _facts_once(
     """One attempt of ``read_facts``; ``_MOVED`` when the window changed under it."""
     k = state.keys
     recent = min(recent, APPENDED_PAGE) if last is not None else recent
+    # a store holding the window's last facts scans no attrs: what was added it reads by id
+    scan = (("HSCAN", k.attrs, 0, "COUNT", SCAN_COUNT),) if last is None else ()
     first = yield PlainRead((
-        ("HGETALL", k.meta), ("SMEMBERS", k.pinned), ("HSCAN", k.attrs, 0, "COUNT", SCAN_COUNT),
+        ("HGETALL", k.meta), ("SMEMBERS", k.pinned), *scan,
         ("ZRANGEBYSCORE", k.order, "-inf", _BEFORE_CONVERSATION),
         ("ZRANGEBYSCORE", k.order, _AFTER_CONVERSATION, "+inf"),
         ("LRANGE", k.fifo, -recent, -1),
     ))  # fmt: skip
     if first is None or not first[0]:
         return None
-    meta, pinned, (cursor, scanned), before, after, page = first
+    meta, pinned, (cursor, scanned), before, after, page = first if scan else (*first[:2], (1, {}), *first[2:])
     if uses_all is not None and uses_all(meta_text(meta)):
         return (yield from _everything(state, meta, pinned, None if int(cursor) else scanned))
     walk = _Walk(set(pinned) | set(before) | set(after), page, recent)
     added = _added(last.found.meta, meta_text(meta)) if last is not None else None
+    if last is not None and added == 0:  # as last read: the same items, under the meta read now
+        return _as_last(last, meta_text(meta), len(pinned))
     if last is not None and added is not None and (walk.whole or added <= len(page)):
         walk.reuse(last)
     if not int(cursor):  # the whole of :attrs
@@ -152,6 +156,11 @@ def _facts_once(
             return _MOVED
         if not walk.took(reply[1:], pinned):
             return None  # an id without attrs or body: corrupt, the whole read says where
+
+
+def _as_last(last: Facts, meta: dict[str, str], pinned: int) -> Facts:
+    """``last``'s items (the very list: what builds worked out from it still holds) under ``meta``."""
+    return Facts(wire.ReadReply(meta, pinned, [], last.found.items()), last.attrs, last.whole, last.oldest)
 
 
 def _whole_first(state: WindowState) -> Plan[Facts | None]:
@@ -211,6 +220,8 @@ class _Walk:
         #: the items read whole (``facts.needs_body``), by id (text), and the ids still to read so
         self.items: dict[str, ContextItem] = {}
         self.bodies: set[Any] = set()
+        #: the items of an earlier facts read whose attrs still hold (``reuse``), by id
+        self.known: dict[str | None, ContextItem] = {}
         #: the seq the window's conversation is read from when an earlier read's attrs are
         #: reused (``reuse``), else None (``oldest``: the first of ``recent``)
         self.floor: int | None = None
@@ -283,6 +294,7 @@ class _Walk:
         there at the same seq, and the page holds every item added since (``_added``)."""
         self.attrs.update({i.encode(): v.encode() for i, v in last.attrs.items()})
         self.items.update(last.whole)
+        self.known = {i.id: i for i in last.found.items()}
         if last.oldest == 0:
             self.whole = True
         self.floor = last.oldest
@@ -297,7 +309,7 @@ class _Walk:
                 item_id, value = wire.text(i), wire.text(self.attrs[i])
             except UnicodeDecodeError:
                 return None
-            stub = facts.stub(item_id, value, i in pinned)
+            stub = self.known.get(item_id) or facts.stub(item_id, value, i in pinned)
             if stub is None and facts.needs_body(value):
                 stub = self.items.get(item_id)
                 if stub is None:
