@@ -339,8 +339,14 @@ BIG_CASES = [("messages", name) for name in BIG_OPTS] + [
 ]
 
 
-@pytest.mark.parametrize("kind, options", BIG_CASES, ids=[f"{k}-{o}" for k, o in BIG_CASES])
-@pytest.mark.parametrize("shape", ["chat", "code between messages", "a long agent run", "parallel tool calls"])
+#: (shape, kind, options): every case for each shape; parallel tool calls (letters L: their
+#: bodies read with the facts) with the two option sets that reach furthest back
+SHAPED = [(s, k, o) for s in ("chat", "code between messages", "a long agent run") for k, o in BIG_CASES] + [
+    ("parallel tool calls", k, o) for k, o in BIG_CASES if o in ("40 messages, tight", "3 messages")
+]
+
+
+@pytest.mark.parametrize("shape, kind, options", SHAPED, ids=[f"{s}-{k}-{o}" for s, k, o in SHAPED])
 @pytest.mark.parametrize("api", ["sync"], indirect=True)  # one plan: the asyncio shell runs it in the other tests
 def test_a_big_window_is_built_from_the_facts_of_what_the_build_can_offer(
     make_store, redis_url, prefix, r, bodies_asked, monkeypatch, kind, options, shape
