@@ -13,8 +13,7 @@ import redis
 
 import contextstore as cs
 from contextstore.core import facts
-from contextstore.plans import build_read as cold
-from contextstore.plans import facts_read, reads
+from contextstore.plans import build_read, facts_read, reads
 
 from support import on_cluster, whole_reads
 
@@ -211,7 +210,7 @@ def test_a_window_that_moves_between_the_facts_and_the_bodies_is_built_again(
     other = cs.ContextStore.from_url(redis_url, prefix=prefix)  # sync: it writes in the middle of an async build
     writer = other.window("moving", max_tokens=50_000)
     _chat(writer, 30)
-    real = cold.read_bodies
+    real = build_read.read_bodies
     moved: list[str] = []
 
     def racing(state, got, stubs, event):
@@ -219,7 +218,7 @@ def test_a_window_that_moves_between_the_facts_and_the_bodies_is_built_again(
             moved.append(writer.add("a question that came in meanwhile", role="user").id or "")
         return (yield from real(state, got, stubs, event))
 
-    monkeypatch.setattr(cold, "read_bodies", racing)
+    monkeypatch.setattr(build_read, "read_bodies", racing)
     got = make_store(item_cache_bytes=0).window("moving").build_messages_structured(OPTS)
     expected = _whole(redis_url, prefix, "moving", OPTS)
     _same(got, expected)
@@ -417,7 +416,7 @@ def test_the_facts_count_only_while_the_window_holds_still(make_store, redis_url
     _agent_window(w, 200)  # ~670 items: :attrs is a hash table, which HSCAN reads in parts
     stateless = make_store(item_cache_bytes=0).window("moving")
     opts = cs.BuildOptions(max_tokens=900, reserve_for_response=0)
-    real, trips = cold.read_facts, []
+    real, trips = build_read.read_facts, []
 
     def adding_between_round_trips(every: bool):
         def read_facts(state, settled, recent, *rest):
@@ -435,7 +434,7 @@ def test_the_facts_count_only_while_the_window_holds_still(make_store, redis_url
 
         return read_facts
 
-    monkeypatch.setattr(cold, "read_facts", adding_between_round_trips(every=False))
+    monkeypatch.setattr(build_read, "read_facts", adding_between_round_trips(every=False))
     once = stateless.build_messages_structured(opts)
     assert len(trips) > 3 and bodies_asked == [once.included_item_ids]  # read again, then it counted
     _same_choice(once, _whole(redis_url, prefix, "moving", opts))
@@ -443,7 +442,7 @@ def test_the_facts_count_only_while_the_window_holds_still(make_store, redis_url
 
     trips.clear()
     bodies_asked.clear()
-    monkeypatch.setattr(cold, "read_facts", adding_between_round_trips(every=True))
+    monkeypatch.setattr(build_read, "read_facts", adding_between_round_trips(every=True))
     moving = stateless.build_messages_structured(opts)
     assert bodies_asked == []  # never held still: a whole read
     assert moving.included_item_ids == _whole(redis_url, prefix, "moving", opts).included_item_ids

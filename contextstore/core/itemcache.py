@@ -31,7 +31,7 @@ DEFAULT_CACHE_BYTES = 64 * 1024 * 1024
 class CachedWindow:
     """What a store holds of one window at one epoch: the items it has read whole, by id (each
     good while the window holds that id at its seq); its last
-    facts read (``plans.build_read.Facts``) and what builds worked out from them (``derived``: the
+    facts read (``plans.facts_read.Facts``) and what builds worked out from them (``derived``: the
     units a build chooses from); per-item build costs memoised per build format."""
 
     __slots__ = ("costs", "derived", "epoch", "facts", "items", "size")
