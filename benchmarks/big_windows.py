@@ -203,16 +203,34 @@ def one_size(url: str, n: int) -> dict[str, dict[str, float]]:
     return out
 
 
+def longest(r: redis.Redis, fn: Callable[[], Any]) -> dict[str, float]:
+    """``measured`` of one call of ``fn``, and the longest command it ran (ms, the server's
+    ``SLOWLOG`` with every command logged): how long it held the shard from every other client
+    at once."""
+    old = r.config_get("slowlog-*")
+    r.config_set("slowlog-log-slower-than", 0)
+    r.config_set("slowlog-max-len", 1_000_000)
+    r.slowlog_reset()
+    try:
+        out = measured(r, fn)
+        out["longest_ms"] = max((e["duration"] for e in r.slowlog_get(1_000_000)), default=0) / 1000
+    finally:
+        for name, value in old.items():
+            r.config_set(name, value)
+        r.slowlog_reset()
+    return out
+
+
 def _branching(r: redis.Redis, w: cs.ContextWindow) -> dict[str, dict[str, float]]:
     """A fork of the whole window (and the memory it adds), a rewind of its last 100 items and
-    the undo."""
+    the undo; with the longest command each ran."""
     used = int(r.info("memory")["used_memory"])
-    out = {"fork (whole window)": measured(r, lambda: w.fork("big-fork"))}
+    out = {"fork (whole window)": longest(r, lambda: w.fork("big-fork"))}
     out["fork (whole window)"]["added_mb"] = (int(r.info("memory")["used_memory"]) - used) / 1e6
     to = w.items(limit=101)[0].id or ""
     rewound: list[str] = []
-    out["rewind 100 items"] = measured(r, lambda: rewound.append(w.rewind(to)))
-    out["undo_rewind 100 items"] = measured(r, lambda: w.undo_rewind(rewound[0]))
+    out["rewind 100 items"] = longest(r, lambda: rewound.append(w.rewind(to)))
+    out["undo_rewind 100 items"] = longest(r, lambda: w.undo_rewind(rewound[0]))
     return out
 
 
@@ -235,9 +253,11 @@ def main() -> int:
         for n in sizes:
             m = results[n][op]
             mem = f"{m['rss_mb']:.0f}" if "rss_mb" in m else f"+{m['added_mb']:.1f} (Redis)" if "added_mb" in m else ""
+            held = f"{m['longest_ms']:.1f}" if "longest_ms" in m else ""
             rows.append([op, f"{n:,}", f"{m['client_ms']:.1f}", f"{m['server_ms']:.1f}",
-                         f"{m['bytes'] / 1024:,.0f}", f"{m['commands']:.0f}", mem])  # fmt: skip
-    headers = ["operation", "items", "client ms", "server CPU ms", "KB sent", "commands", "peak MB / MB added"]
+                         f"{m['bytes'] / 1024:,.0f}", f"{m['commands']:.0f}", mem, held])  # fmt: skip
+    headers = ["operation", "items", "client ms", "server CPU ms", "KB sent", "commands", "peak MB / MB added",
+               "longest command ms"]  # fmt: skip
     print(table(headers, rows))
     print("\n### The cold build of the last 100 messages against what it returns\n")
     first = results[sizes[0]]["build, cold, 100 messages"]

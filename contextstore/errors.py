@@ -309,9 +309,14 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def is_error(reply: Any) -> bool:
+    """Whether a script's ``reply`` is an error reply ``{'!', CODE, detail...}``."""
+    return isinstance(reply, list) and bool(reply) and _text(reply[0]) == "!"
+
+
 def raise_for_reply(reply: Any, badarg: type[ContextStoreError] = InvalidItemError) -> Any:
     """Return ``reply``, or raise the exception its status code maps to."""
-    if isinstance(reply, list) and reply and _text(reply[0]) == "!":
+    if is_error(reply):
         code, details = _text(reply[1]), [_text(x) for x in reply[2:]]
         factory = SCRIPT_ERRORS.get(code)
         if factory is None:

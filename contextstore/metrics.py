@@ -36,7 +36,6 @@ import threading
 import weakref
 from collections import deque
 from collections.abc import Callable
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from .core.wire import Counters
@@ -53,10 +52,9 @@ _changes = itertools.count(1)  # orders changes across stores: the newest counte
 
 
 def _package_version() -> str:
-    try:
-        return version("contextstore")
-    except PackageNotFoundError:  # pragma: no cover - run from a source tree that was never installed
-        return "0+unknown"
+    from . import __version__  # the package's one record of it (pyproject.toml reads it too)
+
+    return __version__
 
 
 class Instruments:

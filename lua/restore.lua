@@ -1,10 +1,13 @@
 -- restore.lua: replace a window's items and config with a snapshot's, atomically.
--- needs: items archive turns
--- KEYS: the window keys (lib/core.lua). ARGV[1..N_CONFIG]: caller config (item_limit is taken from it
---   when the window does not exist yet).
+-- needs: rows archive turns
+-- KEYS: the window keys (lib/core.lua); then, when earlier calls staged items (stage.lua), the
+--   staged keys: meta, items, order, fifo, pinned, attrs, groups, calls, blobs of the staging.
+-- ARGV[1..N_CONFIG]: caller config (item_limit is taken from it when the window does not exist yet).
 -- ARGV[N_CONFIG + 1..2 * N_CONFIG]: the snapshot's config, in layout.Meta.CONFIG order (its
 --   item_limit is ignored: a window keeps its own).
--- ARGV[2 * N_CONFIG + 1]: n; then the n items' rows, each a JSON array of 10 strings: id, stored
+-- ARGV[2 * N_CONFIG + 1]: how many items stage.lua staged (0: none; those come first, the
+--   staged keys are moved into the window's); ARGV[2 * N_CONFIG + 2]: n; then the n items' rows
+--   (lib/rows.lua), each a JSON array of 10 strings: id, stored
 --   JSON, seq, token_count, priority, type, pinned, flags, group, tool link (as in add.lua), packed
 --   into arguments that are each a JSON array of rows (up to wire.ROWS_AN_ARGUMENT rows or about
 --   wire.BYTES_AN_ARGUMENT bytes: a script's arguments stay few at any size); then m, the
@@ -25,55 +28,6 @@
 -- replayed (one whose items it restored replays).
 -- Reply: number of items restored.
 local A = 2 * N_CONFIG + 1
-
--- The n rows packed into the arguments from ARGV[at] on (each a JSON array of rows, each row a
--- JSON array of `width` strings) and the argument after them; nil when they are not so.
-local function packed(at, n, width)
-  local rows, count = {}, 0
-  while count < n do
-    local ok, chunk = pcall(cjson.decode, ARGV[at] or '')
-    if not ok or type(chunk) ~= 'table' or #chunk == 0 or count + #chunk > n then return nil end
-    for _, row in ipairs(chunk) do
-      if type(row) ~= 'table' or #row ~= width then return nil end
-      for k = 1, width do
-        if type(row[k]) ~= 'string' then return nil end
-      end
-      count = count + 1
-      rows[count] = row
-    end
-    at = at + 1
-  end
-  return rows, at
-end
-
--- The items of the snapshot, the largest seq among them, and the argument after them; nil and
--- what is wrong when they are malformed.
-local function parse_rows(n)
-  local rows, after = packed(A + 1, n, 10)
-  if not rows then return nil, 'items' end
-  local items, seen, max_seq = {}, {}, 0
-  for i = 1, n do
-    local f = rows[i]
-    local it = {id = f[1], json = f[2], seq = tonumber(f[3]), tokens = tonumber(f[4]), priority = tonumber(f[5]),
-      type = f[6], pinned = f[7] == '1', flags = f[8], group = f[9], calls = {}}
-    local link = f[10]
-    if it.id == '' or seen[it.id] or not RANK[it.type] or not is_int(it.seq, 1, MAX_SEQ)
-        or not is_int(it.tokens, 1, MAX_TOKENS) or not is_int(it.priority, 0, MAX_PRIORITY)
-        or not string.find(it.flags or '', '^%a*$') or string.sub(it.json, 1, #STORED_HEAD) ~= STORED_HEAD then
-      return nil, 'item ' .. i
-    end
-    if string.sub(link, 1, 2) == 'C:' then
-      for _, pair in ipairs(words(string.sub(link, 3))) do
-        local name, call = string.match(pair, '^([^=]+)=(.+)$')
-        it.calls[#it.calls + 1] = {id = call, name = name}
-      end
-    end
-    seen[it.id] = true
-    if it.seq > max_seq then max_seq = it.seq end
-    items[i] = it
-  end
-  return items, max_seq, after
-end
 
 -- Empty the item keys, the archive (undo of an earlier summary is refused after a restore)
 -- and the per-type counters (the window's other counters stay).
@@ -97,7 +51,7 @@ local function parse_archive(at)
   for e = 1, m do
     local id, expires, k = ARGV[at], tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2])
     if not id or id == '' or not is_int(expires, 0, 1e15) or not is_int(k, 1, MAX_ITEM_LIMIT) then return nil end
-    local packed_rows, after = packed(at + 3, k, 8)
+    local packed_rows, after = unpacked_rows(at + 3, k, 8)
     if not packed_rows then return nil end
     local rows = {}
     for j = 1, k do
@@ -117,21 +71,6 @@ local function parse_archive(at)
   return entries, at
 end
 
--- Store the items (in a few calls per key) and count them per type; their tokens in all.
-local function store(items)
-  local rows, per_type, tokens = {}, {}, 0
-  for i, it in ipairs(items) do
-    rows[i], tokens = {it, it.json}, tokens + it.tokens
-    local t = per_type[it.type] or {0, 0}
-    t[1], t[2], per_type[it.type] = t[1] + it.tokens, t[2] + 1, t
-  end
-  store_items(rows)
-  for kind, t in pairs(per_type) do
-    redis.call('HSET', K_META, F.TOKENS_OF .. kind, fmt(t[1]), F.ITEMS_OF .. kind, fmt(t[2]))
-  end
-  return tokens
-end
-
 -- The window's config and counters (read_config); for a window whose :meta is corrupt, the
 -- caller's config as for a new window, and the seq it held if that still reads: a restore
 -- replaces the window whole, so it repairs one (its :meta is written anew).
@@ -149,15 +88,36 @@ local function current_config()
   return cfg, true
 end
 
+-- What stage.lua staged (KEYS[17..]): its counters, when it holds `staged` items whose seqs all
+-- come before `first_seq`; nil otherwise (expired, or another restore's).
+local function staged_counts(staged, first_seq)
+  if staged == 0 then return {} end
+  if #KEYS ~= 16 + 9 then return nil end
+  local counts, stored = {}, redis.call('HGETALL', KEYS[17])
+  for i = 1, #stored, 2 do counts[stored[i]] = stored_int(KEYS[17], stored[i], stored[i + 1], 0, 1e15) end
+  if counts[F.ITEMS] ~= staged or (first_seq and first_seq <= (counts[F.SEQ] or 0)) then return nil end
+  return counts
+end
+
+-- Move the staged items' keys into the window's (emptied by wipe()).
+local function move_staged()
+  for i, k in ipairs({K_ITEMS, K_ORDER, K_FIFO, K_PINNED, K_ATTRS, K_GROUPS, K_CALLS, K_BLOBS}) do
+    if redis.call('EXISTS', KEYS[17 + i]) == 1 then redis.call('RENAME', KEYS[17 + i], k) end
+  end
+  redis.call('UNLINK', KEYS[17])
+end
+
 local cfg, repairing = current_config()
 if not cfg then return fail('BADARG', 'config') end
 local c = config_of(ARGV, N_CONFIG)
 c.item_limit = cfg.item_limit
 if not valid_config(c) then return fail('BADARG', 'snapshot config') end
-local n = tonumber(ARGV[A])
-if not is_int(n, 0, c.item_limit) then return fail('BADARG', 'items') end
-local items, max_seq, after = parse_rows(n)
+local staged, n = tonumber(ARGV[A]), tonumber(ARGV[A + 1])
+if not is_int(staged, 0, c.item_limit) or not is_int(n, 0, c.item_limit - staged) then return fail('BADARG', 'items') end
+local items, max_seq, after = restored_rows(A + 2, n, staged > 0 and KEYS[18] or nil)
 if not items then return fail('BADARG', max_seq) end
+local counts = staged_counts(staged, items[1] and items[1].seq)
+if not counts then return fail('BADARG', 'staged') end
 local archive, tail = parse_archive(after)
 if not archive then return fail('BADARG', 'archive') end
 local fork = nil  -- {parent, fork point}
@@ -175,16 +135,22 @@ for _, group in ipairs(found and pending.groups or {}) do waiting[#waiting + 1] 
 if repairing then redis.call('DEL', K_META) end
 persist_config(cfg)
 wipe()
+if staged > 0 then move_staged() end
 count_blobs(waiting, 1)  -- wipe() took :blobs with the items
 bump(F.REMOVED_BY_CALLER, 1)
 new_epoch()
-local tokens = store(items)
-redis.call('HSET', K_META, F.TOKENS, fmt(tokens), F.ITEMS, fmt(n), F.SEQ, fmt(math.max(cfg.seq, max_seq)),
-  unpack(config_pairs(c)))
-local restored_ids, kept, expired = {}, 0, 0
-for _, it in ipairs(items) do restored_ids[it.id] = true end
+max_seq = math.max(cfg.seq, max_seq, counts[F.SEQ] or 0)
+counts[F.SEQ] = nil
+store_restored(items, counts)
+local total, tokens = n + staged, counts[F.TOKENS] or 0
+local fields = {F.TOKENS, fmt(tokens), F.ITEMS, fmt(total), F.SEQ, fmt(max_seq), unpack(config_pairs(c))}
+for field, value in pairs(counts) do
+  if field ~= F.TOKENS and field ~= F.ITEMS then fields[#fields + 1], fields[#fields + 2] = field, fmt(value) end
+end
+redis.call('HSET', K_META, unpack(fields))
+local kept, expired = 0, 0
 for _, entry in ipairs(archive) do
-  if entry[2] <= now_ms() or not restored_ids[entry[1]] then
+  if entry[2] <= now_ms() or redis.call('HEXISTS', K_ITEMS, entry[1]) == 0 then
     expired = expired + 1
   else
     archive_set(entry[1], entry[3], entry[2])
@@ -196,10 +162,10 @@ CFG.new = false
 META_KNOWN[F.TOKENS] = tokens
 if fork then
   redis.call('HSET', K_META, F.PARENT, fork[1], F.FORK_POINT, fork[2])
-  event('forked', 'parent', fork[1], 'fork_point', fork[2], 'items', fmt(n))
+  event('forked', 'parent', fork[1], 'fork_point', fork[2], 'items', fmt(total))
 else
-  event('restored', 'items', fmt(n), 'items_replaced', fmt(replaced), 'total_tokens_after', fmt(tokens),
+  event('restored', 'items', fmt(total), 'items_replaced', fmt(replaced), 'total_tokens_after', fmt(tokens),
     'archived', fmt(kept), 'archive_dropped', fmt(expired))
 end
 rearm_ttl(c, true)
-return n
+return total

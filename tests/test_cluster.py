@@ -132,9 +132,13 @@ def test_why_scripts_declare_every_key_a_script_creating_an_undeclared_key_in_a_
         c.stop()
 
 
-def test_a_fork_into_another_slot_and_a_rewind(cluster):
-    """A fork's new window lives wherever its id hashes: it is written in one script on its own
-    slot, complete when it appears, and the window it came from notes it on its slot."""
+def test_a_fork_into_another_slot_and_a_rewind(cluster, monkeypatch):
+    """A fork's new window lives wherever its id hashes: it is written on its own slot (here in
+    parts of 2 items: staged, then moved into the window in one step), complete when it appears,
+    and the window it came from notes it on its slot."""
+    from contextstore.core import wire
+
+    monkeypatch.setattr(wire, "ROWS_A_CALL", 2)
     kind, client, loop = cluster
     prefix = f"clf-{kind}"
     with open_store(kind, client=client, loop=loop, prefix=prefix) as store:

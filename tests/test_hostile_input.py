@@ -185,7 +185,7 @@ def _packed_restore_args(store, w, snap) -> tuple[list, int]:
     call = next(plan)
     plan.close()
     assert call.name == "restore"
-    return list(call.args), 2 * len(layout.Meta.CONFIG) + 1  # after both configs and the count
+    return list(call.args), 2 * len(layout.Meta.CONFIG) + 2  # after both configs, the staged count, the count
 
 
 @pytest.mark.parametrize(

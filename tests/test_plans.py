@@ -380,10 +380,36 @@ def test_a_restore_packs_its_items_into_few_arguments():
     sent, _ = drive(snapshot_plans.restore(settings(), state(), snap), [1])
     argv = sent[0].argv()[1:]  # after the request id
     config = 2 * len(layout.Meta.CONFIG)
-    assert len(argv) == config + 1 + 1 + 1 and argv[config] == "300"
-    rows = msgspec.json.decode(argv[config + 1])
+    assert len(argv) == config + 4 and argv[config : config + 2] == ["0", "300"]  # none staged; 300 here
+    rows = msgspec.json.decode(argv[config + 2])
     assert len(rows) == 300 and rows[0][0] == "ctx-1" and rows[-1][0] == "ctx-300"
     rows = [[f"id{n}", "x" * 600_000] for n in range(5)] + [[f"small{n}", "y"] for n in range(2500)]
     packed = wire._packed(rows)  # a 600 KB row fills an argument; small ones go 1000 to one
     assert [len(msgspec.json.decode(a)) for a in packed] == [1, 1, 1, 1, 1000, 1000, 501]
     assert [r for a in packed for r in msgspec.json.decode(a)] == rows  # every row, in order
+
+
+def test_a_restore_of_more_than_a_call_writes_stages_its_parts_then_moves_them_in(monkeypatch):
+    """Over ``wire.ROWS_A_CALL`` items, every part but the last goes to stage.lua (in keys named
+    after the request, under the window's hash tag), each after the count staged before; then
+    restore.lua gets the last part, the staged count and the staged keys after the window's."""
+    from contextstore.core.keys import STAGED
+    from contextstore.plans import snapshot as snapshot_plans
+
+    monkeypatch.setattr(wire, "ROWS_A_CALL", 100)
+    items = [cs.ContextItem(content=f"message {n}", id=f"ctx-{n}", seq=n, token_count=2, role="user",
+                            type=cs.ItemType.USER_MESSAGE) for n in range(1, 251)]  # fmt: skip
+    snap = cs.ContextSnapshot(
+        window_id="w", created_at=datetime.now(timezone.utc), max_tokens=10_000, max_items=500, items=items
+    )
+    sent, _ = drive(snapshot_plans.restore(settings(), state(), snap, request_id="r1"), [100, 200, 250])
+    assert [c.name for c in sent] == ["stage", "stage", "restore"]
+    stage_keys = sent[0].keys
+    assert sent[1].keys == stage_keys and all(":{w}:staged:" in k for k in stage_keys)
+    assert [c.args[:2] for c in sent[:2]] == [["0", "100"], ["100", "100"]]
+    assert [msgspec.json.decode(c.args[2])[0][0] for c in sent[:2]] == ["ctx-1", "ctx-101"]
+    config = 2 * len(layout.Meta.CONFIG)
+    assert sent[2].args[config : config + 2] == ["200", "50"]
+    assert list(sent[2].keys) == [*state().keys, *(getattr(stage_keys, n) for n in STAGED)]
+    again, _ = drive(snapshot_plans.restore(settings(), state(), snap, request_id="r1"), [100, 200, 250])
+    assert again[0].keys == stage_keys  # a retry of the request stages into the same keys: it resumes

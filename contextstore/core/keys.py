@@ -8,6 +8,7 @@ the hash tag) and without glob characters (which would break SCAN and ACL key pa
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import NamedTuple
 
 from ..errors import InvalidWindowIdError
@@ -65,6 +66,19 @@ def window_keys(prefix: str, window_id: str) -> WindowKeys:
     return WindowKeys(*(base + name for name in KEY_NAMES))
 
 
+#: the keys of a staging that restore.lua takes after the window's, in this order (stage.lua's
+#: ``-- KEYS:`` line names the same)
+STAGED = ("meta", "items", "order", "fifo", "pinned", "attrs", "groups", "calls", "blobs")
+
+
+def staged_keys(keys: WindowKeys, staging: str) -> WindowKeys:
+    """The keys a big restore into the window of ``keys`` stages its items in (stage.lua),
+    ``staging`` naming that restore: under the window's hash tag, in no window's names (no SCAN
+    for windows finds them), moved into the window's by restore.lua."""
+    base = keys.meta.removesuffix("meta") + f"staged:{staging}:"
+    return WindowKeys(*(base + name for name in KEY_NAMES))
+
+
 def meta_pattern(prefix: str) -> str:
     """SCAN pattern matching the meta key of every window under ``prefix``."""
     return f"{prefix}:{{*}}:meta"
@@ -80,9 +94,9 @@ def window_id_from_meta_key(prefix: str, key: str) -> str | None:
     return None
 
 
-def window_id_of(keys: WindowKeys) -> str:
-    """The window id of a window's keys (what its hash tag holds)."""
-    return keys.meta[keys.meta.index("{") + 1 : keys.meta.rindex("}")]
+def window_id_of(keys: Sequence[str]) -> str:
+    """The window id of a window's keys (what the hash tag of the first, ``:meta``, holds)."""
+    return keys[0][keys[0].index("{") + 1 : keys[0].rindex("}")]
 
 
 def is_cluster(client: object) -> bool:

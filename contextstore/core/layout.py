@@ -49,6 +49,9 @@ ARCHIVE_INDEX = "~expires"
 #: the request log keeps the newest REQUEST_LOG_MAX requests, none older than REQUEST_LOG_TTL_MS
 REQUEST_LOG_MAX = 2000
 REQUEST_LOG_TTL_MS = 15 * 60 * 1000
+#: the keys a big restore or fork stages its items in (stage.lua) expire this long after the last
+#: part was staged: a client that stops midway leaves nothing behind for long
+STAGE_TTL_MS = 10 * 60 * 1000
 #: the format of the replies the scripts record, and of the arguments an ``add``'s record points
 #: into (lib/requests.lua). Raise it whenever a script's reply, its record or the arguments a
 #: record points into change shape: a retry that finds a request recorded in another format (by
@@ -68,7 +71,7 @@ SCRIPT_CALLS = (
     "del K", "exists K", "expire K 1", "get K", "hdel K f", "hexists K f", "hget K f", "hgetall K", "hincrby K f 1",
     "hkeys K", "hlen K", "hmget K f", "hscan K 0", "hset K f v", "lindex K 0", "linsert K BEFORE p v", "llen K",
     "lpop K", "lpos K v", "lrange K 0 1", "lrem K 1 v", "lset K 0 v", "ltrim K 0 1", "object encoding K", "persist K",
-    "pexpire K 1", "pttl K", "rpush K v", "sadd K v", "scard K", "set K v", "sismember K v", "smembers K",
+    "pexpire K 1", "pttl K", "rename K K", "rpush K v", "sadd K v", "scard K", "set K v", "sismember K v", "smembers K",
     "smismember K v", "srem K v", "sscan K 0", "time", "type K", "unlink K", "xadd K * f v", "xrevrange K + -",
     "zadd K 1 m", "zcard K", "zrange K 0 1", "zrangebyscore K 0 1", "zrem K m", "zrevrangebyscore K 1 0",
 )  # fmt: skip
@@ -338,6 +341,7 @@ def lua_constants() -> str:
             f"local DEFAULT_WARN_PERCENT = {DEFAULT_WARN_PERCENT}",
             f"local REQUEST_LOG_MAX, REQUEST_LOG_TTL_MS, RECORD_FORMAT = "
             f"{REQUEST_LOG_MAX}, {REQUEST_LOG_TTL_MS}, {RECORD_FORMAT}",
+            f"local STAGE_TTL_MS = {STAGE_TTL_MS}",
             f"local N_CONFIG = {len(Meta.CONFIG)}",
             f"local CONFIG_FIELDS = {{{config}}}",
             f"local CONFIG_TEXT = {_lua_table({f: True for f in Meta.TEXT})}",

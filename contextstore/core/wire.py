@@ -342,22 +342,36 @@ ROWS_AN_ARGUMENT = 1000
 BYTES_AN_ARGUMENT = 1 << 20
 
 
-def restore_args(
-    cfg: WindowConfig, snap_config: WindowConfig, items: Sequence[RestoredRow], archive: Sequence[ArchiveEntry] = ()
-) -> Args:
-    """restore.lua's ARGV: the snapshot's config, the item count, then the items' rows (the JSON
-    array of each one's id, stored JSON, seq, tokens, priority, type, pinned, flags, group, tool
-    link) ``ROWS_AN_ARGUMENT`` to an argument; then the archive entries (summary id, expiry ms,
-    item count, then the rows of its items the same way: id, stored JSON, seq, tokens, priority,
-    type, flags, group)."""
-    rows = [
-        [*_stored_fields(item, raw, ["1" if item.pinned else "0"]), tool_link(checked)] for item, raw, checked in items
-    ]
-    args = [*config_args(cfg), *config_args(snap_config), str(len(items)), *_packed(rows), str(len(archive))]
+#: how many items a call of restore.lua or stage.lua writes at most: a restore of more stages
+#: them in parts first (each call holds the shard for ~40 ms at most, not seconds)
+ROWS_A_CALL = ROWS_AN_ARGUMENT
+
+
+def restore_args(items: Sequence[RestoredRow], archive: Sequence[ArchiveEntry] = (), staged: int = 0) -> Args:
+    """restore.lua's ARGV after the caller's and the snapshot's config: how many items were
+    staged before (``stage_args``), the item count, then the items' rows (``_item_rows``); then
+    the archive entries (summary id, expiry ms, item count, then the rows of its items the same
+    way: id, stored JSON, seq, tokens, priority, type, flags, group)."""
+    args = [str(staged), *_item_rows(items), str(len(archive))]
     for summary_id, expires_ms, archived in archive:
         args += [summary_id, str(expires_ms), str(len(archived))]
         args += _packed([_stored_fields(item, raw, []) for item, raw, _ in archived])
     return args
+
+
+def stage_args(before: int, items: Sequence[RestoredRow]) -> Args:
+    """stage.lua's ARGV for a part of a restore's items: how many were staged before, then the
+    part's count and rows (``_item_rows``)."""
+    return [str(before), *_item_rows(items)]
+
+
+def _item_rows(items: Sequence[RestoredRow]) -> Args:
+    """The item count, then the items' rows (the JSON array of each one's id, stored JSON, seq,
+    tokens, priority, type, pinned, flags, group, tool link) ``ROWS_AN_ARGUMENT`` to an argument."""
+    rows = [
+        [*_stored_fields(item, raw, ["1" if item.pinned else "0"]), tool_link(checked)] for item, raw, checked in items
+    ]
+    return [str(len(items)), *_packed(rows)]
 
 
 def _packed(rows: list[Args]) -> list[bytes]:

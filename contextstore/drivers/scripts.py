@@ -41,16 +41,16 @@ T = TypeVar("T")
 SCRIPT_NAMES = (
     "add", "remove", "pin", "priority", "clear", "compact", "commit", "restore",
     "configure", "ensure", "delete", "event", "undo", "lease", "vectors", "pop", "turn", "acl",
-    "list", "fetch", "peek", "archived", "dump", "rewind", "forked",
+    "list", "fetch", "peek", "archived", "dump", "rewind", "forked", "stage",
     "usage", "blob_put", "blob_drop", "blob_index", "blob_counts", "commands",
 )  # fmt: skip
 
 #: the scripts that read a window, each for one job (lib/reads.lua: what they share), and those a
 #: sweep of the blobs reads with
 READS = frozenset({"list", "fetch", "peek", "archived", "dump", "blob_index", "blob_counts", "commands"})
-#: scripts that take no request (reads, and the ``built`` event): they record no reply, so they
+#: scripts that take no request (reads, the ``built`` event, a restore's staged parts): they record no reply, so they
 #: run under ``run_plain`` (lib/calls.lua) and carry none of the request protocol (lib/requests.lua)
-REQUESTLESS = READS | {"event", "acl", "blob_put", "blob_drop"}
+REQUESTLESS = READS | {"event", "acl", "blob_put", "blob_drop", "stage"}
 
 #: every helper file, each after the ones it needs
 LIB_NAMES = (
@@ -60,6 +60,7 @@ LIB_NAMES = (
     "events",
     "meta",
     "items",
+    "rows",
     "reads",
     "turns",
     "compaction",
@@ -109,7 +110,7 @@ def closure(direct: set[str], libs: dict[str, str]) -> list[str]:
 #: helper files that no other helper file needs, only scripts: the function library defines them
 #: in a block with the scripts that need them rather than at its top, where Lua allows a function
 #: (the library's load step is one) 200 locals in all, the scripts' own helpers included
-SCOPED = ("reads", "compaction", "archive")
+SCOPED = ("reads", "compaction", "archive", "rows")
 #: read-only scripts: ``FCALL_RO`` (a replica may serve them); the library registers them so
 READ_ONLY = READS | {"acl"}
 #: scripts that free memory, registered to run when the server is at maxmemory (a function is

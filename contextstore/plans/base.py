@@ -44,7 +44,8 @@ class ScriptCall:
     changed)."""
 
     name: str
-    keys: WindowKeys
+    #: the window's keys (or a script's own, as a blob's)
+    keys: Sequence[str]
     args: Sequence[str | bytes]
     request: str = ""
     same_args: bool = True

@@ -22,8 +22,8 @@ def put(settings: Settings, state: WindowState, payloads: Mapping[str, str]) -> 
     for sha, payload in payloads.items():
         keys = blobs.blob_keys(settings.prefix, sha)
         known = sha in settings.blob_cache
-        if not known or not int((yield ScriptCall("blob_put", keys, [sha, "", state.window_id]))):  # type: ignore[arg-type]
-            yield ScriptCall("blob_put", keys, [sha, payload, state.window_id])  # type: ignore[arg-type]
+        if not known or not int((yield ScriptCall("blob_put", keys, [sha, "", state.window_id]))):
+            yield ScriptCall("blob_put", keys, [sha, payload, state.window_id])
         settings.blob_cache.put(sha, payload)
 
 
@@ -33,8 +33,8 @@ def noted(settings: Settings, state: WindowState, payloads: Mapping[str, str]) -
     item refers to a missing blob."""
     for sha, payload in payloads.items():
         keys = blobs.blob_keys(settings.prefix, sha)
-        if not int((yield ScriptCall("blob_put", keys, [sha, "", state.window_id]))):  # type: ignore[arg-type]
-            yield ScriptCall("blob_put", keys, [sha, payload, state.window_id])  # type: ignore[arg-type]
+        if not int((yield ScriptCall("blob_put", keys, [sha, "", state.window_id]))):
+            yield ScriptCall("blob_put", keys, [sha, payload, state.window_id])
 
 
 def stored_parts(settings: Settings, items: list[NewItem]) -> tuple[list[NewItem], dict[str, str]]:
@@ -58,7 +58,7 @@ def sweep(settings: Settings) -> Plan[int]:
         index = blobs.group_tag(settings.prefix, group) + "index"
         cursor = "0"
         while True:
-            now, cursor, flat = yield ScriptCall("blob_index", (index,), [cursor, str(blobs.SWEEP_BATCH)])  # type: ignore[arg-type]
+            now, cursor, flat = yield ScriptCall("blob_index", (index,), [cursor, str(blobs.SWEEP_BATCH)])
             entries = {_text(flat[i]): _text(flat[i + 1]) for i in range(0, len(flat), 2)}
             dropped += yield from _sweep_entries(settings, int(_text(now)), entries)
             cursor = _text(cursor)
@@ -83,7 +83,7 @@ def _sweep_entries(settings: Settings, now_ms: int, entries: dict[str, str]) -> 
         gone = [h for h in words[1:] if (h, sha) not in counted]
         if gone:
             blob = blobs.blob_keys(settings.prefix, sha)
-            dropped += int((yield ScriptCall("blob_drop", blob, [sha, entries[sha], *gone])))  # type: ignore[arg-type]
+            dropped += int((yield ScriptCall("blob_drop", blob, [sha, entries[sha], *gone])))
     return dropped
 
 

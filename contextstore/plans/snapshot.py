@@ -3,6 +3,7 @@ any window id."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 from datetime import datetime, timezone
 from typing import Protocol
@@ -11,9 +12,10 @@ import msgspec
 
 from ..core import blobs, validate, wire
 from ..core.config import config_values, creation_config
+from ..core.keys import STAGED, staged_keys
 from ..core.layout import MAX_SEQ
 from ..core.stored import stored_json
-from ..errors import InvalidItemError, InvalidOptionsError, ToolCallLinkError, raise_for_reply
+from ..errors import InvalidItemError, InvalidOptionsError, ToolCallLinkError, is_error, raise_for_reply
 from ..types import ArchivedSummary, ContextItem, ContextSnapshot, WindowConfig
 from . import blobs as blob_plans
 from .base import Plan, ScriptCall, Settings, WindowState, new_request
@@ -207,6 +209,31 @@ def _restored_item(settings: Settings, it: ContextItem, payloads: dict[str, str]
     )
 
 
+def _write(
+    state: WindowState,
+    request: str,
+    rows: list[Row],
+    configs: wire.Args,
+    archive: list[wire.ArchiveEntry],
+    fork: wire.Args,
+) -> Plan[None]:
+    """Write a restore: its items ``wire.ROWS_A_CALL`` at a time, all but the last part staged
+    (stage.lua, in keys named after the request: a retry resumes its staging), then restore.lua,
+    which moves what was staged into the window with the last part, in one step."""
+    parts = [rows[i : i + wire.ROWS_A_CALL] for i in range(0, len(rows), wire.ROWS_A_CALL)] or [[]]
+    staging = staged_keys(state.keys, hashlib.sha1(request.encode()).hexdigest()[:16])
+    for done, part in enumerate(parts[:-1]):
+        reply = yield ScriptCall("stage", staging, wire.stage_args(done * wire.ROWS_A_CALL, part))
+        raise_for_reply(reply, InvalidOptionsError)
+    staged = len(rows) - len(parts[-1])
+    args = [*configs, *wire.restore_args(parts[-1], archive, staged), *fork]
+    keys = (*state.keys, *(getattr(staging, name) for name in STAGED)) if staged else state.keys
+    reply = yield ScriptCall("restore", keys, args, request)
+    if staged and is_error(reply):
+        yield ScriptCall("stage", staging, ["drop"])
+    raise_for_reply(reply, InvalidOptionsError)
+
+
 def _restored_items(settings: Settings, snap: ContextSnapshot, item_limit: int, payloads: dict[str, str]) -> list[Row]:
     if not isinstance(snap.items, list) or not all(isinstance(i, ContextItem) for i in snap.items):
         raise InvalidItemError("snapshot items must be a list of ContextItem")
@@ -287,12 +314,12 @@ def restore(
     target = _snapshot_config(snap, state.config.item_limit)
     payloads: dict[str, str] = {}
     rows = _restored_items(settings, snap, state.config.item_limit, payloads)
-    args = wire.restore_args(state.config, target, rows, _restored_archive(settings, snap, rows, payloads))
-    args += ["fork", *fork] if fork is not None else []
+    archive = _restored_archive(settings, snap, rows, payloads)
     if dry:
         return None
     yield from blob_plans.put(settings, state, payloads)
-    raise_for_reply((yield ScriptCall("restore", state.keys, args, request)), InvalidOptionsError)
+    args = [*wire.config_args(state.config), *wire.config_args(target)]
+    yield from _write(state, request, rows, args, archive, ["fork", *fork] if fork is not None else [])
     yield from blob_plans.noted(settings, state, payloads)
     state.config = target
     return None

@@ -11,6 +11,7 @@ local RANK_WEIGHT, PRIORITY_WEIGHT, MAX_SEQ = 10000000000000, 10000000000, 99999
 local STREAM_MAXLEN, MAX_EVENTS = 10000, 10000000
 local DEFAULT_WARN_PERCENT = 75.0
 local REQUEST_LOG_MAX, REQUEST_LOG_TTL_MS, RECORD_FORMAT = 2000, 900000, 3
+local STAGE_TTL_MS = 600000
 local N_CONFIG = 13
 local CONFIG_FIELDS = {'max_tokens', 'max_items', 'item_limit', 'threshold', 'strategy', 'ttl', 'keep_recent', 'clear_at_least', 'clear_exclude', 'warn_percent', 'events_maxlen', 'archive_ttl', 'target'}
 local CONFIG_TEXT = {strategy = true, clear_exclude = true}
