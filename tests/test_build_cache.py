@@ -29,6 +29,7 @@ from hypothesis.stateful import (
 
 import contextstore as cs
 from contextstore.plans import build_read as build_read_plans
+from contextstore.render.select import build_key
 
 from support import key, on_cluster, same_build, whole_reads
 
@@ -294,6 +295,38 @@ def test_a_build_after_adds_reads_only_the_bodies_it_lacks(redis_url, r, prefix,
         o.window("grow").pin("ctx-1")  # a change in place: a new epoch
         w.build_messages_structured(opts)
         assert len(bodies_read) == 7
+
+
+def test_a_build_after_adds_puts_the_added_items_in_their_build_order_places(redis_url, prefix):
+    """After adds alone a caching store reuses its last facts and puts each added item in its
+    place in build order (an instruction or a document ranks before the conversation, whatever
+    its seq): its text and chat builds equal a whole read's, on a window a budget cuts."""
+    with (
+        cs.ContextStore.from_url(redis_url, prefix=prefix) as s,
+        cs.ContextStore.from_url(redis_url, prefix=prefix) as o,
+    ):
+        w = s.window("places", max_tokens=100_000)
+        w.add("You are terse.", role="system", pinned=True)
+        w.add("an old doc", type="retrieved_document", priority=10)
+        for k in range(40):
+            w.add(f"message {k} " + "word " * 20, role=("user", "assistant")[k % 2])
+        opts = cs.BuildOptions(max_tokens=600, reserve_for_response=0, max_history_items=8)
+        w.build_structured(opts), w.build_messages_structured(opts)  # its last facts
+        other = o.window("places")
+        other.add("a new instruction", type="instruction", priority=80)
+        other.add("a new doc", type="retrieved_document", priority=90)
+        other.add("the newest question", role="user")
+        with whole_reads(), cs.ContextStore.from_url(redis_url, prefix=prefix) as fresh:
+            text, chat = (
+                fresh.window("places").build_structured(opts),
+                fresh.window("places").build_messages_structured(opts),
+            )
+        assert text.content.index("a new instruction") < text.content.index("a new doc") < text.content.index("message")
+        same_build(w.build_structured(opts), text)
+        same_build(w.build_messages_structured(opts), chat)
+        held = s._settings.item_cache.last_facts(key(prefix, "places", "meta")).found.items()
+        assert "a new doc" in [i.content for i in held] or any(i.seq == 44 for i in held)  # read after the adds
+        assert [i.id for i in held] == [i.id for i in sorted(held, key=build_key)]  # the facts in build order
 
 
 @pytest.mark.parametrize(

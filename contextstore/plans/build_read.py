@@ -182,7 +182,7 @@ def read_bodies(
             out.append(held)
             continue
         item = _decoded(got, stub, read[stub.id or ""])
-        if item is None or facts.of_item(item) != facts.stored_letters(got.attrs[stub.id or ""]):
+        if item is None or facts.of_item(item) != facts.stored_letters(got.value(stub.id or "")):
             return None
         out.append(item)
     return out
@@ -190,7 +190,7 @@ def read_bodies(
 
 def _decoded(got: Facts, stub: ContextItem, json: Any) -> ContextItem | None:
     """The stored item ``stub`` stands for, from its body ``json`` (None: the item went)."""
-    return None if json is None else stored.decode_item([stub.id, json, got.attrs[stub.id or ""], stub.pinned])
+    return None if json is None else stored.decode_item([stub.id, json, got.value(stub.id or ""), stub.pinned])
 
 
 def read_whole(state: WindowState, got: Facts, which: Callable[[ContextItem], bool]) -> Plan[Facts | None]:

@@ -5,12 +5,13 @@ every attrs and body at once."""
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..core import facts, stored, wire
-from ..core.layout import RANK_WEIGHT, Meta, meta_text
+from ..core.layout import RANK_WEIGHT, Meta, meta_text, order_score
 from ..types import BuildOptions, ContextItem, ItemType
 from .base import PlainRead, Plan, WindowState
 from .reads import ATTEMPTS, STAMP, raw_stamp
@@ -30,11 +31,17 @@ class Facts:
     (``found.decoded``); with each id's ``:attrs`` value, which decoding its body needs."""
 
     found: wire.ReadReply
-    attrs: dict[str, str]
+    #: id -> its ``:attrs`` value, as read (bytes): ``value`` gives one as text
+    attrs: dict[Any, Any]
     #: the items among ``found``'s read whole already (``read_whole``, or held by the store), by id
     whole: dict[str, ContextItem] = field(default_factory=dict)
     #: the seq from which the conversation was read whole (0: all of it): what ``Settled`` takes
     oldest: int = 0
+
+    def value(self, item_id: str) -> str:
+        """Item ``item_id``'s ``:attrs`` value, as text (``KeyError`` when it was not read)."""
+        raw = self.attrs.get(item_id.encode())
+        return wire.text(self.attrs[item_id] if raw is None else raw)
 
 
 #: ``:attrs`` fields the first round trip of a facts read scans: a small hash (a listpack, up to
@@ -127,12 +134,13 @@ def _facts_once(
     if first is None or not first[0]:
         return None
     meta, pinned, (cursor, scanned), before, after, page = first if scan else (*first[:2], (1, {}), *first[2:])
-    if uses_all is not None and uses_all(meta_text(meta)):
+    text_meta = meta_text(meta)
+    if uses_all is not None and uses_all(text_meta):
         return (yield from _everything(state, meta, pinned, None if int(cursor) else scanned))
     walk = _Walk(set(pinned) | set(before) | set(after), page, recent)
-    added = _added(last.found.meta, meta_text(meta)) if last is not None else None
+    added = _added(last.found.meta, text_meta) if last is not None else None
     if last is not None and added == 0:  # as last read: the same items, under the meta read now
-        return _as_last(last, meta_text(meta), len(pinned))
+        return _as_last(last, text_meta, len(pinned))
     if last is not None and added is not None and (walk.whole or added <= len(page)):
         walk.reuse(last)
     if not int(cursor):  # the whole of :attrs
@@ -145,8 +153,7 @@ def _facts_once(
             if walk.pending():  # bodies the stubs need: read in the next round trip
                 pass
             elif walk.whole or settled(stubs, walk.oldest()):
-                values = {wire.text(i): wire.text(v) for i, v in walk.attrs.items()}
-                return Facts(wire.ReadReply(meta_text(meta), len(pinned), [], stubs), values, walk.items, walk.oldest())
+                return Facts(wire.ReadReply(text_meta, len(pinned), [], stubs), walk.attrs, walk.items, walk.oldest())
             else:
                 walk.more, walk.floor = True, None
         reply = yield PlainRead((("HMGET", k.meta, *STAMP), *walk.commands(k)))
@@ -196,9 +203,13 @@ def _all_facts(meta: dict[Any, Any], pinned: set[Any], attrs: dict[Any, Any], js
     if jsons.keys() != attrs.keys():
         return None
     items = [stored.decode_item([i, jsons[i], attrs[i], i in pinned]) for i in stored.listing(attrs, {}, by_seq=False)]
-    values = {wire.text(i): wire.text(v) for i, v in attrs.items()}
     found = wire.ReadReply(meta_text(meta), len(pinned), [], items)
-    return Facts(found, values, {i.id or "": i for i in items})
+    return Facts(found, attrs, {i.id or "": i for i in items})
+
+
+def _order(item: ContextItem) -> int:
+    """An item's place in build order (its ``:order`` score)."""
+    return order_score(item.type.rank, item.priority, item.seq)
 
 
 class _Walk:
@@ -220,7 +231,8 @@ class _Walk:
         #: the items read whole (``facts.needs_body``), by id (text), and the ids still to read so
         self.items: dict[str, ContextItem] = {}
         self.bodies: set[Any] = set()
-        #: the items of an earlier facts read whose attrs still hold (``reuse``), by id
+        #: an earlier facts read whose attrs still hold (``reuse``), and its items by id
+        self.last: Facts | None = None
         self.known: dict[str | None, ContextItem] = {}
         #: the seq the window's conversation is read from when an earlier read's attrs are
         #: reused (``reuse``), else None (``oldest``: the first of ``recent``)
@@ -292,9 +304,9 @@ class _Walk:
     def reuse(self, last: Facts) -> None:
         """Take ``last``'s attrs (and the items it read whole) as read: every item it held is still
         there at the same seq, and the page holds every item added since (``_added``)."""
-        self.attrs.update({i.encode(): v.encode() for i, v in last.attrs.items()})
+        self.attrs.update(last.attrs)
         self.items.update(last.whole)
-        self.known = {i.id: i for i in last.found.items()}
+        self.last, self.known = last, {i.id: i for i in last.found.items()}
         if last.oldest == 0:
             self.whole = True
         self.floor = last.oldest
@@ -302,11 +314,26 @@ class _Walk:
     def stubs(self, pinned: set[Any]) -> list[ContextItem] | None:
         """The items read, as ``facts.stub`` makes them (or whole, where ``facts.needs_body``:
         those not read yet are noted to read, ``pending``), in build order; None when one cannot
-        be chosen at all (its attrs have no letters or do not decode: the whole read says where)."""
+        be chosen at all (its attrs have no letters or do not decode: the whole read says where).
+        After ``reuse``, the earlier read's items (in build order already) with the added ones
+        put in their places."""
+        if self.last is not None:
+            added = {i: self.attrs[i] for i in self.attrs.keys() - self.last.attrs.keys()}
+            fresh = self._stubs(added, pinned)
+            if fresh is None:
+                return None
+            out = list(self.last.found.items())
+            for stub in fresh:
+                bisect.insort(out, stub, key=_order)
+            return out
+        return self._stubs(self.attrs, pinned)
+
+    def _stubs(self, attrs: dict[Any, Any], pinned: set[Any]) -> list[ContextItem] | None:
+        """``stubs`` of the items of ``attrs``."""
         out = []
-        for i in stored.listing(self.attrs, {}, by_seq=False):
+        for i in stored.listing(attrs, {}, by_seq=False):
             try:
-                item_id, value = wire.text(i), wire.text(self.attrs[i])
+                item_id, value = wire.text(i), wire.text(attrs[i])
             except UnicodeDecodeError:
                 return None
             stub = self.known.get(item_id) or facts.stub(item_id, value, i in pinned)
