@@ -518,8 +518,9 @@ def test_a_build_that_compacts_chooses_from_the_facts_and_builds_on_the_window_i
 def test_after_adds_alone_a_store_reads_the_facts_of_the_added_items_only(make_store, redis_url, prefix, monkeypatch):
     """A store that holds the window's last facts reads, after other stores only added items
     (the epoch held, and the item count grew by as much as the seq), the attrs of the added
-    items alone; after a removal (or a change in place) it walks the window's facts again. Each
-    build chooses what a whole read does."""
+    items alone: those with ids the store gave them with its first round trip (guessed by seq),
+    the others by id; after a removal (or a change in place) it walks the window's facts again.
+    Each build chooses what a whole read does."""
     monkeypatch.setattr(facts_read, "SCAN_COUNT", 1)  # :attrs read by the walk, not whole in one call
     w = make_store().window("appended", max_items=1000)
     _chat(w, 200)  # ~535 items: :attrs is a hash table
@@ -531,9 +532,9 @@ def test_after_adds_alone_a_store_reads_the_facts_of_the_added_items_only(make_s
     asked.clear()
     w.add("one more?", role="user")
     w.add("and a note", type="text", priority=10)
-    w.add("yes", role="assistant")
+    w.add("yes", role="assistant", id="my-own-id")
     _same_choice(reader.build_messages_structured(opts), _whole(redis_url, prefix, "appended", opts))
-    assert sum(asked) == 3  # the added items' attrs alone
+    assert sum(asked) == 1  # the added items' attrs alone: two guessed with the first round trip
     asked.clear()
     w.remove(w.items(limit=5)[0].id)  # a removal: the earlier facts may name an item gone
     w.add("after the removal", role="user")

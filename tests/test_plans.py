@@ -170,7 +170,9 @@ def server(raw: list[Any], event: int = 1, **fields: object) -> Any:
             return event
         if request.commands[0][0] == "HGETALL":  # the first round trip of a facts read
             reply = facts_reply(raw, **fields)  # without the scan of :attrs when it sent none
-            return reply if any(c[0] == "HSCAN" for c in request.commands) else reply[:2] + reply[3:]
+            reply = reply if any(c[0] == "HSCAN" for c in request.commands) else reply[:2] + reply[3:]
+            guess = [one(c) for c in request.commands if c[0] == "HMGET"]  # the attrs of ids guessed added
+            return [*reply, *guess]
         return [*map(one, request.commands), *([event] if request.then is not None else [])]
 
     return answer

@@ -63,6 +63,11 @@ def number_in(name: str, value: object, low: float, high: float) -> float:
     return float(value)
 
 
+def generated_id(seq: int) -> str:
+    """The id the store gives an item added without one, from its seq (add.lua: ``ctx-<seq>``)."""
+    return f"ctx-{seq}"
+
+
 def is_generated_id(value: str) -> bool:
     """Whether ``value`` is of the form the store generates (``ctx-<digits>``)."""
     return _GENERATED_ID.fullmatch(value) is not None

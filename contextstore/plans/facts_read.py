@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core import facts, stored, wire
+from ..core import facts, stored, validate, wire
 from ..core.layout import RANK_WEIGHT, Meta, meta_text, order_score
 from ..types import BuildOptions, ContextItem, ItemType
 from .base import PlainRead, Plan, WindowState
@@ -109,6 +109,20 @@ def _added(old: dict[str, str], new: dict[str, str]) -> int | None:
     return added if added == grew and added >= 0 else None
 
 
+#: how many ids a facts read with the store's last facts guesses were added since (``_guessed``)
+GUESSED = 32
+
+
+def _guessed(last: Facts | None) -> list[str]:
+    """The ids of the items added since ``last`` when they were added without ids of their own
+    (the store names them by seq: ``validate.generated_id``), up to ``GUESSED`` of them: their
+    attrs are read with the first round trip, so that after such adds the facts take one."""
+    if last is None:
+        return []
+    seq = int(last.found.meta.get(Meta.SEQ) or 0)
+    return [validate.generated_id(s) for s in range(seq + 1, seq + 1 + GUESSED)]
+
+
 #: what one attempt of a facts read answers when the window changed between its round trips
 _MOVED = Facts(wire.ReadReply({}, 0, []), {})
 
@@ -123,17 +137,22 @@ def _facts_once(
     """One attempt of ``read_facts``; ``_MOVED`` when the window changed under it."""
     k = state.keys
     recent = min(recent, APPENDED_PAGE) if last is not None else recent
-    # a store holding the window's last facts scans no attrs: what was added it reads by id
+    # a store holding the window's last facts scans no attrs: what was added it reads by id,
+    # and guesses the ids first: those the store gives items added without one
     scan = (("HSCAN", k.attrs, 0, "COUNT", SCAN_COUNT),) if last is None else ()
+    guess = _guessed(last)
     first = yield PlainRead((
         ("HGETALL", k.meta), ("SMEMBERS", k.pinned), *scan,
         ("ZRANGEBYSCORE", k.order, "-inf", _BEFORE_CONVERSATION),
         ("ZRANGEBYSCORE", k.order, _AFTER_CONVERSATION, "+inf"),
         ("LRANGE", k.fifo, -recent, -1),
+        *((("HMGET", k.attrs, *guess),) if guess else ()),
     ))  # fmt: skip
     if first is None or not first[0]:
         return None
-    meta, pinned, (cursor, scanned), before, after, page = first if scan else (*first[:2], (1, {}), *first[2:])
+    replies = list(first)
+    guessed = replies.pop() if guess else []
+    meta, pinned, (cursor, scanned), before, after, page = replies if scan else (*replies[:2], (1, {}), *replies[2:])
     text_meta = meta_text(meta)
     if uses_all is not None and uses_all(text_meta):
         return (yield from _everything(state, meta, pinned, None if int(cursor) else scanned))
@@ -143,6 +162,9 @@ def _facts_once(
         return _as_last(last, text_meta, len(pinned))
     if last is not None and added is not None and (walk.whole or added <= len(page)):
         walk.reuse(last)
+        walk.guessed(
+            page[len(page) - added :] if added else [], {g.encode(): v for g, v in zip(guess, guessed, strict=True)}
+        )
     if not int(cursor):  # the whole of :attrs
         walk.attrs, walk.todo, walk.whole = scanned, set(), True
     while True:
@@ -266,11 +288,7 @@ class _Walk:
             for i, value in zip(self.asked, replies[at], strict=True):
                 if value is None or not isinstance(value, bytes):
                     return False
-                self.attrs[i] = value
-                group = value.split(b"|")[5] if value.count(b"|") >= 5 else b""
-                if group and group not in self.listed and not self.whole:
-                    self.groups.add(group)
-                    self.listed.add(group)
+                self._take(i, value)
             at += 1
         if self.asked_groups:
             for members in replies[at]:
@@ -290,6 +308,24 @@ class _Walk:
             self.whole = len(page) < self.size
             self.size, self.more = self.size * 2, False
         return True
+
+    def _take(self, item_id: Any, value: bytes) -> None:
+        """Take an id's attrs; the members of its group are listed next, unless every item is
+        read (``whole``) or an earlier read's are reused: that read holds every member the
+        group had then, and the page holds every one added since."""
+        self.attrs[item_id] = value
+        group = value.split(b"|")[5] if value.count(b"|") >= 5 else b""
+        if group and group not in self.listed and not self.whole and self.last is None:
+            self.groups.add(group)
+            self.listed.add(group)
+
+    def guessed(self, added: list[Any], values: dict[bytes, Any]) -> None:
+        """After ``reuse``: take the attrs of the ``added`` ids (the page's newest) that were
+        read by guess (``_guessed``: id -> value); the others are read by id next."""
+        for i in added:
+            value = values.get(i)
+            if isinstance(value, bytes):
+                self._take(i, value)
 
     def pending(self) -> bool:
         """Whether ids, groups or bodies are still to read."""
