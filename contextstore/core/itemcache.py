@@ -91,12 +91,19 @@ class ItemCache:
             return None if held is None else held.facts
 
     def keep_facts(self, entry: CachedWindow, facts: Any) -> None:
-        """Keep ``facts`` as ``entry``'s window's last facts read (its memos start afresh unless
-        they hold the very items of the facts before)."""
+        """Keep ``facts`` as ``entry``'s window's last facts read. Its memos start afresh unless
+        they hold the very items of the facts before; facts that grew from those by adds alone
+        (``facts.grown``: the earlier items, the added ones) leave what builds need to grow
+        theirs (``render.select.units_for``)."""
         with self._lock:
-            same = entry.facts is not None and entry.facts.found.decoded is facts.found.decoded
-            if entry.facts is not facts:
-                entry.facts, entry.derived = facts, entry.derived if same else {}
+            before = entry.facts
+            same = before is not None and before.found.decoded is facts.found.decoded
+            if before is facts:
+                return
+            entry.facts, derived = facts, entry.derived
+            entry.derived = derived if same else {}
+            if not same and before is not None and facts.grown is not None and facts.grown[0] is before.found.decoded:
+                entry.derived["grown_from"] = (facts.found.decoded, before.found.decoded, derived, facts.grown[1])
 
     def keep(self, window: str, entry: CachedWindow, items: Iterable[ContextItem]) -> None:
         """Keep ``items`` (read whole at ``entry``'s epoch) in ``entry``, then drop the least

@@ -37,6 +37,9 @@ class Facts:
     whole: dict[str, ContextItem] = field(default_factory=dict)
     #: the seq from which the conversation was read whole (0: all of it): what ``Settled`` takes
     oldest: int = 0
+    #: after adds alone: the earlier facts' items these grew from, and the added ones in arrival
+    #: order (what a store grows its memos from, ``ItemCache.keep_facts``)
+    grown: tuple[list[ContextItem], list[ContextItem]] | None = None
 
     def value(self, item_id: str) -> str:
         """Item ``item_id``'s ``:attrs`` value, as text (``KeyError`` when it was not read)."""
@@ -175,7 +178,8 @@ def _facts_once(
             if walk.pending():  # bodies the stubs need: read in the next round trip
                 pass
             elif walk.whole or settled(stubs, walk.oldest()):
-                return Facts(wire.ReadReply(text_meta, len(pinned), [], stubs), walk.attrs, walk.items, walk.oldest())
+                found = wire.ReadReply(text_meta, len(pinned), [], stubs)
+                return Facts(found, walk.attrs, walk.items, walk.oldest(), walk.grown)
             else:
                 walk.more, walk.floor = True, None
         reply = yield PlainRead((("HMGET", k.meta, *STAMP), *walk.commands(k)))
@@ -253,9 +257,10 @@ class _Walk:
         #: the items read whole (``facts.needs_body``), by id (text), and the ids still to read so
         self.items: dict[str, ContextItem] = {}
         self.bodies: set[Any] = set()
-        #: an earlier facts read whose attrs still hold (``reuse``), and its items by id
+        #: an earlier facts read whose attrs still hold (``reuse``)
         self.last: Facts | None = None
-        self.known: dict[str | None, ContextItem] = {}
+        #: what ``stubs`` grew from the earlier read (``Facts.grown``)
+        self.grown: tuple[list[ContextItem], list[ContextItem]] | None = None
         #: the seq the window's conversation is read from when an earlier read's attrs are
         #: reused (``reuse``), else None (``oldest``: the first of ``recent``)
         self.floor: int | None = None
@@ -342,7 +347,7 @@ class _Walk:
         there at the same seq, and the page holds every item added since (``_added``)."""
         self.attrs.update(last.attrs)
         self.items.update(last.whole)
-        self.last, self.known = last, {i.id: i for i in last.found.items()}
+        self.last = last
         if last.oldest == 0:
             self.whole = True
         self.floor = last.oldest
@@ -358,9 +363,11 @@ class _Walk:
             fresh = self._stubs(added, pinned)
             if fresh is None:
                 return None
-            out = list(self.last.found.items())
+            earlier = self.last.found.items()
+            out = list(earlier)
             for stub in fresh:
                 bisect.insort(out, stub, key=_order)
+            self.grown = (earlier, sorted(fresh, key=lambda i: i.seq))
             return out
         return self._stubs(self.attrs, pinned)
 
@@ -372,7 +379,7 @@ class _Walk:
                 item_id, value = wire.text(i), wire.text(attrs[i])
             except UnicodeDecodeError:
                 return None
-            stub = self.known.get(item_id) or facts.stub(item_id, value, i in pinned)
+            stub = facts.stub(item_id, value, i in pinned)
             if stub is None and facts.needs_body(value):
                 stub = self.items.get(item_id)
                 if stub is None:

@@ -8,6 +8,7 @@ unit that does not fit is skipped whole.
 
 from __future__ import annotations
 
+import bisect
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -132,6 +133,39 @@ class Units:
         #: a cost format's key -> the ``OfferTable`` of ``offers`` under it
         self.tables: dict[Any, OfferTable] = {}
 
+    def grown(self, items: Sequence[ContextItem], added: Sequence[ContextItem]) -> Units:
+        """The units of ``items``: these units' items and ``added`` (in arrival order). An added
+        item makes a new unit or joins its group's (which is then made anew); every other unit,
+        and its memoised costs, carries over."""
+        by_group = dict(self.by_group)
+        gone: set[int] = set()  # id() of the units made anew
+        new: list[Unit] = []
+        for item in added:
+            old = by_group.get(item.group) if item.group is not None else None
+            unit = Unit([item]) if old is None else Unit([*old.items, item])
+            if old is not None:
+                gone.add(id(old))
+            if item.group is not None:
+                by_group[item.group] = unit
+            new.append(unit)
+        grown = object.__new__(Units)
+        grown.items, grown.by_group = items, by_group
+        new = [u for u in new if id(u) not in gone]
+
+        def kept(units: Iterable[Unit]) -> list[Unit]:
+            return [u for u in units if id(u) not in gone] if gone else list(units)
+
+        grown.all, grown.pinned, grown.offers = kept(self.all) + new, kept(self.pinned), kept(self.offers)
+        for unit in new:
+            if unit.pinned:
+                grown.pinned.append(unit)
+            else:
+                bisect.insort(grown.offers, unit, key=lambda u: _offer_key(u, build_key))
+        grown.messages = sum(u.messages for u in grown.offers)
+        grown.costs = {k: {u: c for u, c in v.items() if id(u) not in gone} for k, v in self.costs.items()}
+        grown.tables = {}
+        return grown
+
 
 def units_for(items: Sequence[ContextItem], memo: dict[str, Any] | None) -> Units:
     """The ``Units`` of ``items``, kept in ``memo`` (the item cache's per-listing memo) and
@@ -144,8 +178,21 @@ def units_for(items: Sequence[ContextItem], memo: dict[str, Any] | None) -> Unit
     if held is None or held.items is not items:
         if len(kept) >= 2:
             kept.clear()
-        held = kept[id(items)] = Units(items)
+        held = kept[id(items)] = _grown(items, memo) or Units(items)
     return held
+
+
+def _grown(items: Sequence[ContextItem], memo: dict[str, Any]) -> Units | None:
+    """The units of ``items`` grown from an earlier list's (``memo["grown_from"]``, left by
+    ``itemcache.ItemCache.keep_facts`` after adds alone: that earlier list, its memo, and the
+    items added since, in arrival order), when ``items`` is the list that grew; else None."""
+    grew = memo.get("grown_from")
+    if grew is None or grew[0] is not items:
+        return None
+    del memo["grown_from"]
+    _, previous, previous_memo, added = grew
+    prev = previous_memo.get("units", {}).get(id(previous))
+    return prev.grown(items, added) if prev is not None and prev.items is previous else None
 
 
 def all_compete(options: BuildOptions, messages: int) -> bool:

@@ -24,7 +24,7 @@ end
 -- The n items packed from ARGV[at] on, each row 10 strings: id, stored JSON, seq, token_count,
 -- priority, type, pinned, flags, group, tool link (as in add.lua); the largest seq among them
 -- and the argument after them. nil and what is wrong when they are malformed, or an id repeats
--- among them or is in `held` (a hash of ids already staged, or nil).
+-- among them or is in `held` (a hash of ids already staged, or nil: HMGETs of a thousand).
 local function restored_rows(at, n, held)
   local rows, after = unpacked_rows(at, n, 10)
   if not rows then return nil, 'items' end
@@ -36,8 +36,7 @@ local function restored_rows(at, n, held)
     local link = f[10]
     if it.id == '' or seen[it.id] or not RANK[it.type] or not is_int(it.seq, 1, MAX_SEQ)
         or not is_int(it.tokens, 1, MAX_TOKENS) or not is_int(it.priority, 0, MAX_PRIORITY)
-        or not string.find(it.flags or '', '^%a*$') or string.sub(it.json, 1, #STORED_HEAD) ~= STORED_HEAD
-        or (held and redis.call('HEXISTS', held, it.id) == 1) then
+        or not string.find(it.flags or '', '^%a*$') or string.sub(it.json, 1, #STORED_HEAD) ~= STORED_HEAD then
       return nil, 'item ' .. i
     end
     if string.sub(link, 1, 2) == 'C:' then
@@ -49,6 +48,13 @@ local function restored_rows(at, n, held)
     seen[it.id] = true
     if it.seq > max_seq then max_seq = it.seq end
     items[i] = it
+  end
+  for from = 1, held and n or 0, 1000 do
+    local ids = {}
+    for i = from, math.min(n, from + 999) do ids[#ids + 1] = items[i].id end
+    for k, found in ipairs(redis.call('HMGET', held, unpack(ids))) do
+      if found then return nil, 'item ' .. (from + k - 1) end
+    end
   end
   return items, max_seq, after
 end
