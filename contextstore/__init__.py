@@ -11,6 +11,7 @@ from .core.retry import RetryPolicy
 from .core.streams import EventBatch
 from .core.tokens import TiktokenCounter, TokenCounter
 from .core.verify import VerifyReport
+from .core.version import __version__ as __version__
 from .drivers.aio import AsyncContextStore, AsyncContextWindow
 from .drivers.embedded import EmbeddedServer
 from .drivers.sync import ContextStore, ContextWindow
@@ -62,8 +63,6 @@ from .types import (
     WindowOptions,
 )
 from .usage import Prices, UsageTotals
-
-__version__ = "0.1.0"
 
 __all__ = [
     "ArchivedSummary",

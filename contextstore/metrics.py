@@ -38,6 +38,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from .core.version import __version__
 from .core.wire import Counters
 
 METER_NAME = "contextstore"
@@ -52,8 +53,6 @@ _changes = itertools.count(1)  # orders changes across stores: the newest counte
 
 
 def _package_version() -> str:
-    from . import __version__  # the package's one record of it (pyproject.toml reads it too)
-
     return __version__
 
 

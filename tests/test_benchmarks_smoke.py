@@ -83,7 +83,7 @@ def test_big_windows_smoke_prints_every_operation_at_each_size():
     """benchmarks/big_windows.py --smoke: each operation has a row at each size, and the numbers
     are real (a cold build sends bytes and runs commands; show reports its memory)."""
     text = smoke("big_windows.py", 300)
-    rows = [[c.strip() for c in line.split("|")[1:-1]] for line in text.splitlines() if line.count("|") == 8]
+    rows = [[c.strip() for c in line.split("|")[1:-1]] for line in text.splitlines() if line.count("|") == 9]
     got = {(r[0], r[1]): r[2:] for r in rows if r[0] != "operation" and not r[0].startswith("-")}
     for op in ("add one message", "stats", "build, cold", "build, warm (unchanged)", "snapshot", "verify",
                "contextstore show", "contextstore show, terminal", "fork (whole window)", "rewind 100 items",
@@ -95,6 +95,7 @@ def test_big_windows_smoke_prints_every_operation_at_each_size():
     screen, whole = got[("contextstore show, terminal", "2,000")], got[("contextstore show", "2,000")]
     assert float(screen[4]) > 0 and int(screen[3]) < int(whole[3])  # one screen: fewer commands than every item
     assert float(got[("fork (whole window)", "2,000")][4].strip("+ (Redis)")) > 0  # the memory a fork adds
+    assert 0 < float(got[("fork (whole window)", "2,000")][5]) < 1000  # its longest command, ms
 
 
 def test_cost_smoke_replays_each_strategy_and_calibration_keeps_every_prompt_within_the_context():

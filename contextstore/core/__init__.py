@@ -4,7 +4,7 @@
   encoding, limits), ``keys`` (key names and their KEYS positions), ``wire`` (each script's ARGV
   and reply), ``stored`` (an item as stored);
 - checks of what callers pass: ``validate``, ``toolcalls``, ``config`` (window and store
-  options), ``tokens`` (token counting), ``retry`` (the retry policy), ``urls``;
+  options), ``tokens`` (token counting), ``retry`` (the retry policy), ``urls``, ``version``;
 - what a store remembers and decides without I/O: ``itemcache``, ``verify`` (the consistency
   checker), ``topology`` (a cluster's slot layout), ``streams`` (the stream-reading plans).
 

@@ -170,6 +170,14 @@ def _facts_once(
         )
     if not int(cursor):  # the whole of :attrs
         walk.attrs, walk.todo, walk.whole = scanned, set(), True
+    return (yield from _walked(state, walk, meta, pinned, settled))
+
+
+def _walked(
+    state: WindowState, walk: _Walk, meta: dict[Any, Any], pinned: set[Any], settled: Settled
+) -> Plan[Facts | None]:
+    """The facts of ``walk``, read on until ``settled`` says they decide the build (or every item
+    is read); ``_MOVED`` when the window changed under it, None when an item is corrupt."""
     while True:
         if not walk.pending():
             stubs = walk.stubs(pinned)
@@ -178,11 +186,11 @@ def _facts_once(
             if walk.pending():  # bodies the stubs need: read in the next round trip
                 pass
             elif walk.whole or settled(stubs, walk.oldest()):
-                found = wire.ReadReply(text_meta, len(pinned), [], stubs)
+                found = wire.ReadReply(meta_text(meta), len(pinned), [], stubs)
                 return Facts(found, walk.attrs, walk.items, walk.oldest(), walk.grown)
             else:
                 walk.more, walk.floor = True, None
-        reply = yield PlainRead((("HMGET", k.meta, *STAMP), *walk.commands(k)))
+        reply = yield PlainRead((("HMGET", state.keys.meta, *STAMP), *walk.commands(state.keys)))
         if reply is None:
             return None
         if tuple(reply[0]) != raw_stamp(meta):
