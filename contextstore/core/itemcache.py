@@ -96,11 +96,11 @@ class ItemCache:
         (``facts.grown``: the earlier items, the added ones) leave what builds need to grow
         theirs (``render.select.units_for``)."""
         with self._lock:
-            before = entry.facts
-            same = before is not None and before.found.decoded is facts.found.decoded
+            before, derived = entry.facts, entry.derived
             if before is facts:
                 return
-            entry.facts, derived = facts, entry.derived
+            same = before is not None and before.found.decoded is facts.found.decoded
+            entry.facts = facts
             entry.derived = derived if same else {}
             if not same and before is not None and facts.grown is not None and facts.grown[0] is before.found.decoded:
                 entry.derived["grown_from"] = (facts.found.decoded, before.found.decoded, derived, facts.grown[1])

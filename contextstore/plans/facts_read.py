@@ -241,11 +241,6 @@ def _all_facts(meta: dict[Any, Any], pinned: set[Any], attrs: dict[Any, Any], js
     return Facts(found, attrs, {i.id or "": i for i in items})
 
 
-def _order(item: ContextItem) -> int:
-    """An item's place in build order (its ``:order`` score)."""
-    return order_score(item.type.rank, item.priority, item.seq)
-
-
 class _Walk:
     """One facts read under way: the attrs read so far, the ids and groups still to read, and
     how far back along ``:fifo`` it has come."""
@@ -265,8 +260,9 @@ class _Walk:
         #: the items read whole (``facts.needs_body``), by id (text), and the ids still to read so
         self.items: dict[str, ContextItem] = {}
         self.bodies: set[Any] = set()
-        #: an earlier facts read whose attrs still hold (``reuse``)
+        #: an earlier facts read whose attrs still hold (``reuse``), and the attrs read since
         self.last: Facts | None = None
+        self.added: dict[Any, Any] = {}
         #: what ``stubs`` grew from the earlier read (``Facts.grown``)
         self.grown: tuple[list[ContextItem], list[ContextItem]] | None = None
         #: the seq the window's conversation is read from when an earlier read's attrs are
@@ -327,6 +323,8 @@ class _Walk:
         read (``whole``) or an earlier read's are reused: that read holds every member the
         group had then, and the page holds every one added since."""
         self.attrs[item_id] = value
+        if self.last is not None:
+            self.added[item_id] = value
         group = value.split(b"|")[5] if value.count(b"|") >= 5 else b""
         if group and group not in self.listed and not self.whole and self.last is None:
             self.groups.add(group)
@@ -367,14 +365,13 @@ class _Walk:
         After ``reuse``, the earlier read's items (in build order already) with the added ones
         put in their places."""
         if self.last is not None:
-            added = {i: self.attrs[i] for i in self.attrs.keys() - self.last.attrs.keys()}
-            fresh = self._stubs(added, pinned)
+            fresh = self._stubs(self.added, pinned)
             if fresh is None:
                 return None
             earlier = self.last.found.items()
             out = list(earlier)
             for stub in fresh:
-                bisect.insort(out, stub, key=_order)
+                bisect.insort(out, stub, key=lambda i: order_score(i.type.rank, i.priority, i.seq))
             self.grown = (earlier, sorted(fresh, key=lambda i: i.seq))
             return out
         return self._stubs(self.attrs, pinned)
