@@ -13,9 +13,9 @@ import redis
 
 import contextstore as cs
 from contextstore.core import facts
-from contextstore.plans import build_read, facts_read, reads
+from contextstore.plans import build_read, facts_read, facts_walk, reads
 
-from support import on_cluster, whole_reads
+from support import key, on_cluster, whole_reads
 
 OPTS = cs.BuildOptions(max_tokens=600, reserve_for_response=0, max_history_items=1000)
 
@@ -164,16 +164,16 @@ def test_a_window_whose_facts_cannot_choose_is_built_on_a_whole_read(make_store,
 
 
 def _items_read(monkeypatch) -> list[list[Any]]:
-    """The ids of each ``HMGET :items`` a facts read (``facts_read._Walk``) sends."""
+    """The ids of each ``HMGET :items`` a facts read (``facts_walk.Walk``) sends."""
     asked: list[list[Any]] = []
-    real = facts_read._Walk.commands
+    real = facts_walk.Walk.commands
 
     def recording(walk, keys):
         reads = real(walk, keys)
         asked.extend([list(c[2:]) for c in reads if c[0] == "HMGET" and c[1] == keys.items])
         return reads
 
-    monkeypatch.setattr(facts_read._Walk, "commands", recording)
+    monkeypatch.setattr(facts_walk.Walk, "commands", recording)
     return asked
 
 
@@ -277,14 +277,14 @@ def test_each_item_keeps_the_letters_a_build_chooses_by(store, r, prefix):
 def _attrs_asked(monkeypatch) -> list[int]:
     """How many ``:attrs`` fields each facts read asked for by name (its ``HMGET`` calls)."""
     asked: list[int] = []
-    real = facts_read._Walk.commands
+    real = facts_walk.Walk.commands
 
     def counting(self, k):
         commands = real(self, k)
         asked.extend(len(c) - 2 for c in commands if c[0] == "HMGET" and c[1] == k.attrs)
         return commands
 
-    monkeypatch.setattr(facts_read._Walk, "commands", counting)
+    monkeypatch.setattr(facts_walk.Walk, "commands", counting)
     return asked
 
 
@@ -540,3 +540,33 @@ def test_after_adds_alone_a_store_reads_the_facts_of_the_added_items_only(make_s
     w.add("after the removal", role="user")
     _same_choice(reader.build_messages_structured(opts), _whole(redis_url, prefix, "appended", opts))
     assert sum(asked) > 60
+
+
+def test_after_evictions_a_store_reads_the_facts_of_the_added_items_only(make_store, redis_url, prefix, monkeypatch):
+    """A window at its item cap evicts its oldest unpinned units as other stores add. A store
+    whose last facts hold every item then reads the attrs of the added items alone (guessed by
+    seq with its first round trip, which also reads the oldest ids of ``:fifo``: the evicted are
+    the ones before the oldest unpinned id), forgets the bodies of the evicted, and chooses what a
+    whole read does; a removal that is not of the oldest makes it walk the window's facts again."""
+    monkeypatch.setattr(facts_read, "SCAN_COUNT", 1)  # :attrs read by the walk, not whole in one call
+    w = make_store().window("evicting", max_items=80)
+    _chat(w, 40)  # a pinned system prompt, then ~120 items: the oldest went already
+    reader_store = make_store()
+    reader = reader_store.window("evicting")
+    asked = _attrs_asked(monkeypatch)
+    _same_choice(reader.build_messages_structured(OPTS), _whole(redis_url, prefix, "evicting", OPTS))
+    oldest = [i.id for i in w.items()[:3]]
+    assert oldest[0] == "ctx-1"  # the pinned system prompt stays
+    asked.clear()
+    for n in range(3):
+        w.add(f"question {n} again", role="user")  # each evicts the oldest unpinned unit
+    assert w.items()[0].id == "ctx-1" and oldest[1] not in {i.id for i in w.items()}
+    _same_choice(reader.build_messages_structured(OPTS), _whole(redis_url, prefix, "evicting", OPTS))
+    assert sum(asked) == 0  # the added items' attrs came with the first round trip, by guess
+    held = reader_store._settings.item_cache._windows[key(prefix, "evicting", "meta")]
+    assert oldest[1] not in held.items and len(held.items) <= 80  # the evicted bodies forgotten
+    asked.clear()
+    w.remove(w.items()[5].id)  # not the oldest: the earlier facts cannot say what went
+    w.add("after the removal", role="user")
+    _same_choice(reader.build_messages_structured(OPTS), _whole(redis_url, prefix, "evicting", OPTS))
+    assert sum(asked) >= 78

@@ -79,6 +79,8 @@ def test_invalid_store_options(redis_url, cls):
         cls.from_url("http://not-redis")
     with pytest.raises(cs.InvalidOptionsError):
         cls.from_url(redis_url, token_counter=42)
+    with pytest.raises(cs.InvalidOptionsError, match="from_url"):
+        cls(redis_url)  # a URL where a client belongs: said at once, not at the first call
 
 
 def test_windows_lists_this_prefix_only(make_store, redis_url, prefix):

@@ -220,8 +220,8 @@ def _scripts_only(store: cs.ContextStore) -> cs.ContextStore:
 def test_each_server_reads_small_hashes_whole_and_builds_after_adds_from_what_was_added(each_server, prefix):
     """The read scripts on each server: they name a small hash's encoding as the server does (6.2
     ``ziplist``, 7 and Valkey ``listpack``) and reads such a hash whole with one HGETALL; a build
-    after another store's adds reads the facts (the newest ids, and the attrs of the ids the store
-    gave the added items, guessed by seq), then their bodies with its event (two transactions,
+    after another store's adds reads the facts (the newest ids, the oldest, and the attrs of the
+    ids the store gave the added items, guessed by seq), then their bodies with its event (two transactions,
     one ``built`` event script)."""
     name, url = each_server
     r = redis.Redis.from_url(url)
@@ -238,7 +238,7 @@ def test_each_server_reads_small_hashes_whole_and_builds_after_adds_from_what_wa
             b.handle("small-hash").add_many(["from b 1", "from b 2"])
             r.config_resetstat()
             built = w.build_messages_structured(opts)
-            assert _calls(r, "exec") == 2 and _calls(r, "lrange") == 1 and _calls(r, "hscan") == 0, name
+            assert _calls(r, "exec") == 2 and _calls(r, "lrange") == 2 and _calls(r, "hscan") == 0, name
             with whole_reads(), cs.ContextStore.from_url(url, prefix=prefix) as fresh:
                 assert built.messages == fresh.handle("small-hash").build_messages_structured(opts).messages
             assert built.messages[-1]["content"].endswith("from b 2")

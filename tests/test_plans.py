@@ -150,7 +150,7 @@ def stamp_of(**fields: object) -> list[bytes | None]:
 def server(raw: list[Any], event: int = 1, **fields: object) -> Any:
     """Answers whatever a build asks of a window holding ``raw`` (``fields`` in its meta): the
     facts' first round trip, every attrs and body at once, bodies by id, the meta's stamp, and
-    its ``built`` event (``event``: 1 written, -1 the window moved on)."""
+    its ``built`` event (``event``: 1 written, -1 the window moved on); ``raw`` in arrival order."""
     attrs, jsons = {r[0]: r[2] for r in raw}, {r[0]: r[1] for r in raw}
 
     def one(command: tuple[Any, ...]) -> Any:
@@ -163,6 +163,8 @@ def server(raw: list[Any], event: int = 1, **fields: object) -> Any:
             return [attrs.get(i if isinstance(i, bytes) else i.encode()) for i in command[2:]]
         if (verb, key) == ("HMGET", "groups"):
             return [b"" for _ in command[2:]]
+        if (verb, key) == ("LRANGE", "fifo"):  # the oldest ids (raw is in arrival order)
+            return [r[0] for r in raw[: int(command[3]) + 1]]
         return {("HGETALL", "attrs"): attrs, ("HGETALL", "items"): jsons}[verb, key]
 
     def answer(request: Any) -> Any:
@@ -171,8 +173,8 @@ def server(raw: list[Any], event: int = 1, **fields: object) -> Any:
         if request.commands[0][0] == "HGETALL":  # the first round trip of a facts read
             reply = facts_reply(raw, **fields)  # without the scan of :attrs when it sent none
             reply = reply if any(c[0] == "HSCAN" for c in request.commands) else reply[:2] + reply[3:]
-            guess = [one(c) for c in request.commands if c[0] == "HMGET"]  # the attrs of ids guessed added
-            return [*reply, *guess]
+            since = [one(c) for c in request.commands if c[0] == "HMGET" or c[:3] == ("LRANGE", c[1], 0)]
+            return [*reply, *since]
         return [*map(one, request.commands), *([event] if request.then is not None else [])]
 
     return answer

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from contextstore import BuildOptions, ContextItem, ItemType
-from contextstore.render.select import Unit, candidates, choose, units_for
+from contextstore.render.select import Unit, Units, candidates, choose, units_for
 
 TYPES = [ItemType.USER_MESSAGE, ItemType.ASSISTANT_MESSAGE, ItemType.RETRIEVED_DOCUMENT, ItemType.CODE]
 
@@ -77,3 +77,21 @@ def test_choose_takes_and_excludes_exactly_what_offering_each_unit_in_turn_does(
         assert got.omitted == omitted
         assert got.used == used
         assert got.pinned == units.pinned
+
+
+@given(windows(), st.data())
+@settings(max_examples=100, deadline=None)
+def test_units_grown_by_adds_and_removals_are_the_units_made_afresh(window, data) -> None:
+    """``Units.grown`` (what a store's next build starts from after other stores' adds and
+    evictions) equals ``Units`` made afresh of the items now: every unit, pinned or offered in
+    the same order, whichever members went (a group that lost some, all, or none)."""
+    items, _ = window
+    split = data.draw(st.integers(0, len(items)))
+    before, added = items[:split], items[split:]
+    removed = {i.id for i in before if data.draw(st.booleans())}
+    now = [i for i in before if i.id not in removed] + added
+    grown, fresh = Units(before).grown(now, added, removed), Units(now)
+    assert [u.ids() for u in grown.offers] == [u.ids() for u in fresh.offers]
+    assert sorted(u.ids() for u in grown.pinned) == sorted(u.ids() for u in fresh.pinned)
+    assert grown.messages == fresh.messages and grown.by_group.keys() == fresh.by_group.keys()
+    assert all(grown.by_group[g].ids() == fresh.by_group[g].ids() for g in fresh.by_group)

@@ -31,7 +31,7 @@ DEFAULT_CACHE_BYTES = 64 * 1024 * 1024
 class CachedWindow:
     """What a store holds of one window at one epoch: the items it has read whole, by id (each
     good while the window holds that id at its seq); its last
-    facts read (``plans.facts_read.Facts``) and what builds worked out from them (``derived``: the
+    facts read (``plans.facts_walk.Facts``) and what builds worked out from them (``derived``: the
     units a build chooses from); per-item build costs memoised per build format."""
 
     __slots__ = ("costs", "derived", "epoch", "facts", "items", "size")
@@ -90,11 +90,11 @@ class ItemCache:
             held = self._windows.get(window)
             return None if held is None else held.facts
 
-    def keep_facts(self, entry: CachedWindow, facts: Any) -> None:
-        """Keep ``facts`` as ``entry``'s window's last facts read. Its memos start afresh unless
-        they hold the very items of the facts before; facts that grew from those by adds alone
-        (``facts.grown``: the earlier items, the added ones) leave what builds need to grow
-        theirs (``render.select.units_for``)."""
+    def keep_facts(self, window: str, entry: CachedWindow, facts: Any) -> None:
+        """Keep ``facts`` as ``window``'s last facts read (in ``entry``, its entry). Its memos start afresh unless
+        they hold the very items of the facts before; facts that grew from those (``facts.grown``:
+        the earlier items, the added ones, the ids removed) leave what builds need to grow theirs
+        (``render.select.units_for``), and the removed items' bodies go."""
         with self._lock:
             before, derived = entry.facts, entry.derived
             if before is facts:
@@ -102,8 +102,11 @@ class ItemCache:
             same = before is not None and before.found.decoded is facts.found.decoded
             entry.facts = facts
             entry.derived = derived if same else {}
-            if not same and before is not None and facts.grown is not None and facts.grown[0] is before.found.decoded:
-                entry.derived["grown_from"] = (facts.found.decoded, before.found.decoded, derived, facts.grown[1])
+            grown = facts.grown
+            if not same and before is not None and grown is not None and grown[0] is before.found.decoded:
+                entry.derived["grown_from"] = (facts.found.decoded, before.found.decoded, derived, *grown[1:])
+            for item_id in grown[2] if grown is not None else ():
+                self._forget(window, entry, item_id)
 
     def keep(self, window: str, entry: CachedWindow, items: Iterable[ContextItem]) -> None:
         """Keep ``items`` (read whole at ``entry``'s epoch) in ``entry``, then drop the least
@@ -120,6 +123,14 @@ class ItemCache:
                 self._bytes += grew
             while self._bytes > self.max_bytes and self._windows:
                 self._drop(next(iter(self._windows)))
+
+    def _forget(self, window: str, entry: CachedWindow, item_id: str) -> None:
+        """Drop item ``item_id`` (it went from the window) from ``entry``, ``window``'s."""
+        item = entry.items.pop(item_id, None)
+        if item is not None:
+            entry.size -= _size(item)
+            if self._windows.get(window) is entry:
+                self._bytes -= _size(item)
 
     def moving(self, window: str, moving: bool | None = None) -> bool:
         """Whether ``window`` changed under its last build from the cache alone (set with

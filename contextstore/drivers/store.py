@@ -73,6 +73,10 @@ class StoreBase:
     _retry_class: ClassVar[Any]
 
     def __init__(self, client: Any, **options: Unpack[StoreOptions]) -> None:
+        if not callable(getattr(client, "execute_command", None)):
+            hint = ": for a URL, use from_url(url)" if isinstance(client, (str, bytes)) else ""
+            name = type(self).__name__
+            raise InvalidOptionsError(f"{name}(client) takes a redis-py client, not {type(client).__name__}{hint}")
         self._settings = make_settings(options)
         self._metrics = Metrics(options.get("meter_provider"))
         self._client = client

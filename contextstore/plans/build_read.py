@@ -116,7 +116,7 @@ def _run_on(
     ``whole`` picks, read) in place of their stubs; None when the window moved on."""
     entry = settings.item_cache.entry(state.keys.meta, got.found.meta.get(Meta.EPOCH, ""))
     if entry is not None:
-        settings.item_cache.keep_facts(entry, got)
+        settings.item_cache.keep_facts(state.keys.meta, entry, got)
         got = _with_held(got, entry)
     if whole is not None:
         read_got = yield from read_whole(state, got, whole)

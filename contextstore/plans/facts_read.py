@@ -5,16 +5,18 @@ every attrs and body at once."""
 
 from __future__ import annotations
 
-import bisect
+import heapq
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
-from ..core import facts, stored, validate, wire
-from ..core.layout import RANK_WEIGHT, Meta, meta_text, order_score
+from ..core import stored, validate, wire
+from ..core.layout import RANK_WEIGHT, Meta, meta_text
 from ..types import BuildOptions, ContextItem, ItemType
 from .base import PlainRead, Plan, WindowState
+from .facts_walk import Facts, Walk
 from .reads import ATTEMPTS, STAMP, raw_stamp
+
+__all__ = ["Facts", "Settled", "read_facts", "recent_for"]
 
 
 def recent_for(options: BuildOptions) -> int:
@@ -22,29 +24,6 @@ def recent_for(options: BuildOptions) -> int:
     the conversation it may offer, and some, so one step mostly suffices."""
     most = options.max_history_items if options.include_recent_history else 0
     return 2 * most + 16
-
-
-@dataclass(slots=True)
-class Facts:
-    """What a build chooses by, read without the items' bodies (``read_facts``): the window's
-    meta and pinned count, and its items as ``facts.stub`` makes them, in build order
-    (``found.decoded``); with each id's ``:attrs`` value, which decoding its body needs."""
-
-    found: wire.ReadReply
-    #: id -> its ``:attrs`` value, as read (bytes): ``value`` gives one as text
-    attrs: dict[Any, Any]
-    #: the items among ``found``'s read whole already (``read_whole``, or held by the store), by id
-    whole: dict[str, ContextItem] = field(default_factory=dict)
-    #: the seq from which the conversation was read whole (0: all of it): what ``Settled`` takes
-    oldest: int = 0
-    #: after adds alone: the earlier facts' items these grew from, and the added ones in arrival
-    #: order (what a store grows its memos from, ``ItemCache.keep_facts``)
-    grown: tuple[list[ContextItem], list[ContextItem]] | None = None
-
-    def value(self, item_id: str) -> str:
-        """Item ``item_id``'s ``:attrs`` value, as text (``KeyError`` when it was not read)."""
-        raw = self.attrs.get(item_id.encode())
-        return wire.text(self.attrs[item_id] if raw is None else raw)
 
 
 #: ``:attrs`` fields the first round trip of a facts read scans: a small hash (a listpack, up to
@@ -80,12 +59,12 @@ def read_facts(
     (``facts.needs_body``: parallel tool calls, a ``source_ref`` header) is read whole in the
     walk's next round trip (``Facts.whole``). ``last``, the store's last facts read of the window:
     when the window has only had items added since (same epoch; its item count grew by as much as
-    its seq), their attrs still hold, and the walk reads those of the added items only (a page of
-    ``APPENDED_PAGE`` newest ids first). ``everything_first``: every item is a candidate whatever
-    the window holds, and the caller keeps what it reads: the first round trip reads every attrs
-    and body. None when the window is missing or kept moving,
-    or when an item's letters are missing (stored before they were kept): the caller reads the
-    window whole then."""
+    its seq), or added and its oldest unpinned ones removed (``_gone``: an eviction), their attrs
+    still hold, and the walk reads those of the added items only (a page of ``APPENDED_PAGE``
+    newest ids first). ``everything_first``: every item is a candidate whatever the window holds,
+    and the caller keeps what it reads: the first round trip reads every attrs and body. None
+    when the window is missing or kept moving, or when an item's letters are missing (stored
+    before they were kept): the caller reads the window whole then."""
     for _ in range(ATTEMPTS):
         if everything_first:
             got = yield from _whole_first(state)
@@ -101,15 +80,43 @@ def read_facts(
 APPENDED_PAGE = 64
 
 
-def _added(old: dict[str, str], new: dict[str, str]) -> int | None:
-    """How many items a window whose meta was ``old`` and is ``new`` had added and nothing else
-    (no removal, no change in place: the same epoch, and the item count grew by as much as the
-    seq, which every added item raises by one); None when anything else happened."""
+def _since(old: dict[str, str], new: dict[str, str]) -> tuple[int, int] | None:
+    """How many items a window whose meta was ``old`` and is ``new`` had added, and how many
+    removed, with no change in place (the same epoch: every stored item is as it was, and every
+    added item raised the seq by one); None when anything else happened."""
     if not old.get(Meta.EPOCH) or old.get(Meta.EPOCH) != new.get(Meta.EPOCH):
         return None
     added = int(new.get(Meta.SEQ) or 0) - int(old.get(Meta.SEQ) or 0)
     grew = int(new.get(Meta.ITEMS) or 0) - int(old.get(Meta.ITEMS) or 0)
-    return added if added == grew and added >= 0 else None
+    return (added, added - grew) if added >= max(grew, 0) else None
+
+
+#: how many of ``:fifo``'s oldest ids a facts read with the store's last facts takes, at most,
+#: to find the oldest unpinned one (``_gone``): the pinned items come first, and then one
+OLDEST_PAGE = 64
+
+
+def _oldest_page(last: Facts) -> int:
+    """How many of ``:fifo``'s oldest ids ``_gone`` needs: one more than ``last``'s pinned items."""
+    return min(last.found.pinned + 1, OLDEST_PAGE)
+
+
+def _gone(last: Facts, removed: int, oldest: list[Any]) -> set[str] | None:
+    """The ids of the ``removed`` items that went since ``last`` when they are its oldest unpinned
+    ones (an eviction, a compaction of the oldest): ``last`` holds every item, and the first id of
+    ``oldest`` (``:fifo``'s oldest now) that ``last`` does not hold pinned is the one after them.
+    ``:fifo`` holds every item in arrival order, so any of them still there would come before it,
+    and as many went as were removed: no other. None otherwise (the walk reads the facts again)."""
+    if last.oldest != 0:
+        return None
+    items = last.found.items()
+    pinned = {i.id for i in items if i.pinned}
+    first = next((wire.text(i) for i in oldest if wire.text(i) not in pinned), None)
+    unpinned = [i for i in items if not i.pinned]
+    if first is None or removed >= len(unpinned):
+        return None
+    before = heapq.nsmallest(removed + 1, unpinned, key=lambda i: i.seq)
+    return {i.id or "" for i in before[:-1]} if before[-1].id == first else None
 
 
 #: how many ids a facts read with the store's last facts guesses were added since (``_guessed``)
@@ -144,40 +151,50 @@ def _facts_once(
     # and guesses the ids first: those the store gives items added without one
     scan = (("HSCAN", k.attrs, 0, "COUNT", SCAN_COUNT),) if last is None else ()
     guess = _guessed(last)
+    since = (("HMGET", k.attrs, *guess), ("LRANGE", k.fifo, 0, _oldest_page(last) - 1)) if last is not None else ()
     first = yield PlainRead((
         ("HGETALL", k.meta), ("SMEMBERS", k.pinned), *scan,
         ("ZRANGEBYSCORE", k.order, "-inf", _BEFORE_CONVERSATION),
         ("ZRANGEBYSCORE", k.order, _AFTER_CONVERSATION, "+inf"),
-        ("LRANGE", k.fifo, -recent, -1),
-        *((("HMGET", k.attrs, *guess),) if guess else ()),
+        ("LRANGE", k.fifo, -recent, -1), *since,
     ))  # fmt: skip
     if first is None or not first[0]:
         return None
     replies = list(first)
-    guessed = replies.pop() if guess else []
+    oldest, guessed = (replies.pop(), replies.pop()) if since else ([], [])
     meta, pinned, (cursor, scanned), before, after, page = replies if scan else (*replies[:2], (1, {}), *replies[2:])
     text_meta = meta_text(meta)
     if uses_all is not None and uses_all(text_meta):
         return (yield from _everything(state, meta, pinned, None if int(cursor) else scanned))
-    walk = _Walk(set(pinned) | set(before) | set(after), page, recent)
-    added = _added(last.found.meta, text_meta) if last is not None else None
-    if last is not None and added == 0:  # as last read: the same items, under the meta read now
+    walk = Walk(set(pinned) | set(before) | set(after), page, recent)
+    change = _since(last.found.meta, text_meta) if last is not None else None
+    if last is not None and change == (0, 0):  # as last read: the same items, under the meta read now
         return _as_last(last, text_meta, len(pinned))
-    if last is not None and added is not None and (walk.whole or added <= len(page)):
-        walk.reuse(last)
-        walk.guessed(
-            page[len(page) - added :] if added else [], {g.encode(): v for g, v in zip(guess, guessed, strict=True)}
-        )
+    if last is not None and change is not None:
+        _reuse(walk, last, change, oldest, dict(zip((g.encode() for g in guess), guessed, strict=True)))
     if not int(cursor):  # the whole of :attrs
         walk.attrs, walk.todo, walk.whole = scanned, set(), True
-    return (yield from _walked(state, walk, meta, pinned, settled))
+    return (yield from _walked(state, walk, (meta, text_meta), pinned, settled))
+
+
+def _reuse(walk: Walk, last: Facts, change: tuple[int, int], oldest: list[Any], guessed: dict[bytes, Any]) -> None:
+    """Let ``walk`` take ``last``'s attrs as read, and those of the added items read by guess
+    (``guessed``), when the window had ``change`` (added, removed) since and the walk's first page
+    holds every added item: the removed ones its oldest (``_gone``, from ``:fifo``'s ``oldest``)."""
+    added, removed = change
+    gone = _gone(last, removed, oldest) if removed else set()
+    if gone is not None and (walk.whole or added <= len(walk.recent)):
+        walk.reuse(last, gone)
+        walk.guessed(walk.recent[len(walk.recent) - added :] if added else [], guessed)
 
 
 def _walked(
-    state: WindowState, walk: _Walk, meta: dict[Any, Any], pinned: set[Any], settled: Settled
+    state: WindowState, walk: Walk, metas: tuple[dict[Any, Any], dict[str, str]], pinned: set[Any], settled: Settled
 ) -> Plan[Facts | None]:
     """The facts of ``walk``, read on until ``settled`` says they decide the build (or every item
-    is read); ``_MOVED`` when the window changed under it, None when an item is corrupt."""
+    is read); ``_MOVED`` when the window changed under it, None when an item is corrupt.
+    ``metas``: the window's meta as read, and as text."""
+    meta, text_meta = metas
     while True:
         if not walk.pending():
             stubs = walk.stubs(pinned)
@@ -186,7 +203,7 @@ def _walked(
             if walk.pending():  # bodies the stubs need: read in the next round trip
                 pass
             elif walk.whole or settled(stubs, walk.oldest()):
-                found = wire.ReadReply(meta_text(meta), len(pinned), [], stubs)
+                found = wire.ReadReply(text_meta, len(pinned), [], stubs)
                 return Facts(found, walk.attrs, walk.items, walk.oldest(), walk.grown)
             else:
                 walk.more, walk.floor = True, None
@@ -239,158 +256,3 @@ def _all_facts(meta: dict[Any, Any], pinned: set[Any], attrs: dict[Any, Any], js
     items = [stored.decode_item([i, jsons[i], attrs[i], i in pinned]) for i in stored.listing(attrs, {}, by_seq=False)]
     found = wire.ReadReply(meta_text(meta), len(pinned), [], items)
     return Facts(found, attrs, {i.id or "": i for i in items})
-
-
-class _Walk:
-    """One facts read under way: the attrs read so far, the ids and groups still to read, and
-    how far back along ``:fifo`` it has come."""
-
-    def __init__(self, ids: set[Any], page: list[Any], size: int) -> None:
-        #: id -> its ``:attrs`` value (bytes), for every id read
-        self.attrs: dict[Any, Any] = {}
-        self.todo: set[Any] = ids | set(page)
-        self.groups: set[Any] = set()  # groups whose members are still to list
-        self.listed: set[Any] = set()  # groups listed
-        #: the ``:fifo`` ids read, oldest first, and whether that is all of ``:fifo``
-        self.recent: list[Any] = list(page)
-        self.whole = len(page) < size
-        #: the next page's size, and whether the next round trip reads it
-        self.size = size * 2
-        self.more = False
-        #: the items read whole (``facts.needs_body``), by id (text), and the ids still to read so
-        self.items: dict[str, ContextItem] = {}
-        self.bodies: set[Any] = set()
-        #: an earlier facts read whose attrs still hold (``reuse``), and the attrs read since
-        self.last: Facts | None = None
-        self.added: dict[Any, Any] = {}
-        #: what ``stubs`` grew from the earlier read (``Facts.grown``)
-        self.grown: tuple[list[ContextItem], list[ContextItem]] | None = None
-        #: the seq the window's conversation is read from when an earlier read's attrs are
-        #: reused (``reuse``), else None (``oldest``: the first of ``recent``)
-        self.floor: int | None = None
-        #: what the last round trip asked for (``commands``)
-        self.asked: list[Any] = []
-        self.asked_groups: list[Any] = []
-        self.asked_bodies: list[Any] = []
-
-    def commands(self, k: Any) -> list[tuple[Any, ...]]:
-        """This round trip's reads: the attrs still to read, the groups' members, a page."""
-        self.asked = sorted(self.todo - self.attrs.keys())
-        self.asked_groups = sorted(self.groups)
-        self.asked_bodies = sorted(self.bodies)
-        self.todo, self.groups, self.bodies = set(), set(), set()
-        reads: list[tuple[Any, ...]] = []
-        if self.asked:
-            reads.append(("HMGET", k.attrs, *self.asked))
-        if self.asked_groups:
-            reads.append(("HMGET", k.groups, *self.asked_groups))
-        if self.asked_bodies:
-            reads.append(("HMGET", k.items, *self.asked_bodies))
-        if self.more:
-            reads.append(("LRANGE", k.fifo, -len(self.recent) - self.size, -len(self.recent) - 1))
-        return reads
-
-    def took(self, replies: list[Any], pinned: set[Any]) -> bool:
-        """Take a round trip's replies (``commands``); False when an id has no attrs or no body."""
-        at = 0
-        if self.asked:
-            for i, value in zip(self.asked, replies[at], strict=True):
-                if value is None or not isinstance(value, bytes):
-                    return False
-                self._take(i, value)
-            at += 1
-        if self.asked_groups:
-            for members in replies[at]:
-                self.todo.update((members or b"").split())
-            at += 1
-        if self.asked_bodies:
-            for i, json in zip(self.asked_bodies, replies[at], strict=True):
-                if json is None:
-                    return False
-                item = stored.decode_item([i, json, self.attrs[i], i in pinned])
-                self.items[item.id or ""] = item
-            at += 1
-        if self.more:
-            page = replies[at]
-            self.recent[:0] = page
-            self.todo.update(page)
-            self.whole = len(page) < self.size
-            self.size, self.more = self.size * 2, False
-        return True
-
-    def _take(self, item_id: Any, value: bytes) -> None:
-        """Take an id's attrs; the members of its group are listed next, unless every item is
-        read (``whole``) or an earlier read's are reused: that read holds every member the
-        group had then, and the page holds every one added since."""
-        self.attrs[item_id] = value
-        if self.last is not None:
-            self.added[item_id] = value
-        group = value.split(b"|")[5] if value.count(b"|") >= 5 else b""
-        if group and group not in self.listed and not self.whole and self.last is None:
-            self.groups.add(group)
-            self.listed.add(group)
-
-    def guessed(self, added: list[Any], values: dict[bytes, Any]) -> None:
-        """After ``reuse``: take the attrs of the ``added`` ids (the page's newest) that were
-        read by guess (``_guessed``: id -> value); the others are read by id next."""
-        for i in added:
-            value = values.get(i)
-            if isinstance(value, bytes):
-                self._take(i, value)
-
-    def pending(self) -> bool:
-        """Whether ids, groups or bodies are still to read."""
-        return bool(self.groups or self.bodies or self.todo - self.attrs.keys())
-
-    def oldest(self) -> int:
-        """The seq of the oldest ``:fifo`` id read (0: all of them)."""
-        if self.whole or not self.recent:
-            return 0
-        return self.floor if self.floor is not None else int(self.attrs[self.recent[0]].split(b"|", 1)[0])
-
-    def reuse(self, last: Facts) -> None:
-        """Take ``last``'s attrs (and the items it read whole) as read: every item it held is still
-        there at the same seq, and the page holds every item added since (``_added``)."""
-        self.attrs.update(last.attrs)
-        self.items.update(last.whole)
-        self.last = last
-        if last.oldest == 0:
-            self.whole = True
-        self.floor = last.oldest
-
-    def stubs(self, pinned: set[Any]) -> list[ContextItem] | None:
-        """The items read, as ``facts.stub`` makes them (or whole, where ``facts.needs_body``:
-        those not read yet are noted to read, ``pending``), in build order; None when one cannot
-        be chosen at all (its attrs have no letters or do not decode: the whole read says where).
-        After ``reuse``, the earlier read's items (in build order already) with the added ones
-        put in their places."""
-        if self.last is not None:
-            fresh = self._stubs(self.added, pinned)
-            if fresh is None:
-                return None
-            earlier = self.last.found.items()
-            out = list(earlier)
-            for stub in fresh:
-                bisect.insort(out, stub, key=lambda i: order_score(i.type.rank, i.priority, i.seq))
-            self.grown = (earlier, sorted(fresh, key=lambda i: i.seq))
-            return out
-        return self._stubs(self.attrs, pinned)
-
-    def _stubs(self, attrs: dict[Any, Any], pinned: set[Any]) -> list[ContextItem] | None:
-        """``stubs`` of the items of ``attrs``."""
-        out = []
-        for i in stored.listing(attrs, {}, by_seq=False):
-            try:
-                item_id, value = wire.text(i), wire.text(attrs[i])
-            except UnicodeDecodeError:
-                return None
-            stub = facts.stub(item_id, value, i in pinned)
-            if stub is None and facts.needs_body(value):
-                stub = self.items.get(item_id)
-                if stub is None:
-                    self.bodies.add(i)
-                    continue
-            if stub is None:
-                return None
-            out.append(stub)
-        return out

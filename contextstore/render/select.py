@@ -133,13 +133,25 @@ class Units:
         #: a cost format's key -> the ``OfferTable`` of ``offers`` under it
         self.tables: dict[Any, OfferTable] = {}
 
-    def grown(self, items: Sequence[ContextItem], added: Sequence[ContextItem]) -> Units:
-        """The units of ``items``: these units' items and ``added`` (in arrival order). An added
+    def grown(self, items: Sequence[ContextItem], added: Sequence[ContextItem], removed: set[str]) -> Units:
+        """The units of ``items``: these units' items but the ``removed`` ids, and ``added`` (in
+        arrival order). A unit that lost a member is made anew of the others (or goes); an added
         item makes a new unit or joins its group's (which is then made anew); every other unit,
         and its memoised costs, carries over."""
         by_group = dict(self.by_group)
         gone: set[int] = set()  # id() of the units made anew
         new: list[Unit] = []
+        for unit in self.all if removed else ():
+            left = [i for i in unit.items if i.id not in removed]
+            if len(left) < len(unit.items):
+                gone.add(id(unit))
+                group = unit.items[0].group
+                if left:
+                    new.append(Unit(left))
+                if group is not None and left:
+                    by_group[group] = new[-1]
+                elif group is not None:
+                    del by_group[group]
         for item in added:
             old = by_group.get(item.group) if item.group is not None else None
             unit = Unit([item]) if old is None else Unit([*old.items, item])
@@ -184,15 +196,15 @@ def units_for(items: Sequence[ContextItem], memo: dict[str, Any] | None) -> Unit
 
 def _grown(items: Sequence[ContextItem], memo: dict[str, Any]) -> Units | None:
     """The units of ``items`` grown from an earlier list's (``memo["grown_from"]``, left by
-    ``itemcache.ItemCache.keep_facts`` after adds alone: that earlier list, its memo, and the
-    items added since, in arrival order), when ``items`` is the list that grew; else None."""
+    ``itemcache.ItemCache.keep_facts``: that earlier list, its memo, the items added since, in
+    arrival order, and the ids removed), when ``items`` is the list that grew; else None."""
     grew = memo.get("grown_from")
     if grew is None or grew[0] is not items:
         return None
     del memo["grown_from"]
-    _, previous, previous_memo, added = grew
+    _, previous, previous_memo, added, removed = grew
     prev = previous_memo.get("units", {}).get(id(previous))
-    return prev.grown(items, added) if prev is not None and prev.items is previous else None
+    return prev.grown(items, added, removed) if prev is not None and prev.items is previous else None
 
 
 def all_compete(options: BuildOptions, messages: int) -> bool:
