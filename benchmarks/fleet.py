@@ -2,6 +2,7 @@
 
     pip install -e '.[bench]' && python benchmarks/fleet.py [--sessions 2000] [--workers 4] [--seconds 20]
     python benchmarks/fleet.py --smoke        # seconds: contextstore (both kinds of worker) and the floor
+    python benchmarks/fleet.py --max-items 300   # contextstore's sessions at an item cap: turns evict
 
 One private redis-server per run (the bundled 6.2, and a 7.x where one is installed: both by
 default), S sessions pre-filled with 20-1000 chat messages each (users, assistants, and tool
@@ -13,6 +14,8 @@ window's facts and then the bodies that fit, as with the defaults, where the ses
 worker's cache). A turn builds the prompt within a budget,
 then adds the user's message and the assistant's answer, and one turn in three a tool call with
 its result. Half the sessions fit their budget, half are 3x over it; each half runs on its own.
+With ``--max-items N`` contextstore's sessions hold at most N items, so a full one evicts its
+oldest at every add (then the messages lost or duplicated are not counted).
 
 The same turns, side by side, for openai-agents ``RedisSession`` (get_items, trimmed to the
 budget on the client, add_items), LangChain ``RedisChatMessageHistory`` (messages,
@@ -140,12 +143,12 @@ class ContextStoreFleet(FleetSystem):
     def __init__(self, url: str) -> None:
         super().__init__(url)
         cache = {} if self.cache_bytes is None else {"item_cache_bytes": self.cache_bytes}
-        self.store = cs.ContextStore.from_url(url, prefix="cs", item_limit=2000, **cache)
+        self.store = cs.ContextStore.from_url(url, prefix="cs", item_limit=max(2000, max_items()), **cache)
         self.windows: dict[str, Any] = {}
 
     def window(self, sid: str) -> Any:
         if sid not in self.windows:
-            self.windows[sid] = self.store.handle(sid, max_tokens=200_000, max_items=2000)
+            self.windows[sid] = self.store.handle(sid, max_tokens=200_000, max_items=max_items())
         return self.windows[sid]
 
     @staticmethod
@@ -174,10 +177,19 @@ class ContextStoreFleet(FleetSystem):
         return len(built.included_item_ids)
 
     def stored(self, sid: str) -> int | None:
-        return self.window(sid).stats().total_items
+        return self.window(sid).stats().total_items if max_items() == MAX_ITEMS else None  # evicting: not counted
 
     def close(self) -> None:
         self.store.close()
+
+
+#: contextstore's sessions' item cap (``--max-items``): above the largest session, none evicts
+MAX_ITEMS = 2000
+
+
+def max_items() -> int:
+    """The item cap of contextstore's sessions, in every worker process (``--max-items``)."""
+    return int(os.environ.get("CONTEXTSTORE_BENCH_MAX_ITEMS", MAX_ITEMS))
 
 
 class StatelessFleet(ContextStoreFleet):
@@ -577,7 +589,9 @@ def main() -> int:
     ap.add_argument("--only", nargs="*", default=None, help="systems (default: all)")
     ap.add_argument("--server", choices=["6.2", "7", "both"], default="both")
     ap.add_argument("--smoke", action="store_true", help="seconds: contextstore and the floor, small sizes, no file")
+    ap.add_argument("--max-items", type=int, default=MAX_ITEMS, help="contextstore's sessions evict past this many")
     args = ap.parse_args()
+    os.environ["CONTEXTSTORE_BENCH_MAX_ITEMS"] = str(args.max_items)
     if args.smoke:
         args.sessions, args.smallest, args.largest, args.workers, args.seconds = 12, 20, 60, 2, 1.0
         args.server = "6.2"
