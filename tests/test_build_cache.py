@@ -28,6 +28,7 @@ from hypothesis.stateful import (
 )
 
 import contextstore as cs
+from contextstore.render import select
 from contextstore.plans import build_read as build_read_plans
 from contextstore.render.select import build_key
 
@@ -461,3 +462,21 @@ def test_a_first_build_under_which_every_item_competes_reads_the_window_in_one_r
         with whole_reads():
             expected = make_store().window("all").build_messages_structured(opts)
         same_build(built, expected)
+
+
+def test_a_prompt_build_of_an_unchanged_window_works_out_nothing_again(redis_url, prefix, monkeypatch):
+    """A caching store's next prompt build of a window it holds as it is starts from what the last
+    one worked out (its units and cost table), not only from its facts: no unit is made again."""
+    with cs.ContextStore.from_url(redis_url, prefix=prefix) as s:
+        w = s.window("again", max_tokens=100_000)
+        for k in range(30):
+            w.add(f"message {k} " + "word " * 10, type="user_message", role="user")
+        opts = cs.BuildOptions(max_tokens=150, reserve_for_response=0, max_history_items=1000)
+        first = w.build_structured(opts)
+        made: list[int] = []
+        real = select.Unit.__init__
+        monkeypatch.setattr(select.Unit, "__init__", lambda self, items: (made.append(1), real(self, items))[1])
+        again = w.build_structured(opts)
+        assert made == [] and again.content == first.content and again.excluded_item_ids == first.excluded_item_ids
+        w.add("one more", type="user_message", role="user")  # new facts: their units grow from the last ones
+        assert w.build_structured(opts).included_item_ids[-1] == w.items()[-1].id and made

@@ -117,17 +117,40 @@ def _run_on(
     entry = settings.item_cache.entry(state.keys.meta, got.found.meta.get(Meta.EPOCH, ""))
     if entry is not None:
         settings.item_cache.keep_facts(state.keys.meta, entry, got)
-        got = _with_held(got, entry)
-    if whole is not None:
-        read_got = yield from read_whole(state, got, whole)
+    held = _whole_held(entry, got, whole) if whole is not None else None
+    if held is not None:  # as an earlier build of these facts listed them: nothing to read
+        got = held
+    else:
+        got = _with_held(got, entry) if entry is not None else got
+        read_got = got if whole is None else (yield from _read_whole_kept(settings, state, entry, got, whole))
         if read_got is None:
             return None
         got = read_got
-        if entry is not None:
-            settings.item_cache.keep(state.keys.meta, entry, got.whole.values())
     got.found.cached = entry
     bodies = partial(_bodies_kept, settings, state, entry, got)
     return (yield from run(got.found, build_inputs(got.found.meta), bodies))
+
+
+def _read_whole_kept(
+    settings: Settings, state: WindowState, entry: CachedWindow | None, got: Facts, which: Callable[[ContextItem], bool]
+) -> Plan[Facts | None]:
+    """``read_whole``, the items read kept in the store's cache (``entry``), and the listing kept
+    in its memo for the next build of the same facts (``_whole_held``)."""
+    read_got = yield from read_whole(state, got, which)
+    if read_got is not None and entry is not None:
+        settings.item_cache.keep(state.keys.meta, entry, read_got.whole.values())
+        entry.derived["whole"] = (got.found.items(), which, read_got.found.items())
+    return read_got
+
+
+def _whole_held(entry: CachedWindow | None, got: Facts, which: Callable[[ContextItem], bool]) -> Facts | None:
+    """``got`` with the items ``which`` picks whole as an earlier build of the very same facts
+    listed them (kept in ``entry``'s memo by ``_read_whole_kept``: the very list, so that what
+    builds worked out from it holds), under ``got``'s meta; None when no build did."""
+    memo = entry.derived.get("whole") if entry is not None else None
+    if memo is None or memo[0] is not got.found.items() or memo[1] is not which:
+        return None
+    return Facts(wire.ReadReply(got.found.meta, got.found.pinned, [], memo[2]), got.attrs, got.whole, got.oldest)
 
 
 def _with_held(got: Facts, entry: CachedWindow) -> Facts:
