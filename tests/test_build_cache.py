@@ -28,8 +28,8 @@ from hypothesis.stateful import (
 )
 
 import contextstore as cs
-from contextstore.render import select
 from contextstore.plans import build_read as build_read_plans
+from contextstore.render import select
 from contextstore.render.select import build_key
 
 from support import key, on_cluster, same_build, whole_reads
