@@ -139,8 +139,23 @@ def _read_whole_kept(
     read_got = yield from read_whole(state, got, which)
     if read_got is not None and entry is not None:
         settings.item_cache.keep(state.keys.meta, entry, read_got.whole.values())
+        _listing_grown(entry.derived, got.found.items(), read_got, which)
         entry.derived["whole"] = (got.found.items(), which, read_got.found.items())
     return read_got
+
+
+def _listing_grown(derived: dict[str, Any], stubs: list[ContextItem], got: Facts, which: Any) -> None:
+    """When the facts ``stubs`` grew from the last ones (``derived["grown_from"]``, left by
+    ``ItemCache.keep_facts``) and a build listed those whole too, say the same of the listings:
+    ``got``'s grew from that one, so that its units grow from that one's (``select.units_for``)."""
+    grew = derived.get("grown_from")
+    if grew is None or grew[0] is not stubs:
+        return
+    last = grew[2].get("whole")
+    if last is None or last[0] is not grew[1] or last[1] is not which:
+        return
+    added = [got.whole.get(s.id or "", s) if which(s) else s for s in grew[3]]
+    derived["grown_from"] = (got.found.items(), last[2], grew[2], added, grew[4])
 
 
 def _whole_held(entry: CachedWindow | None, got: Facts, which: Callable[[ContextItem], bool]) -> Facts | None:
