@@ -6,10 +6,11 @@ costs the shard per call and the client per call.
 Each round runs, for each version in turn (the order alternates), a fresh worker process with
 that version first on its path: it fills its own window (--messages chat messages, the first
 time), then times --calls adds of one message and --calls builds of chat messages (a stateless
-store: every build reads), and --calls builds of a caching store of a 300-item window at its item
-cap, each after another store's turn (4 adds, each evicting the oldest), with options that let
-every item compete (``max_history_items``). Per call: the server's own time for the add's script (``INFO
-commandstats``: every script command's usec over its calls) and the client's p50. The table
+store: every build reads), and --calls builds of a caching store of a window at its item cap (300
+items, or --messages if fewer), each after another store's turn (4 adds, each evicting the
+oldest), with options that let every item compete (``max_history_items``): chat messages, then a
+prompt. Per call: the server's own time for the add's script (``INFO commandstats``: every script
+command's usec over its calls) and the client's p50. The table
 gives each version's median over the rounds and the ratio; the machine's noise shows in the
 spread (min-max) of the rounds.
 """
@@ -67,9 +68,10 @@ with cs.ContextStore.from_url(url, prefix=prefix, item_cache_bytes=0, item_limit
         out[name] = {"script_us": (usec1 - usec0) / max(1, calls1 - calls0), "client_p50_us": statistics.median(times)}
     w.remove("ctx-1")  # keep the window's size from round to round
     # a caching worker's build of a window at its item cap after another worker's turn (4 adds, 4 evictions)
-    capped = store.window("capped", max_tokens=10**9, max_items=300)
+    cap = min(300, messages)
+    capped = store.window("capped", max_tokens=10**9, max_items=cap)
     if capped.stats().total_items == 0:
-        capped.add_many([{"content": text(), "role": ("user", "assistant")[j % 2]} for j in range(300)])
+        capped.add_many([{"content": text(), "role": ("user", "assistant")[j % 2]} for j in range(cap)])
     with cs.ContextStore.from_url(url, prefix=prefix) as caching:
         seen, times = caching.window("capped"), []
         for n in range(calls + 1):
@@ -78,6 +80,13 @@ with cs.ContextStore.from_url(url, prefix=prefix, item_cache_bytes=0, item_limit
             seen.build_messages(cs.BuildOptions(max_tokens=8000, max_history_items=100_000))
             times.append((time.perf_counter() - t) * 1e6)
         out["build after evictions"] = {"client_p50_us": statistics.median(times[1:])}
+        times = []  # the same, a prompt (build_structured)
+        for n in range(calls + 1):
+            capped.add_many([{"content": text(), "role": ("user", "assistant")[j % 2]} for j in range(4)])
+            t = time.perf_counter()
+            seen.build_structured(cs.BuildOptions(max_tokens=8000, max_history_items=100_000))
+            times.append((time.perf_counter() - t) * 1e6)
+        out["build (prompt) after evictions"] = {"client_p50_us": statistics.median(times[1:])}
 out["version"] = cs.__file__
 print(json.dumps(out))
 """
@@ -116,7 +125,7 @@ def main() -> int:
             for side in order:
                 got[side].append(_round(sides[side], url, f"pb-{side}", args.messages, args.calls))
     rows = []
-    for op in ("add", "build", "build after evictions"):
+    for op in ("add", "build", "build after evictions", "build (prompt) after evictions"):
         for metric in ("script_us", "client_p50_us"):
             if metric not in got["this"][0][op]:
                 continue

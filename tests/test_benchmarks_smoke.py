@@ -68,8 +68,8 @@ def test_add_profile_smoke_prints_every_phase_of_an_add():
 
 def test_paired_runs_two_versions_side_by_side():
     """benchmarks/paired.py with this checkout as its own baseline: both sides run, the table
-    prints a ratio per call (the add's and the build's script time and p50, the build after
-    evictions' p50)."""
+    prints a ratio per call (the add's and the build's script time and p50, the chat and prompt
+    builds after evictions' p50)."""
     out = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "paired.py"), "--baseline", str(ROOT), "--rounds", "2",
          "--calls", "5", "--messages", "100"],
@@ -77,7 +77,7 @@ def test_paired_runs_two_versions_side_by_side():
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
     rows = [line for line in out.stdout.splitlines() if line.startswith(("| add", "| build"))]
-    assert len(rows) == 5 and all(line.count("x |") == 1 for line in rows), out.stdout
+    assert len(rows) == 6 and all(line.count("x |") == 1 for line in rows), out.stdout
 
 
 def test_big_windows_smoke_prints_every_operation_at_each_size():

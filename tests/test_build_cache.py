@@ -216,7 +216,7 @@ class CachedBuilds(RuleBasedStateMachine):
 def test_cached_builds_equal_builds_that_read_everything(redis_url, prefix):
     run_state_machine_as_test(
         lambda: CachedBuilds(redis_url, prefix),
-        settings=settings(max_examples=15, stateful_step_count=20, deadline=None, phases=FIND,
+        settings=settings(max_examples=12, stateful_step_count=20, deadline=None, phases=FIND,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]),
     )  # fmt: skip
 

@@ -80,7 +80,7 @@ def test_choose_takes_and_excludes_exactly_what_offering_each_unit_in_turn_does(
 
 
 @given(windows(), st.data())
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=50, deadline=None)
 def test_units_grown_by_adds_and_removals_are_the_units_made_afresh(window, data) -> None:
     """``Units.grown`` (what a store's next build starts from after other stores' adds and
     evictions) equals ``Units`` made afresh of the items now: every unit, pinned or offered in
