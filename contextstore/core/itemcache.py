@@ -91,8 +91,8 @@ class ItemCache:
             return None if held is None else held.facts
 
     def keep_facts(self, window: str, entry: CachedWindow, facts: Any) -> None:
-        """Keep ``facts`` as ``window``'s last facts read (in ``entry``, its entry). Its memos start afresh unless
-        they hold the very items of the facts before; facts that grew from those (``facts.grown``:
+        """Keep ``facts`` as ``window``'s last facts read (in ``entry``, its entry). Its memos start
+        afresh unless they hold the very items of the facts before; facts that grew from those (``facts.grown``:
         the earlier items, the added ones, the ids removed) leave what builds need to grow theirs
         (``render.select.units_for``), and the removed items' bodies go."""
         with self._lock:
@@ -127,10 +127,10 @@ class ItemCache:
     def _forget(self, window: str, entry: CachedWindow, item_id: str) -> None:
         """Drop item ``item_id`` (it went from the window) from ``entry``, ``window``'s."""
         item = entry.items.pop(item_id, None)
-        if item is not None:
-            entry.size -= _size(item)
-            if self._windows.get(window) is entry:
-                self._bytes -= _size(item)
+        size = _size(item) if item is not None else 0
+        entry.size -= size
+        if self._windows.get(window) is entry:
+            self._bytes -= size
 
     def moving(self, window: str, moving: bool | None = None) -> bool:
         """Whether ``window`` changed under its last build from the cache alone (set with

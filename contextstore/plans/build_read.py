@@ -121,11 +121,13 @@ def _run_on(
     if held is not None:  # as an earlier build of these facts listed them: nothing to read
         got = held
     else:
-        got = _with_held(got, entry) if entry is not None else got
-        read_got = got if whole is None else (yield from _read_whole_kept(settings, state, entry, got, whole))
-        if read_got is None:
-            return None
-        got = read_got
+        if entry is not None:
+            got = _with_held(got, entry)
+        if whole is not None:
+            read_got = yield from _read_whole_kept(settings, state, entry, got, whole)
+            if read_got is None:
+                return None
+            got = read_got
     got.found.cached = entry
     bodies = partial(_bodies_kept, settings, state, entry, got)
     return (yield from run(got.found, build_inputs(got.found.meta), bodies))
@@ -144,7 +146,9 @@ def _read_whole_kept(
     return read_got
 
 
-def _listing_grown(derived: dict[str, Any], stubs: list[ContextItem], got: Facts, which: Any) -> None:
+def _listing_grown(
+    derived: dict[str, Any], stubs: list[ContextItem], got: Facts, which: Callable[[ContextItem], bool]
+) -> None:
     """When the facts ``stubs`` grew from the last ones (``derived["grown_from"]``, left by
     ``ItemCache.keep_facts``) and a build listed those whole too, say the same of the listings:
     ``got``'s grew from that one, so that its units grow from that one's (``select.units_for``)."""
