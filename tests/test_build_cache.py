@@ -464,26 +464,26 @@ def test_a_first_build_under_which_every_item_competes_reads_the_window_in_one_r
         same_build(built, expected)
 
 
-def test_a_prompt_build_of_an_unchanged_window_works_out_nothing_again(redis_url, prefix, monkeypatch):
+@pytest.mark.parametrize("api", ["sync", "async"], indirect=True)
+def test_a_prompt_build_of_an_unchanged_window_works_out_nothing_again(make_store, redis_url, prefix, monkeypatch):
     """A caching store's next prompt build of a window it holds as it is starts from what the last
     one worked out (its units and cost table), not only from its facts: no unit is made again;
     after another store's adds, only the added items' units are made, and the prompt is a whole
     read's."""
-    with cs.ContextStore.from_url(redis_url, prefix=prefix) as s:
-        w = s.window("again", max_tokens=100_000)
-        for k in range(30):
-            w.add(f"message {k} " + "word " * 10, type="user_message", role="user")
-        opts = cs.BuildOptions(max_tokens=150, reserve_for_response=0, max_history_items=1000)
-        first = w.build_structured(opts)
-        made: list[int] = []
-        real = select.Unit.__init__
-        monkeypatch.setattr(select.Unit, "__init__", lambda self, items: (made.append(1), real(self, items))[1])
-        again = w.build_structured(opts)
-        assert made == [] and again.content == first.content and again.excluded_item_ids == first.excluded_item_ids
-        s2 = cs.ContextStore.from_url(redis_url, prefix=prefix)
-        s2.window("again").add_many(["one more", "and another"])  # new facts: their units grow from the last ones
-        s2.close()
-        grown = w.build_structured(opts)
-        assert len(made) == 2  # the added items' units alone
-        with whole_reads(), cs.ContextStore.from_url(redis_url, prefix=prefix) as fresh:
-            same_build(grown, fresh.window("again").build_structured(opts))
+    w = make_store().window("again", max_tokens=100_000)  # sync, or asyncio behind a proxy
+    for k in range(30):
+        w.add(f"message {k} " + "word " * 10, type="user_message", role="user")
+    opts = cs.BuildOptions(max_tokens=150, reserve_for_response=0, max_history_items=1000)
+    first = w.build_structured(opts)
+    made: list[int] = []
+    real = select.Unit.__init__
+    monkeypatch.setattr(select.Unit, "__init__", lambda self, items: (made.append(1), real(self, items))[1])
+    again = w.build_structured(opts)
+    assert made == [] and again.content == first.content and again.excluded_item_ids == first.excluded_item_ids
+    s2 = cs.ContextStore.from_url(redis_url, prefix=prefix)
+    s2.window("again").add_many(["one more", "and another"])  # new facts: their units grow from the last ones
+    s2.close()
+    grown = w.build_structured(opts)
+    assert len(made) == 2  # the added items' units alone
+    with whole_reads(), cs.ContextStore.from_url(redis_url, prefix=prefix) as fresh:
+        same_build(grown, fresh.window("again").build_structured(opts))
