@@ -1,7 +1,7 @@
 """Stored text in the command's views is shown as it is, never read as Rich markup; and what a new
 user missed: a role column, tool calls named, one item whole (``get``), events by kind, a piped
-``show`` as wide as its rows, and ``export`` that does not overwrite. Through the real console
-script, in a process of its own."""
+``show`` as wide as its rows, and ``export`` that does not overwrite. Piped views run the command
+in this process; the terminal's run the installed console script in a pty."""
 
 from __future__ import annotations
 
@@ -16,14 +16,13 @@ import redis
 
 import contextstore as cs
 
+from support import run_cli
+
 MARKUP = ["close tag first [/x] oops", "[chat-03 turn 9] visible?", "[bold]not bold[/bold] and [link=x]y[/link]"]
 CALL = {"id": "call_7", "type": "function", "function": {"name": "weather", "arguments": '{"city": "Paris"}'}}
 
 
-def command(url: str, prefix: str, *argv: str) -> subprocess.CompletedProcess[str]:
-    exe = shutil.which("contextstore")
-    assert exe, "the contextstore console script is not installed"
-    return subprocess.run([exe, "--url", url, "--prefix", prefix, *argv], capture_output=True, text=True, timeout=120)
+command = run_cli  # piped, in this process: the terminal's view runs the installed script in a pty
 
 
 @pytest.fixture
@@ -186,7 +185,7 @@ def _on_a_terminal(url: str, prefix: str, *argv: str, lines: int | None = None) 
 @pytest.mark.parametrize(
     "argv", [["show", "hx"], ["get", "hx", EVIL_ID], ["build", "hx"], ["events", "hx", "--since", "0"]], ids=str
 )
-def test_on_a_terminal_stored_control_characters_are_escaped(redis_url, prefix, hostile, argv):
+def test_on_a_terminal_stored_control_characters_are_escaped(redis_url, prefix, hostile, argv, one_server):
     text = _on_a_terminal(redis_url, prefix, *argv)
     assert ("hello" in text or "evil" in text) and "Traceback" not in text
     _assert_shown_escaped(text)
@@ -206,7 +205,7 @@ def test_the_watch_view_escapes_stored_control_characters(hostile):
     _assert_shown_escaped(screen)
 
 
-def test_show_on_a_terminal_reads_a_screens_worth_and_says_how_to_see_more(redis_url, prefix):
+def test_show_on_a_terminal_reads_a_screens_worth_and_says_how_to_see_more(redis_url, prefix, one_server):
     """On a 20-line terminal, show lists the 11 most recent of 40 items and says so; --all, a
     pipe and --json list every one."""
     with cs.ContextStore.from_url(redis_url, prefix=prefix) as store:
