@@ -378,10 +378,14 @@ def check_invariants(client: redis.Redis, prefix: str, window_id: str) -> None:
             assert not client.exists(key(prefix, window_id, name)), f"{name} left without meta"
 
 
+#: how the tests start worker processes: forked where the platform can (a child starts at once,
+#: with the modules the test imported; a spawned one imports them again, ~3 s with a framework)
+PROCESSES = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
+
+
 def run_processes(target: Any, args_each: list[tuple[Any, ...]], timeout: float = 60.0) -> None:
-    """Run ``target(*args)`` in one spawned process per ``args`` at once; assert each exits 0."""
-    ctx = multiprocessing.get_context("spawn")
-    procs = [ctx.Process(target=target, args=args) for args in args_each]
+    """Run ``target(*args)`` in one process per ``args`` at once; assert each exits 0."""
+    procs = [PROCESSES.Process(target=target, args=args) for args in args_each]
     for p in procs:
         p.start()
     for p in procs:

@@ -5,7 +5,6 @@ SIGKILL mid-summary and replaced by another."""
 from __future__ import annotations
 
 import asyncio
-import multiprocessing
 import os
 import signal
 import subprocess
@@ -21,7 +20,7 @@ import contextstore as cs
 
 from _openai_server import FakeChatServer
 from _workers import add_and_remove
-from support import check_invariants, events, key
+from support import PROCESSES, check_invariants, events, key
 
 WARN = 60.0
 ADDS = 150  # per writer process, 50 ms apart: about 8 s of four agents talking
@@ -207,7 +206,7 @@ def test_a_compactor_killed_mid_summary_and_writers_that_never_lose_an_add(redis
         server.mode, server.delay = "slow", 0.3
         first = _compactor_process(redis_url, prefix, "first", server.base_url, tmp_path / "first.log")
         second = None
-        ctx = multiprocessing.get_context("spawn")
+        ctx = PROCESSES
         try:
             with ctx.Pool(4) as pool:
                 jobs = [

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import multiprocessing as mp
 from collections import Counter
 
 import pytest
@@ -10,7 +9,7 @@ import pytest
 import contextstore as cs
 
 from _workers import add_async, add_sync
-from support import check_invariants, events
+from support import PROCESSES, check_invariants, events
 
 WORKERS = 4
 PER_WORKER = 150
@@ -28,7 +27,7 @@ def test_processes_adding_at_once(redis_url, r, prefix, limits):
     wid = "conc"
     with cs.ContextStore.from_url(redis_url, prefix=prefix) as store:
         store.window(wid, **limits)
-        ctx = mp.get_context("spawn")
+        ctx = PROCESSES
         jobs = [
             (add_sync if w % 2 == 0 else add_async, (redis_url, prefix, wid, w, PER_WORKER)) for w in range(WORKERS)
         ]  # half the workers use the sync API, half asyncio

@@ -4,7 +4,6 @@ of worker processes running tool-calling turns on one window."""
 from __future__ import annotations
 
 import json
-import multiprocessing as mp
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -15,7 +14,7 @@ import contextstore as cs
 
 from _workers import tool_turns
 from chat_rules import check_anthropic, check_openai, groups_whole
-from support import events, raw_client
+from support import PROCESSES, events, raw_client
 
 STRATEGIES = ["remove_oldest", "remove_low_priority", "clear_tool_results"]
 PLAIN = ["user_message", "assistant_message", "retrieved_document", "code", "tool_result"]
@@ -197,7 +196,7 @@ def test_four_workers_run_tool_calling_turns_on_one_window(redis_url, r, prefix)
     wid, workers, turns = "fleet", 4, 25
     with cs.ContextStore.from_url(redis_url, prefix=prefix) as store:
         store.window(wid, max_tokens=2500, default_strategy="clear_tool_results", keep_recent=2)
-        with mp.get_context("spawn").Pool(workers) as pool:
+        with PROCESSES.Pool(workers) as pool:
             jobs = [pool.apply_async(tool_turns, (redis_url, prefix, wid, w, turns)) for w in range(workers)]
             added = [i for job in jobs for i in job.get(timeout=180)]
         win = store.window(wid)

@@ -4,7 +4,6 @@ multiprocessing pool; retries are logged at DEBUG and giving up once at WARNING.
 from __future__ import annotations
 
 import logging
-import multiprocessing as mp
 import pickle
 
 import pytest
@@ -12,7 +11,7 @@ import pytest
 import contextstore as cs
 from contextstore import errors
 
-from support import RedisProcess, free_port
+from support import PROCESSES, RedisProcess, free_port
 
 
 def _every_error_class() -> list[type[cs.ContextStoreError]]:
@@ -83,7 +82,7 @@ def _raise(name: str) -> None:
 def test_a_pool_whose_worker_raises_gets_each_exception_back():
     """Before the fix an unpicklable exception killed the pool's result thread and get() hung;
     the timeout makes a regression fail instead of hanging CI."""
-    with mp.get_context("spawn").Pool(2) as pool:
+    with PROCESSES.Pool(2) as pool:
         pending = {cls: pool.apply_async(_raise, (cls.__name__,)) for cls in ERRORS}
         for cls, result in pending.items():
             with pytest.raises(cls) as got:

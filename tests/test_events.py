@@ -13,7 +13,7 @@ import pytest
 import contextstore as cs
 from contextstore import events as ev
 
-from support import key
+from support import PROCESSES, key
 
 
 def kinds(events: list) -> list[str]:
@@ -123,7 +123,7 @@ def test_a_reader_blocked_in_another_process_wakes_on_an_add(redis_url, prefix):
         w = store.window("ev-wake")
         w.add("before")
         last = list(w.events(since="0"))[-1].id
-        ctx = mp.get_context("spawn")
+        ctx = PROCESSES
         out = ctx.Queue()
         reader = ctx.Process(target=_reader, args=(redis_url, prefix, last, out))
         reader.start()
@@ -151,7 +151,7 @@ def test_a_killed_consumers_events_go_to_another_and_none_twice_after_ack(redis_
         w = store.window("ev-group")
         w.add_many([f"item {n}" for n in range(20)])
         all_ids = [e.id for e in w.events(since="0")]
-        ctx = mp.get_context("spawn")
+        ctx = PROCESSES
         out = ctx.Queue()
         doomed = ctx.Process(target=_consume_and_die, args=(redis_url, prefix, out))
         doomed.start()

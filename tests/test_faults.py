@@ -5,7 +5,6 @@ mid-write, the script cache flushed under load, and a stress run of every operat
 from __future__ import annotations
 
 import contextlib
-import multiprocessing as mp
 import os
 import signal
 import threading
@@ -20,10 +19,9 @@ import contextstore as cs
 from _fault_workers import big_adds_forever, journal_adds, payload, stress
 from _proxy import CuttingProxy
 from _workers import add_sync
-from support import RedisProcess, events, open_store, raw_client
+from support import PROCESSES, RedisProcess, events, open_store, raw_client
 
 pytestmark = pytest.mark.slow
-SPAWN = mp.get_context("spawn")
 
 
 def _server(binary: str, *extra: str, port: int | None = None, dir: str | None = None) -> RedisProcess:
@@ -118,7 +116,7 @@ def test_kill_9_of_the_server_loses_no_acknowledged_write(redis_binary, prefix, 
     client.close()
     journals = [tmp_path / f"w{w}.log" for w in range(4)]
     procs = [
-        SPAWN.Process(target=journal_adds, args=(server.url, prefix, "crash", w, 250, str(journals[w])))
+        PROCESSES.Process(target=journal_adds, args=(server.url, prefix, "crash", w, 250, str(journals[w])))
         for w in range(4)
     ]
     for p in procs:
@@ -171,7 +169,7 @@ def test_kill_9_of_the_server_loses_no_acknowledged_write(redis_binary, prefix, 
 def test_a_worker_killed_mid_write_leaves_no_half_written_item(redis_binary, prefix):
     server = _server(redis_binary)
     try:
-        procs = [SPAWN.Process(target=big_adds_forever, args=(server.url, prefix, "killed", w)) for w in range(2)]
+        procs = [PROCESSES.Process(target=big_adds_forever, args=(server.url, prefix, "killed", w)) for w in range(2)]
         client = redis.Redis(port=server.port)
         with cs.ContextStore(client, prefix=prefix) as store:
             w = store.window("killed", max_items=40)
@@ -219,7 +217,7 @@ def test_script_flush_under_load_loses_nothing(redis_url, r, prefix):
         t = threading.Thread(target=flusher)
         t.start()
         try:
-            with SPAWN.Pool(3) as pool:
+            with PROCESSES.Pool(3) as pool:
                 acked = pool.starmap(add_sync, [(redis_url, prefix, "flush", w, 120) for w in range(3)])
         finally:
             stop.set()
@@ -247,7 +245,7 @@ def test_stress_8_processes_every_operation(redis_url, r, prefix, one_server):
         store.window("s-a", max_tokens=3000, max_items=60)
         store.window("s-b", max_items=30)
         store.window("s-c", max_tokens=8000, max_items=200, default_strategy="remove_oldest")
-        with SPAWN.Pool(8) as pool:
+        with PROCESSES.Pool(8) as pool:
             results = pool.starmap(stress, [(redis_url, prefix, wids, w, STRESS_SECONDS) for w in range(8)])
         reports = [store.window(wid).verify() for wid in wids]
     total: Counter[str] = Counter()

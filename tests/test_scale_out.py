@@ -6,7 +6,6 @@ clean. Each test starts its own cluster on 127.0.0.1 from the bundled redis-serv
 from __future__ import annotations
 
 import asyncio
-import multiprocessing as mp
 import os
 import threading
 import time
@@ -20,10 +19,9 @@ from cluster_support import LocalCluster, slot_of_window
 
 import contextstore as cs
 
-from support import key
+from support import PROCESSES, key
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
-SPAWN = mp.get_context("spawn")
 APIS = ("sync", "async", "sync", "async")
 
 
@@ -38,11 +36,11 @@ class Writers:
     """Four writer processes adding to ``window_ids`` until stopped."""
 
     def __init__(self, url: str, prefix: str, window_ids: list[str], tmp: Any, **options: Any) -> None:
-        self.stop = SPAWN.Event()
+        self.stop = PROCESSES.Event()
         first = len(os.listdir(tmp))  # writers of a later batch add other contents
         self.journals = [str(tmp / f"journal-{first + w}.txt") for w in range(len(APIS))]
         self.procs = [
-            SPAWN.Process(
+            PROCESSES.Process(
                 target=writer, args=(url, prefix, window_ids, first + w, api, self.journals[w], self.stop, options)
             )
             for w, api in enumerate(APIS)

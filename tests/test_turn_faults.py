@@ -9,7 +9,6 @@ without turns shows the anomalies turns prevent, counted and printed."""
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import random
 import signal
@@ -25,9 +24,9 @@ import contextstore as cs
 
 from _openai_server import FakeChatServer
 from chat_rules import check_anthropic, check_openai
+from support import PROCESSES
 
 pytestmark = pytest.mark.slow
-SPAWN = mp.get_context("spawn")
 CONVERSATIONS, WORKERS, LEASE_MS, FEED_S = 4, 3, 1000, 6.0
 
 
@@ -41,7 +40,7 @@ class Fleet:
             self.start(f"w{n}")
 
     def start(self, wid: str) -> None:
-        self.procs[wid] = SPAWN.Process(target=worker, args=(*self.args, wid), daemon=True)
+        self.procs[wid] = PROCESSES.Process(target=worker, args=(*self.args, wid), daemon=True)
         self.procs[wid].start()
 
     def stop(self) -> None:
