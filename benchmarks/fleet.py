@@ -431,17 +431,16 @@ def server_counters(url: str) -> dict[str, float]:
 
 
 def phase(
-    name: str, url: str, sids: list[int], budgets: dict[int, int], workers: int, seconds: float
+    pool: Any, name: str, url: str, sids: list[int], budgets: dict[int, int], workers: int, seconds: float
 ) -> dict[str, Any]:
-    """W workers take turns on ``sids`` for ``seconds``; what the server paid per turn."""
+    """The ``workers`` processes of ``pool`` (started already) take turns on ``sids`` for
+    ``seconds``, each with a store of its own; what the server paid per turn."""
     c = redis.Redis.from_url(url)
     c.config_resetstat()
     c.close()
     before = server_counters(url)
-    ctx = mp.get_context("spawn")
-    deadline = time.time() + 2.0 + seconds  # the workers start and connect meanwhile
-    with ctx.Pool(workers) as pool:
-        parts = pool.starmap(work, [(name, url, sids, budgets, 1000 + w, deadline) for w in range(workers)])
+    deadline = time.time() + 0.1 + seconds  # each worker picks up its part meanwhile
+    parts = pool.starmap(work, [(name, url, sids, budgets, 1000 + w, deadline) for w in range(workers)])
     after = server_counters(url)
     times = [t for p, _ in parts for t in p]
     added = {sid: sum(a.get(sid, 0) for _, a in parts) for sid in sids}
@@ -468,16 +467,16 @@ def run_system(name: str, url: str, args: argparse.Namespace) -> dict[str, Any]:
     ctx = mp.get_context("spawn")
     sids = list(range(args.sessions))
     parts = [sids[w :: args.workers] for w in range(args.workers)]
-    with ctx.Pool(args.workers) as pool:
+    with ctx.Pool(args.workers) as pool:  # started once: the phases' workers are up when they begin
         filled = pool.starmap(fill_part, [(name, url, p, args.smallest, args.largest) for p in parts])
-    tokens = {sid: n for part in filled for sid, n in part.items()}
-    fits = [s for s in sids if s % 2 == 0]
-    over = [s for s in sids if s % 2 == 1]
-    budgets = {s: tokens[s] * 2 if s % 2 == 0 else max(50, tokens[s] // 3) for s in sids}
-    used = redis.Redis.from_url(url).info("memory")["used_memory"]
-    out = {"sessions": len(sids), "messages_per_session": [args.smallest, args.largest], "used_memory": used}
-    out["fits"] = phase(name, url, fits, budgets, args.workers, args.seconds / 2)
-    out["over"] = phase(name, url, over, budgets, args.workers, args.seconds / 2)
+        tokens = {sid: n for part in filled for sid, n in part.items()}
+        fits = [s for s in sids if s % 2 == 0]
+        over = [s for s in sids if s % 2 == 1]
+        budgets = {s: tokens[s] * 2 if s % 2 == 0 else max(50, tokens[s] // 3) for s in sids}
+        used = redis.Redis.from_url(url).info("memory")["used_memory"]
+        out = {"sessions": len(sids), "messages_per_session": [args.smallest, args.largest], "used_memory": used}
+        out["fits"] = phase(pool, name, url, fits, budgets, args.workers, args.seconds / 2)
+        out["over"] = phase(pool, name, url, over, budgets, args.workers, args.seconds / 2)
     filled = {sid: len(session_messages(sid, args.smallest, args.largest)) for sid in sids}
     added = {**out["fits"].pop("added"), **out["over"].pop("added")}
     out["lost_or_duplicated"] = wrong_counts(name, url, {sid: filled[sid] + added[sid] for sid in sids})
