@@ -27,6 +27,10 @@ def _rebuild(cls: type[ContextStoreError], args: tuple[Any, ...], state: dict[st
 class ContextStoreError(Exception):
     """Base class of every error raised by contextstore."""
 
+    #: the code a Lua script refused the call with (e.g. ``"REUSED"``: a request id already used
+    #: for a different call); None for an error raised before or outside a script
+    code: str | None = None
+
     def __reduce__(self) -> tuple[Any, ...]:
         return (_rebuild, (type(self), self.args, dict(self.__dict__)))
 
@@ -321,7 +325,9 @@ def raise_for_reply(reply: Any, badarg: type[ContextStoreError] = InvalidItemErr
         factory = SCRIPT_ERRORS.get(code)
         if factory is None:
             raise ScriptError(f"{code}: {' '.join(details)}")
-        raise factory(details, badarg)
+        error = factory(details, badarg)
+        error.code = code
+        raise error
     return reply
 
 

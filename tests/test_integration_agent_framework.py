@@ -225,3 +225,31 @@ def test_a_run_without_a_session_leaves_a_window_that_expires(redis_url, prefix,
     assert r.ttl(metas["user-42"]) == -1  # the caller's own session is kept
     ttls = sorted(r.ttl(metas[w]) for w in generated)
     assert ttls[0] == -1 and 86_000 < ttls[1] <= 86_400  # kept when asked, else a day
+
+
+class BilledClient(BaseChatClient):
+    """A chat client whose answer reports what it cost, as a provider's does (no network)."""
+
+    def _inner_get_response(self, *, messages, stream, options, **kwargs):
+        usage = {"input_token_count": 130, "output_token_count": 9, "cache_read_input_token_count": 100}
+
+        async def answer() -> ChatResponse:
+            return ChatResponse(
+                messages=[Message(role="assistant", contents=["paid"])], response_id="resp_7", usage_details=usage
+            )
+
+        return answer()
+
+
+def test_a_runs_reported_usage_is_recorded_for_its_session(redis_url, prefix):
+    async def main() -> None:
+        async with cs.AsyncContextStore.from_url(redis_url, prefix=prefix) as store:
+            agent = Agent(client=BilledClient(), context_providers=[ContextStoreChatMessageStore(store)])
+            await agent.run("what does it cost?", session=agent.create_session(session_id="billed"))
+            await agent.run("and again?", session=agent.create_session(session_id="billed"))  # the same response id
+
+    asyncio.run(main())
+    with cs.ContextStore.from_url(redis_url, prefix=prefix) as plain:
+        win = plain.window("billed")
+        assert [i.content for i in win.items()] == ["what does it cost?", "paid", "and again?", "paid"]
+        assert win.stats().usage == cs.UsageTotals(input_tokens=30, output_tokens=9, cache_read_tokens=100, records=1)

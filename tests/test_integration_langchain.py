@@ -164,3 +164,33 @@ def test_image_and_file_blocks_are_content_parts_stored_once(any_store, r, prefi
     assert stored[0].token_count < 20_009 // 4 + 1_000 < (len(url) + len(png)) // 4
     blobs = [k for k in r.scan_iter(f"{prefix}:{{#blobs:*}}:*") if not k.endswith(b":index")]
     assert len(blobs) == 3  # the data URL, the base64 PNG and the PDF, each once
+
+
+def _reply(text: str, prompt: int, msg_id: str | None, model: str = "claude-x") -> AIMessage:
+    """An AI message as a chat model returns it: LangChain's ``input_tokens`` counts every
+    prompt token, of which 20 were read from the cache and 10 written to it."""
+    details = {"cache_read": 20, "cache_creation": 10}
+    usage = {"input_tokens": prompt, "output_tokens": 7, "total_tokens": prompt + 7, "input_token_details": details}
+    return AIMessage(text, id=msg_id, usage_metadata=usage, response_metadata={"model_name": model})
+
+
+def test_the_usage_an_ai_message_reports_is_recorded_once_for_the_window_the_model_was_given(
+    any_store, redis_url, prefix
+):
+    history = ContextStoreChatMessageHistory("paid", any_store)
+    history.add_messages([SystemMessage("Be brief."), HumanMessage("Weather in Paris?", id="h1")])
+    with cs.ContextStore.from_url(redis_url, prefix=prefix) as plain:
+        win = plain.window("paid")
+        estimated = win.build_messages_structured().total_tokens  # what the model is given
+        reply = _reply("18C", 2 * estimated, "msg_01")
+        history.add_messages([reply])
+        asyncio.run(history.aadd_messages([reply]))  # the step again (a retry): stored again, its usage not
+        stats = win.stats()
+        assert stats.usage == cs.UsageTotals(
+            input_tokens=2 * estimated - 30, output_tokens=7, cache_read_tokens=20, cache_write_tokens=10, records=1
+        )
+        assert stats.token_calibration == pytest.approx(2.0, abs=1e-3)  # the provider counted 2x the estimate
+        # a name and an id record_usage would refuse are left out: the reply is stored, its usage too
+        history.add_messages([_reply("sunny", 100, "not an id", model="not a model"), AIMessage("no usage")])
+        assert win.stats().usage.records == 2
+    assert [m.content for m in history.messages][2:] == ["18C", "18C", "sunny", "no usage"]

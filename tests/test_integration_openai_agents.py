@@ -340,3 +340,25 @@ def test_images_and_files_are_content_parts_stored_once_and_come_back_exactly(an
     assert len(blobs) == 2  # the screenshot (three times) and the PDF, once each
     raw = r.hget(key(prefix, "vision", "items"), stored[3].id)
     assert len(raw) < 1_000  # the item refers to the screenshot; its metadata does not repeat it
+
+
+def test_what_a_run_cost_is_recorded_from_its_usage_once_per_request_id(any_store, redis_url, prefix):
+    from agents.usage import deserialize_usage
+
+    session = ContextStoreSession("paid", any_store)
+    details = {"cached_tokens": 100, "cache_write_tokens": 10}  # of the 130 input tokens
+    usage = deserialize_usage({"requests": 1, "input_tokens": 130, "output_tokens": 9, "input_tokens_details": details})
+
+    async def go():
+        await session.add_items([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}])
+        await session.record_usage(usage, model="gpt-x", request_id="resp_1")
+        await session.add_items([{"role": "user", "content": "again"}])
+        await session.record_usage(usage, model="gpt-x", request_id="resp_1")  # the same run's report: once
+        with pytest.raises(cs.InvalidOptionsError, match="model"):
+            await session.record_usage(usage, model="not a model")
+
+    run(go())
+    with cs.ContextStore.from_url(redis_url, prefix=prefix) as plain:
+        assert plain.window("paid").stats().usage == cs.UsageTotals(
+            input_tokens=20, output_tokens=9, cache_read_tokens=100, cache_write_tokens=10, records=1
+        )

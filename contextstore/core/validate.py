@@ -8,7 +8,7 @@ import difflib
 import math
 import re
 from collections.abc import Collection, Iterable, Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 import msgspec
 
@@ -30,6 +30,8 @@ _WHITESPACE = re.compile(r"\s")
 #: C0 and C1 control characters and DEL: a caller's id, group or role reaches terminals and logs
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._\-:@/+=]{1,128}")
+#: a model's name: what providers name their models (1-200 characters, no control characters, no spaces)
+_MODEL = re.compile(r"[^\x00-\x20\x7f]{1,200}")
 _json = msgspec.json.Encoder()
 
 
@@ -100,9 +102,19 @@ def version(name: str, value: object) -> str | None:
     return value
 
 
+def is_request_id(value: object) -> TypeGuard[str]:
+    """Whether ``value`` is a request id a call takes (``request_id``)."""
+    return isinstance(value, str) and _REQUEST_ID.fullmatch(value) is not None
+
+
+def is_model_name(value: object) -> TypeGuard[str]:
+    """Whether ``value`` is a model's name ``record_usage`` takes."""
+    return isinstance(value, str) and _MODEL.fullmatch(value) is not None
+
+
 def request_id(value: object) -> str:
     """A caller's request id: 1-128 characters of the window-id alphabet."""
-    if not isinstance(value, str) or not _REQUEST_ID.fullmatch(value):
+    if not is_request_id(value):
         raise InvalidOptionsError(
             f"request_id must be 1-128 characters from A-Z a-z 0-9 . _ - : @ / + =, not {value!r}"
         )

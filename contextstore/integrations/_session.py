@@ -5,17 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import hashlib
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
 from .. import AsyncContextStore, AsyncContextWindow, ContextStore, ContextWindow
 from ..core.keys import MAX_WINDOW_ID, is_window_id
 from ..core.layout import CLEARED_KEY
 from ..core.retry import RetryPolicy
-from ..core.validate import is_generated_id
+from ..core.validate import is_generated_id, is_model_name, is_request_id
 from ..errors import InvalidOptionsError, ToolCallLinkError, TurnLostError, VersionConflictError
 from ..turns import Turn
 from ..types import ContextItem
@@ -40,6 +41,41 @@ SESSION_DEFAULTS: dict[str, Any] = {
     "compaction_threshold": 90.0,
     "keep_recent": 4,
 }
+
+
+@contextlib.contextmanager
+def _recorded_already() -> Iterator[None]:
+    """Passes over the refusal of a usage report whose request id was recorded already."""
+    try:
+        yield
+    except InvalidOptionsError as exc:
+        if exc.code != "REUSED":
+            raise
+
+
+def usage_report(
+    prompt_tokens: object,
+    output_tokens: object,
+    cache_read: object,
+    cache_write: object,
+    model: object,
+    request_id: object,
+) -> dict[str, Any]:
+    """``record_usage``'s keywords for what a framework's usage object reported: ``prompt_tokens``
+    is every input token (as OpenAI, LangChain and openai-agents count them), of which the
+    cache's reads and writes are told apart; a model name or request id ``record_usage`` would
+    refuse is left out, and a count that is not a whole number is 0 (the reply it came with is
+    stored already)."""
+    counts = [n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 0 for n in (
+        prompt_tokens, output_tokens, cache_read, cache_write)]  # fmt: skip
+    return {
+        "input_tokens": max(0, counts[0] - counts[2] - counts[3]),
+        "output_tokens": counts[1],
+        "cache_read_tokens": counts[2],
+        "cache_write_tokens": counts[3],
+        "model": model if is_model_name(model) else None,
+        "request_id": request_id if is_request_id(request_id) else None,
+    }
 
 
 def stored_as_entry(item: ContextItem) -> dict[str, Any]:
@@ -230,6 +266,33 @@ class SessionWindow:
                 if wait is None:
                     raise VersionConflictError(f"insert into {self.session_id!r}: the window kept moving on") from None
                 time.sleep(wait)
+
+    def version(self) -> str:
+        """The window's version now ("" while it does not exist): one ``stats()`` read."""
+        return str(self.call("stats").version)
+
+    async def aversion(self) -> str:
+        """The async form of ``version``."""
+        return str((await self.acall("stats")).version)
+
+    def record_usage(self, reports: list[dict[str, Any]], version: str = "") -> None:
+        """``record_usage(version, **report)`` for each of ``reports`` (``usage_report``'s): the
+        usage the provider reported for the window of ``version`` ("": the window's version now).
+        A report whose request id was recorded already (a step done again, after the window moved
+        on) is not recorded again."""
+        if reports:
+            version = version or self.version()
+            for report in reports:
+                with _recorded_already():
+                    self.call("record_usage", version, **report)
+
+    async def arecord_usage(self, reports: list[dict[str, Any]], version: str = "") -> None:
+        """The async form of ``record_usage``."""
+        if reports:
+            version = version or await self.aversion()
+            for report in reports:
+                with _recorded_already():
+                    await self.acall("record_usage", version, **report)
 
     def items(self, limit: int | None = None) -> list[ContextItem]:
         """The session's items in arrival order (the newest ``limit``; [] for ``limit <= 0``)."""

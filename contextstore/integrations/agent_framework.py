@@ -35,7 +35,7 @@ from ..core.parts import text_of
 from ..errors import VersionConflictError
 from ..types import ContextItem
 from . import _media
-from ._session import REPLACE_BACKOFF, SessionWindow
+from ._session import REPLACE_BACKOFF, SessionWindow, usage_report
 
 try:
     from agent_framework import HistoryProvider, Message
@@ -175,6 +175,25 @@ def _args(content: dict[str, Any]) -> str:
     return args if isinstance(args, str) else json.dumps(args, default=str)
 
 
+#: where a provider's cache counts may sit in ``UsageDetails`` besides its own fields (as the
+#: framework's telemetry reads them): reads, then writes
+_CACHE_KEYS = (
+    ("cache_read_input_token_count", "openai.cached_input_tokens", "anthropic.cache_read_input_tokens",
+     "prompt/cached_tokens"),
+    ("cache_creation_input_token_count", "openai.cache_write_tokens", "anthropic.cache_creation_input_tokens",
+     "prompt/cache_write_tokens"),
+)  # fmt: skip
+
+
+def usage_of(usage: Mapping[str, Any], response_id: object) -> dict[str, Any]:
+    """``record_usage``'s keywords for the framework's ``UsageDetails``: ``input_token_count``
+    counts every prompt token (as OpenTelemetry's ``gen_ai.usage.input_tokens`` does), of which
+    the cache's reads and writes are told apart; the request id the response's id."""
+    read, wrote = (next((usage[k] for k in keys if usage.get(k)), 0) for keys in _CACHE_KEYS)
+    counts = (usage.get("input_token_count"), usage.get("output_token_count"), read, wrote)
+    return usage_report(*counts, None, response_id)
+
+
 def from_window_item(item: ContextItem) -> Message:
     """The message back, as added (a cleared tool result's text is its placeholder)."""
     raw = (item.metadata or {}).get(RAW)
@@ -269,6 +288,17 @@ class ContextStoreChatMessageStore(HistoryProvider):
                 if wait is None:
                     raise VersionConflictError(f"save to {session_id!r}: the window kept moving on") from None
                 await asyncio.sleep(wait)
+
+    async def after_run(self, *, agent: Any, session: Any, context: Any, state: dict[str, Any]) -> None:
+        """Store the run's messages (``HistoryProvider.after_run``), then record what its
+        response's ``usage_details`` report (``record_usage``, once per ``response_id``), for the
+        session's window as it is then."""
+        await super().after_run(agent=agent, session=session, context=context, state=state)
+        response = context.response
+        usage = getattr(response, "usage_details", None)
+        if usage:
+            report = usage_of(usage, getattr(response, "response_id", None))
+            await self.session(context.session_id).arecord_usage([report])
 
     async def clear(self, session_id: str) -> None:
         """Remove every message of the session (its window's config stays)."""

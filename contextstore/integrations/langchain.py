@@ -29,12 +29,12 @@ from .. import AsyncContextStore, ContextStore
 from ..core.layout import CLEARED_KEY
 from ..types import ContextItem
 from . import _media
-from ._session import SessionWindow
+from ._session import SessionWindow, usage_report
 from ._turns import asession_turn, session_turn
 
 try:
     from langchain_core.chat_history import BaseChatMessageHistory
-    from langchain_core.messages import BaseMessage, message_to_dict, messages_from_dict
+    from langchain_core.messages import AIMessage, BaseMessage, message_to_dict, messages_from_dict
 except ImportError as exc:  # pragma: no cover - the extra is not installed
     raise ImportError(
         "contextstore.integrations.langchain needs langchain-core: pip install 'contextstore[langchain]'"
@@ -105,6 +105,23 @@ def to_window_item(message: BaseMessage, linked: bool = True) -> dict[str, Any]:
     return {**entry, "metadata": meta}
 
 
+def usage_reports(messages: Sequence[BaseMessage]) -> list[dict[str, Any]]:
+    """``record_usage``'s keywords for each AI message that carries ``usage_metadata`` (LangChain's
+    ``input_tokens`` counts the cache's reads and writes too, ``input_token_details`` tells them
+    apart; the model from ``response_metadata["model_name"]``, the request id the message's id)."""
+    reports = []
+    for message in messages:
+        usage = message.usage_metadata if isinstance(message, AIMessage) else None
+        if not usage:
+            continue
+        details = usage.get("input_token_details") or {}
+        model = (message.response_metadata or {}).get("model_name")
+        counts = (usage.get("input_tokens"), usage.get("output_tokens"))
+        cached = (details.get("cache_read"), details.get("cache_creation"))
+        reports.append(usage_report(*counts, *cached, model, message.id))
+    return reports
+
+
 def from_window_item(item: ContextItem) -> BaseMessage:
     """The message back, exactly as added (a cleared tool result carries its placeholder)."""
     raw = (item.metadata or {}).get(RAW)
@@ -146,14 +163,22 @@ class ContextStoreChatMessageHistory(BaseChatMessageHistory):
         return [from_window_item(i) for i in await self._session.aitems()]
 
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
-        """Append ``messages`` in one atomic step."""
+        """Append ``messages`` in one atomic step; then what each AI message's ``usage_metadata``
+        reports is recorded (``record_usage``, once per message id) for the window as it was
+        before the step: the one the model was given."""
         if messages:
+            reports = usage_reports(messages)
+            version = self._session.version() if reports else ""
             self._session.add(lambda linked: [to_window_item(m, linked) for m in messages])
+            self._session.record_usage(reports, version)
 
     async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
-        """Append ``messages`` in one atomic step."""
+        """The async form of ``add_messages``."""
         if messages:
+            reports = usage_reports(messages)
+            version = await self._session.aversion() if reports else ""
             await self._session.aadd(lambda linked: [to_window_item(m, linked) for m in messages])
+            await self._session.arecord_usage(reports, version)
 
     def turn(
         self, *, policy: str = "reject", lease_ms: int = 30_000, input: Any = None, owner: str | None = None

@@ -34,7 +34,7 @@ from ..core.layout import CLEARED_KEY
 from ..errors import InvalidOptionsError, VersionConflictError
 from ..types import ContextItem, ItemType
 from . import _media
-from ._session import SessionWindow
+from ._session import SessionWindow, usage_report
 from ._turns import asession_turn
 
 try:
@@ -180,6 +180,18 @@ class ContextStoreSession(SessionABC):
         """Append ``items`` in one atomic step."""
         if items:
             await self._session.aadd(lambda linked: [to_window_item(dict(i), linked) for i in items])
+
+    async def record_usage(self, usage: Any, *, model: str | None = None, request_id: str | None = None) -> None:
+        """Record what a run's model calls cost as the provider reported it: openai-agents'
+        ``Usage`` (``result.context_wrapper.usage``; its ``input_tokens`` count the ones read from
+        and written to the cache, ``input_tokens_details.cached_tokens`` and, with OpenAI's newer
+        SDKs, ``cache_write_tokens``), for the window as it is now (``record_usage``).
+        Once per ``request_id`` (e.g. ``result.last_response_id``); ``stats().usage`` sums them. A
+        ``model`` or ``request_id`` ``record_usage`` refuses raises ``InvalidOptionsError``."""
+        details = getattr(usage, "input_tokens_details", None)
+        cached = (getattr(details, "cached_tokens", 0), getattr(details, "cache_write_tokens", 0))
+        report = usage_report(usage.input_tokens, usage.output_tokens, *cached, None, None)
+        await self._session.arecord_usage([{**report, "model": model, "request_id": request_id}])
 
     def turn(
         self, *, policy: str = "reject", lease_ms: int = 30_000, input: Any = None, owner: str | None = None

@@ -3,7 +3,6 @@ totals and calibration ``stats()`` reads from the window's :meta."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 
 from .. import logs
@@ -15,8 +14,6 @@ from .base import Plan, ScriptCall, WindowState, new_request
 
 #: the most a report may count in one field (what a provider could report for one request, and more)
 MOST_TOKENS = 2**53
-#: a model name: what providers name their models (no control characters, no spaces)
-_MODEL = re.compile(r"[^\x00-\x20\x7f]{1,200}")
 
 
 def record_usage(
@@ -34,7 +31,7 @@ def record_usage(
     if not checked:
         raise InvalidOptionsError(f"version must be the version a build of this window reported, not {version!r}")
     checked_counts = [str(validate.int_in(name, n, 0, MOST_TOKENS)) for name, n in zip(_FIELDS, counts, strict=True)]
-    if model is not None and not (isinstance(model, str) and _MODEL.fullmatch(model)):
+    if model is not None and not validate.is_model_name(model):
         raise InvalidOptionsError(f"model must be a model's name (1-200 characters, no spaces), not {model!r}")
     args = [checked, *checked_counts, model or ""]
     reply = raise_for_reply((yield ScriptCall("usage", state.keys, args, new_request("usage", request_id))))
