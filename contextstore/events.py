@@ -68,6 +68,9 @@ class Compacted(Event, frozen=True, kw_only=True, tag="compacted"):
     usage_before_percent: float
     usage_after_percent: float
     total_tokens_after: int
+    #: the tokens a prompt built in arrival order held from the first item the compaction changed
+    #: on (before it): what the provider's prompt cache can no longer serve (None: not known)
+    tokens_invalidated: int | None = None
     #: the summary that replaced the removed items (SUMMARIZE)
     summary_id: str | None = None
 

@@ -9,6 +9,7 @@
 | ``agents.context.build_latency_ms`` | histogram | one build (text or messages), wall time |
 | ``agents.context.compaction_total`` | counter | compactions run |
 | ``agents.context.tokens_freed_total`` | counter | tokens freed by compactions |
+| ``agents.context.tokens_invalidated_total`` | counter | prompt tokens from each compaction's first change on |
 | ``agents.context.provider_tokens_total`` | counter | tokens ``record_usage`` reported (``kind``, ``model``) |
 
 Every measurement carries the attribute ``window_id``. The gauges come from the counters every
@@ -85,6 +86,11 @@ class Instruments:
         )
         self.freed = meter.create_counter(
             "agents.context.tokens_freed_total", unit="{token}", description="Total tokens freed by compaction"
+        )
+        self.invalidated = meter.create_counter(
+            "agents.context.tokens_invalidated_total",
+            unit="{token}",
+            description="Prompt tokens from each compaction's first change on (prompt cache invalidated)",
         )
         self.turn = meter.create_histogram(
             "agents.context.turn_duration_ms", unit="ms", description="Turn duration (lease held)"
@@ -174,6 +180,7 @@ class Metrics:
             attrs = {"window_id": window_id}
             self._instruments.compactions.add(counters.compactions, attrs)
             self._instruments.freed.add(counters.freed, attrs)
+            self._instruments.invalidated.add(counters.invalidated, attrs)
 
     def add_latency(self, window_id: str, ms: float) -> None:
         """Queue one add call's wall time for the latency histogram."""

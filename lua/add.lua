@@ -305,7 +305,8 @@ local function apply(cfg, plan, dropped)
       remove_many(act[2], 'eviction', act.removal)
     elseif act[1] == 'compact' then
       local removed, cleared, freed = apply_compaction(act[2], plan.placeholder, nil, act.removal)
-      record_compaction(plan.strategy, removed, freed, act[3], token_limit(cfg), false, cleared)
+      record_compaction({strategy = plan.strategy, removed = removed, cleared = cleared, freed = freed,
+        before = act[3], max_tokens = token_limit(cfg), changed = act[2]})
     else
       act[2].ts = ts
       act[2].json = insert_item(act[2])

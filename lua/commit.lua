@@ -91,6 +91,7 @@ if summary then
 else
   remove_many(ids, 'compaction', gone)
 end
-record_compaction(strategy, #ids, freed, before, token_limit(cfg), false, 0, summary_id)
+record_compaction({strategy = strategy, removed = #ids, freed = freed, before = before, max_tokens = token_limit(cfg),
+  changed = attrs, summary_id = summary_id})
 rearm_ttl(cfg)
 return {freed, summary_id}

@@ -38,6 +38,7 @@ if #actions == 0 then return {0, 0} end
 local n = 0
 for _, act in ipairs(actions) do n = n + (act[1] == 'clear' and 1 or #act[2].ids) end
 local removed, cleared, got = apply_compaction(actions, placeholder)
-record_compaction(strategy, removed, got, cfg.tokens, token_limit(cfg), ARGV[4] == '1', cleared)
+record_compaction({strategy = strategy, removed = removed, cleared = cleared, freed = got, before = cfg.tokens,
+  max_tokens = token_limit(cfg), changed = actions, continued = ARGV[4] == '1'})
 rearm_ttl(cfg)
 return {got, (n >= limit and cfg.tokens - got > target) and 1 or 0}

@@ -213,7 +213,9 @@ class CachedBuilds(RuleBasedStateMachine):
             same_build(getattr(stateless, build)(opts), expected)
 
 
-def test_cached_builds_equal_builds_that_read_everything(redis_url, prefix):
+def test_cached_builds_equal_builds_that_read_everything(redis_url, prefix, one_server):
+    """On one server: the reads it checks are plain commands, the same on each (the scripts
+    behind the writes run on every server in the other tests)."""
     run_state_machine_as_test(
         lambda: CachedBuilds(redis_url, prefix),
         settings=settings(max_examples=12, stateful_step_count=20, deadline=None, phases=FIND,

@@ -55,6 +55,8 @@ def test_every_metric_has_the_expected_value(make_store):
     assert value("agents.context.build_latency_ms").count == 2
     assert value("agents.context.compaction_total").value == stats.compaction_count == 1
     assert value("agents.context.tokens_freed_total").value == stats.total_tokens_freed == 400
+    (compacted,) = [e for e in store.window("obs").events(since="0") if isinstance(e, cs.events.Compacted)]
+    assert value("agents.context.tokens_invalidated_total").value == compacted.tokens_invalidated > 0
     provider.shutdown()
 
 

@@ -218,3 +218,51 @@ def test_the_command_shows_what_the_reported_usage_cost(one_server, store, redis
     assert code == 0 and '"cost":0.0132' in out.replace(" ", "")
     code, _, err = run("stats", "u-cli", "--prices", "3,-15")
     assert code == 2 and "INPUT,OUTPUT[,CACHE_READ,CACHE_WRITE]" in err
+
+
+# -- what a compaction costs the provider's prompt cache ---------------------------------------
+
+ARRIVAL = cs.BuildOptions(order="arrival", reserve_for_response=0, max_tokens=100_000, max_history_items=10_000)
+
+
+def _agent_run(w, turns: int = 6) -> None:
+    w.add("You are terse.", role="system", pinned=True)
+    for i in range(turns):
+        call = {"id": f"c{i}", "type": "function", "function": {"name": "look", "arguments": "{}"}}
+        w.add(f"question {i}", role="user")
+        w.add("", role="assistant", metadata={"tool_calls": [call]})
+        w.add(f"result {i} " + "data " * 100, role="tool", metadata={"tool_call_id": f"c{i}"})
+        w.add(f"answer {i}", role="assistant")
+
+
+def _lost_prefix(before: cs.BuiltMessages, after: cs.BuiltMessages, tokens: dict[str, int]) -> int:
+    """The tokens of ``before``'s messages from the first one ``after`` does not repeat on: what
+    a provider's prefix cache of ``before`` cannot serve for ``after``."""
+    pairs = zip(before.messages, after.messages, strict=False)
+    same = next((k for k, (a, b) in enumerate(pairs) if a != b), min(len(before.messages), len(after.messages)))
+    return sum(tokens[i] for i in before.included_item_ids[same:])
+
+
+@pytest.mark.parametrize(
+    "strategy", ["clear_tool_results", "remove_oldest", "summarize", "an add's compaction", "late tool results"]
+)
+def test_a_compaction_reports_the_prompt_it_invalidated_as_the_built_payloads_show(make_store, strategy):
+    """``compacted``'s ``tokens_invalidated`` is what the arrival-order prompts before and after
+    it no longer share: the tokens from its first change on, no more (summed from whichever side
+    of the first change is shorter: late tool results change the window's last items)."""
+    store = make_store(summarizer=cs.ExtractiveSummarizer())
+    w = store.window("cache", max_tokens=3_000, keep_recent=2, compaction_threshold=80.0, compaction_target=20)
+    if strategy == "late tool results":
+        _conversation(w, 15)
+        strategy = "clear_tool_results"
+    _agent_run(w)
+    tokens = {i.id: i.token_count for i in w.items()}
+    before = w.build_messages_structured(ARRIVAL)
+    assert len(before.messages) == len(tokens)  # one message per item: the payloads show every change
+    if strategy == "an add's compaction":
+        w.add("one more " * 120, role="user", token_count=2_000)  # past the threshold: the add compacts
+    else:
+        w.compact(strategy, target_percent=10)
+    after = w.build_messages_structured(ARRIVAL)
+    (event,) = [e for e in w.events(since="0") if isinstance(e, cs.events.Compacted)]
+    assert 0 < event.tokens_invalidated == _lost_prefix(before, after, tokens) < sum(tokens.values())

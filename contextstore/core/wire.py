@@ -235,11 +235,12 @@ class Counters(msgspec.Struct):
     max_tokens: int  # the token limit through the window's calibration (in estimated tokens; 0: none)
     compactions: int
     freed: int
+    invalidated: int = 0  # prompt tokens from each compaction's first change on (the cache lost)
 
 
 def unwrap_mutation(reply: Sequence[Any]) -> tuple[Any, Counters]:
-    """A mutating script's reply {reply, tokens, items, max_tokens, compactions, freed}."""
-    return reply[0], Counters(*(int(x) for x in reply[1:6]))
+    """A mutating script's reply {reply, tokens, items, max_tokens, compactions, freed, invalidated}."""
+    return reply[0], Counters(*(int(x) for x in reply[1:7]))
 
 
 def commit_args(strategy: CompactionStrategy, chosen: Sequence[tuple[str, str]], summary: NewItem | None) -> Args:

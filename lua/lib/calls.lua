@@ -32,7 +32,7 @@ local function begin_call(keys, args)
   K_BLOBS = keys[16]
   REQUEST = table.remove(args, 1) or ''
   WROTE, CFG, COUNTERS_KNOWN, NOW_US = false, nil, false, nil
-  RUN = {compactions = 0, freed = 0}
+  RUN = {compactions = 0, freed = 0, invalidated = 0}
   META_KNOWN, META_DELTA, META_DIRTY = {}, {}, {}
 end
 

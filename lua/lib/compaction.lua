@@ -347,20 +347,65 @@ local function apply_compaction(actions, placeholder, reason, prepared)
   return #gone.ids, cleared, freed
 end
 
--- Record a compaction that removed or cleared something: counters and the `compacted` event.
--- continued: a later chunk of one compact() call (not counted as another compaction);
--- summary_id: the summary that replaced the removed items, if any.
-local function record_compaction(strategy, removed_count, freed, before, max_tokens, continued, cleared_count,
-                                 summary_id)
-  if not continued then
+-- What a compaction cost the provider's prompt cache: the tokens an arrival-order prompt held
+-- from the first item it changed (seq `first`) on, before it (`before`: the window's tokens then;
+-- `freed`: what it freed, all of it from `first` on). It sums the shorter side of :fifo around
+-- that item: the unchanged items before it, or those from it on as they are now; nil when an
+-- attrs value is in a shape no script writes (this runs after writes: nothing may stop the call).
+-- (Its helpers are its own locals: the library, sent whole by EVALSHA on Redis 6.2, stays under
+-- Lua's 200 locals of a chunk.)
+local function invalidated(first, before, freed)
+  local function tokens_of(from, to)  -- of the items in :fifo positions from..to
+    local sum = 0
+    for i = from, to, 256 do
+      local ids = redis.call('LRANGE', K_FIFO, i, math.min(i + 255, to))
+      for _, v in ipairs(#ids > 0 and redis.call('HMGET', K_ATTRS, unpack(ids)) or {}) do
+        local a = parse_attrs(v)
+        if not a then return nil end
+        sum = sum + a.tokens
+      end
+    end
+    return sum
+  end
+  local len = redis.call('LLEN', K_FIFO)
+  local lo, hi = 0, len  -- bisection (:fifo is in seq order) for the first item of seq >= first
+  while lo < hi do
+    local mid = math.floor((lo + hi) / 2)
+    local a = parse_attrs(redis.call('HGET', K_ATTRS, redis.call('LINDEX', K_FIFO, mid) or ''))
+    if not a then return nil end
+    if a.seq < first then lo = mid + 1 else hi = mid end
+  end
+  if lo <= len - lo then
+    local kept = tokens_of(0, lo - 1)
+    return kept and before - kept
+  end
+  local rest = tokens_of(lo, len - 1)
+  return rest and rest + freed
+end
+
+-- Record a compaction that removed or cleared something (`c`: strategy, removed and cleared
+-- (counts), freed, before (the window's tokens then), max_tokens, changed (the attrs of the items
+-- it removed or cleared, or its planned actions), continued (a later chunk of one compact() call:
+-- not counted as another compaction), summary_id (the summary that replaced the removed items, if
+-- any)): the counters and the `compacted` event.
+local function record_compaction(c)
+  local first = math.huge
+  for _, x in ipairs(c.changed) do
+    local members = x.seq and {x} or (x[1] == 'clear' and {x[2]} or x[2].items)
+    for _, a in ipairs(members) do first = math.min(first, a.seq) end
+  end
+  if not c.continued then
     bump(F.COMPACTIONS, 1)
     RUN.compactions = RUN.compactions + 1
   end
-  bump(F.FREED, freed)
-  RUN.freed = RUN.freed + freed
-  local after = meta_get(F.TOKENS)
-  event('compacted', 'strategy', strategy, 'items_removed', fmt(removed_count),
-    'items_cleared', fmt(cleared_count or 0), 'tokens_freed', fmt(freed),
-    'usage_before_percent', pct(before, max_tokens), 'usage_after_percent', pct(after, max_tokens),
-    'total_tokens_after', fmt(after), unpack((summary_id or '') ~= '' and {'summary_id', summary_id} or {}))
+  bump(F.FREED, c.freed)
+  RUN.freed = RUN.freed + c.freed
+  local after, lost = meta_get(F.TOKENS), invalidated(first, c.before, c.freed)
+  RUN.invalidated = RUN.invalidated + (lost or 0)
+  local fields = {'strategy', c.strategy, 'items_removed', fmt(c.removed), 'items_cleared', fmt(c.cleared or 0),
+    'tokens_freed', fmt(c.freed), 'usage_before_percent', pct(c.before, c.max_tokens),
+    'usage_after_percent', pct(after, c.max_tokens), 'total_tokens_after', fmt(after)}
+  if lost then fields[#fields + 1], fields[#fields + 2] = 'tokens_invalidated', fmt(lost) end
+  if (c.summary_id or '') ~= '' then fields[#fields + 1], fields[#fields + 2] = 'summary_id', c.summary_id end
+  event('compacted', unpack(fields))
 end

@@ -34,8 +34,9 @@
 --   exist yet (read_config, lib/meta.lua), in CONFIG_FIELDS order. The other scripts never make a
 --   window (stored_config) and take only their own arguments.
 -- The reply of a mutating script (one with a request) is {reply, tokens, items, token limit,
--- compactions, tokens freed}: the window's counters after it, and what this call compacted
--- (lib/requests.lua); contextstore records them as metrics and hands the reply to its plan.
+-- compactions, tokens freed, tokens invalidated}: the window's counters after it, and what this
+-- call compacted (lib/requests.lua); contextstore records them as metrics and hands the reply to
+-- its plan.
 -- Error replies are tables {'!', CODE, detail...}; contextstore/errors.py maps each CODE to a
 -- typed exception. Every script checks everything before its first write: Redis does not roll
 -- scripts back.
@@ -48,7 +49,7 @@ local K_GROUPS, K_CALLS, K_ARCHIVE, K_VECTORS, K_LEASE, K_TURN, K_BLOBS
 local REQUEST = ''
 local WROTE = false  -- set by every write helper; a request is recorded only if it wrote
 local CFG = nil      -- the window's config once read_config ran (lib/meta.lua)
-local RUN = {}       -- what this call compacted (lib/compaction.lua): {compactions, freed}
+local RUN = {}       -- what this call compacted (lib/compaction.lua): {compactions, freed, invalidated}
 local COUNTERS_KNOWN = false  -- set by a script whose counters all went through lib/meta.lua (saves a read)
 local NOW_US = nil   -- the server's clock, read once per call
 local META_KNOWN, META_DELTA, META_DIRTY = {}, {}, {}  -- the counters of :meta read and changed (lib/meta.lua)

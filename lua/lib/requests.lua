@@ -93,7 +93,7 @@ local function with_counters(reply)
     local calibration = tonumber(m[4])
     m[3] = fmt(token_limit({max_tokens = tonumber(m[3]), calibration = calibration and calibration > 0 and calibration}))
   end
-  return {reply, m[1], m[2], m[3], fmt(RUN.compactions), fmt(RUN.freed)}
+  return {reply, m[1], m[2], m[3], fmt(RUN.compactions), fmt(RUN.freed), fmt(RUN.invalidated)}
 end
 
 -- Run a script's main() for one call (its keys and args) under the request protocol. main
