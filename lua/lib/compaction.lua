@@ -354,7 +354,7 @@ end
 -- attrs value is in a shape no script writes (this runs after writes: nothing may stop the call).
 -- (Its helpers are its own locals: the library, sent whole by EVALSHA on Redis 6.2, stays under
 -- Lua's 200 locals of a chunk.)
-local function invalidated(first, before, freed)
+local function invalidated_tokens(first, before, freed)
   local function tokens_of(from, to)  -- of the items in :fifo positions from..to
     local sum = 0
     for i = from, to, 256 do
@@ -400,7 +400,7 @@ local function record_compaction(c)
   end
   bump(F.FREED, c.freed)
   RUN.freed = RUN.freed + c.freed
-  local after, lost = meta_get(F.TOKENS), invalidated(first, c.before, c.freed)
+  local after, lost = meta_get(F.TOKENS), invalidated_tokens(first, c.before, c.freed)
   RUN.invalidated = RUN.invalidated + (lost or 0)
   local fields = {'strategy', c.strategy, 'items_removed', fmt(c.removed), 'items_cleared', fmt(c.cleared or 0),
     'tokens_freed', fmt(c.freed), 'usage_before_percent', pct(c.before, c.max_tokens),
