@@ -123,6 +123,7 @@ def replay(url: str, name: str, turns: int, result_scale: int, keep_recent: int)
         w = store.window("session", **options)
         w.add("You are a research agent. Use the search tool.", role="system", pinned=True)
         provider, rng, extends, previous = Provider(store._settings.counter), random.Random(3), 0, None
+        invalidated, seen = 0, "0"  # the compacted events' tokens_invalidated, read as the session goes
         budget = CONTEXT if options["max_tokens"] is None else None  # trim: the build's own budget
         opts = cs.BuildOptions(order="arrival", reserve_for_response=RESERVE, max_history_items=100_000,
                                max_tokens=budget)  # fmt: skip
@@ -134,6 +135,9 @@ def replay(url: str, name: str, turns: int, result_scale: int, keep_recent: int)
             read, written = provider.send(built.messages, built.total_tokens)
             if calibrate:
                 w.record_usage(built.version, input_tokens=0, cache_read_tokens=read, cache_write_tokens=written)
+            for event in w.events(since=seen):
+                seen = event.id
+                invalidated += (isinstance(event, cs.events.Compacted) and event.tokens_invalidated) or 0
         stats = w.stats()
         w.delete()
     cost = READ_PRICE * provider.read + WRITE_PRICE * provider.written
@@ -144,6 +148,7 @@ def replay(url: str, name: str, turns: int, result_scale: int, keep_recent: int)
         "refused": provider.refused,
         "tokens_over": provider.over,
         "compactions": stats.compaction_count,
+        "tokens_invalidated": invalidated,
         "token_calibration": stats.token_calibration,
     }
 
@@ -168,12 +173,13 @@ def main() -> None:
             rows = [
                 [name, f"{r['extends_previous']:.0%}", f"{r['cache_read_share']:.0%}", f"{r['input_cost']:,.0f}",
                  f"{r['input_cost'] / base:.2f}x", r["refused"], f"{r['tokens_over']:,}", r["compactions"],
-                 f"{r['token_calibration']:.2f}"]
+                 f"{r['tokens_invalidated']:,}", f"{r['token_calibration']:.2f}"]
                 for name, r in results.items()
             ]  # fmt: skip
             print(f"\n### {label} (provider counts {PROVIDER_RATIO}x the estimates; context {CONTEXT:,})\n")
             print(table(["strategy", "builds extending the previous", "cache-read share", "input cost",
-                         "vs trim", "refused", "tokens over", "compactions", "calibration"], rows))  # fmt: skip
+                         "vs trim", "refused", "tokens over", "compactions", "tokens invalidated", "calibration"],
+                        rows))  # fmt: skip
     print(f"\nwritten to {write_result('cost', out)}")
 
 
