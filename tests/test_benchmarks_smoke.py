@@ -102,16 +102,21 @@ def test_big_windows_smoke_prints_every_operation_at_each_size():
 def test_cost_smoke_replays_each_strategy_and_calibration_keeps_every_prompt_within_the_context():
     """benchmarks/cost.py --smoke: a row per strategy in both sessions; the calibrated windows
     send no prompt the simulated provider refuses, the uncalibrated one does (its estimates are
-    25% short), and a lower compaction target costs less than the default one."""
+    25% short), and a lower compaction target costs less than the default one and invalidates
+    less of the prompt cache; trimming compacts nothing."""
     text = smoke("cost.py", 120)
     rows = {}
     for line in text.splitlines():
         cells = [c.strip() for c in line.strip("|").split("|")]
-        if len(cells) == 9 and cells[0] != "strategy" and not cells[0].startswith("-"):
+        if len(cells) == 10 and cells[0] != "strategy" and not cells[0].startswith("-"):
             rows.setdefault(cells[0], []).append(cells)
     assert len(rows) == 5 and all(len(r) == 2 for r in rows.values()), text
     cost = lambda cells: float(cells[3].replace(",", ""))  # noqa: E731
+    invalidated = lambda cells: int(cells[8].replace(",", ""))  # noqa: E731
     for session in range(2):
+        assert invalidated(rows["trim every turn"][session]) == 0
+        lower, default = rows["clear at threshold down to 40%, calibrated"], rows["clear at threshold, calibrated"]
+        assert 0 < invalidated(lower[session]) < invalidated(default[session])
         assert rows["clear at threshold"][session][5] != "0"  # refused
         assert rows["clear at threshold, calibrated"][session][5] == "0"
         assert rows["clear at threshold down to 40%, calibrated"][session][5] == "0"
