@@ -147,6 +147,8 @@ def test_build_on_a_small_window_names_the_reserve_and_json_reports_every_item(c
 
 
 def _demo(redis_url: str, prefix: str, *argv: str) -> subprocess.CompletedProcess[str]:
+    """The demo in a process of its own, on one server (it drives the library, whose scripts run
+    on every server in the other tests)."""
     return subprocess.run(
         [sys.executable, "-m", "contextstore.cli", "--url", redis_url, "--prefix", prefix, "demo", *argv],
         capture_output=True,
@@ -156,7 +158,7 @@ def _demo(redis_url: str, prefix: str, *argv: str) -> subprocess.CompletedProces
 
 
 @pytest.mark.slow
-def test_demo_with_a_tiny_window_finishes_and_counts_refused_turns(redis_url, prefix):
+def test_demo_with_a_tiny_window_finishes_and_counts_refused_turns(redis_url, prefix, one_server):
     """It hung for ever when a worker's ContextWindowFullError could not be unpickled."""
     res = _demo(redis_url, prefix, "--workers", "3", "--turns", "5", "--max-tokens", "150")
     assert res.returncode == 0, res.stderr
@@ -170,7 +172,7 @@ def _talk(stdout: str) -> list[str]:
 
 
 @pytest.mark.slow
-def test_demo_tells_a_conversation_that_adds_up(redis_url, prefix):
+def test_demo_tells_a_conversation_that_adds_up(redis_url, prefix, one_server):
     res = _demo(redis_url, prefix, "--workers", "3", "--turns", "10")
     assert res.returncode == 0, res.stderr
     held = re.search(r"the window holds (\d+) items: (\d+) pinned .* \+ (\d+) from the workers\n  \((.*)\)", res.stdout)
@@ -194,7 +196,7 @@ def test_demo_tells_a_conversation_that_adds_up(redis_url, prefix):
 
 
 @pytest.mark.slow
-def test_demo_whose_pinned_prompt_cannot_fit_is_one_line(redis_url, prefix):
+def test_demo_whose_pinned_prompt_cannot_fit_is_one_line(redis_url, prefix, one_server):
     res = _demo(redis_url, prefix, "--workers", "1", "--items", "1", "--max-tokens", "5")
     assert res.returncode == 1
     assert one_line(res.stderr).startswith("contextstore: context window full (tokens)")
