@@ -14,7 +14,6 @@ import re
 import shutil
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -442,18 +441,14 @@ def same_build(got: Any, whole: Any) -> None:
     assert set(omitted) <= set(b.pop("omitted_item_ids")) and a == b, (a, b)
 
 
-def run_cli(url: str, prefix: str, *argv: str) -> subprocess.CompletedProcess[str]:
-    """The ``contextstore`` command run in this process, its output piped (not a terminal):
-    what the console script prints, without a Python start-up per call. The installed script
-    itself runs in ``test_packaging_cli.py`` and where a test needs a terminal."""
-    from click.testing import CliRunner
-
-    from contextstore.cli import main
+def run_cli(capsys: Any, url: str, prefix: str, *argv: str) -> subprocess.CompletedProcess[str]:
+    """The ``contextstore`` command run in this process (``cli.main``, its output piped and read
+    with ``capsys``), as a finished process: what the console script prints, without a Python
+    start-up per call. The installed script itself runs in ``test_packaging_cli.py`` and where a
+    test needs a terminal."""
+    from contextstore import cli
 
     args = ["--url", url, "--prefix", prefix, *argv]
-    with CliRunner().isolation() as streams:
-        code = main(args)
-        sys.stdout.flush()  # what the command wrote past click (as a process's exit flushes)
-        sys.stderr.flush()
-        out, err = (s.getvalue().decode("utf-8", "replace") if s is not None else "" for s in streams[:2])
+    code = cli.main(args)
+    out, err = capsys.readouterr()
     return subprocess.CompletedProcess(args, code, out, err)

@@ -9,6 +9,7 @@ import json
 import re
 import shutil
 import subprocess
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,11 @@ MARKUP = ["close tag first [/x] oops", "[chat-03 turn 9] visible?", "[bold]not b
 CALL = {"id": "call_7", "type": "function", "function": {"name": "weather", "arguments": '{"city": "Paris"}'}}
 
 
-command = run_cli  # piped, in this process: the terminal's view runs the installed script in a pty
+@pytest.fixture
+def command(capsys):
+    """``command(url, prefix, *argv)``: the command run in this process, piped (``run_cli``); the
+    terminal's views run the installed script in a pty."""
+    return partial(run_cli, capsys)
 
 
 @pytest.fixture
@@ -38,7 +43,7 @@ def marked(redis_url, prefix):
         yield w
 
 
-def test_show_get_and_stats_print_stored_text_as_it_is(redis_url, prefix, marked):
+def test_show_get_and_stats_print_stored_text_as_it_is(command, redis_url, prefix, marked):
     shown = command(redis_url, prefix, "show", "mk", "--order", "arrival")
     assert shown.returncode == 0 and "Traceback" not in shown.stderr, shown.stderr
     for text in MARKUP:
@@ -60,13 +65,13 @@ def test_show_get_and_stats_print_stored_text_as_it_is(redis_url, prefix, marked
     assert stats.returncode == 0 and "Traceback" not in stats.stderr
 
 
-def test_a_piped_show_is_as_wide_as_its_rows(redis_url, prefix, marked):
+def test_a_piped_show_is_as_wide_as_its_rows(command, redis_url, prefix, marked):
     shown = command(redis_url, prefix, "show", "mk", "--order", "arrival")
     # not squeezed into 80 columns: the whole first line of each message is there
     assert any(line.rstrip().endswith(MARKUP[2]) for line in shown.stdout.splitlines())
 
 
-def test_events_choose_their_kinds(redis_url, prefix, marked):
+def test_events_choose_their_kinds(command, redis_url, prefix, marked):
     marked.build()
     marked.build()
     every = command(redis_url, prefix, "events", "mk").stdout.splitlines()
@@ -80,7 +85,7 @@ def test_events_choose_their_kinds(redis_url, prefix, marked):
     assert bad.returncode == 2
 
 
-def test_export_refuses_to_overwrite_unless_forced(redis_url, prefix, marked, tmp_path: Path):
+def test_export_refuses_to_overwrite_unless_forced(command, redis_url, prefix, marked, tmp_path: Path):
     first = command(redis_url, prefix, "export", str(tmp_path), "mk")
     assert first.returncode == 0, first.stderr
     (written,) = tmp_path.glob("*.json")
@@ -140,7 +145,7 @@ VERBS = [
 
 
 @pytest.mark.parametrize("argv", VERBS, ids=lambda a: " ".join(a).encode("unicode_escape").decode())
-def test_stored_control_characters_are_shown_escaped(redis_url, prefix, hostile, argv):
+def test_stored_control_characters_are_shown_escaped(command, redis_url, prefix, hostile, argv):
     done = command(redis_url, prefix, *argv)
     assert "Traceback" not in done.stderr
     _assert_shown_escaped(done.stdout + done.stderr)
@@ -151,7 +156,7 @@ def test_stored_control_characters_are_shown_escaped(redis_url, prefix, hostile,
         assert "\\x1b]52;c;ZXZpbA==\\x07" in done.stdout  # shown, escaped, not dropped
 
 
-def test_snapshot_json_keeps_the_exact_text(redis_url, prefix, hostile):
+def test_snapshot_json_keeps_the_exact_text(command, redis_url, prefix, hostile):
     snap = json.loads(command(redis_url, prefix, "snapshot", "hx").stdout)
     assert {i["content"] for i in snap["items"]} == {HOSTILE, "second " + HOSTILE}
     assert EVIL_ID in {i["id"] for i in snap["items"]}
@@ -205,7 +210,7 @@ def test_the_watch_view_escapes_stored_control_characters(hostile):
     _assert_shown_escaped(screen)
 
 
-def test_show_on_a_terminal_reads_a_screens_worth_and_says_how_to_see_more(redis_url, prefix, one_server):
+def test_show_on_a_terminal_reads_a_screens_worth_and_says_how_to_see_more(command, redis_url, prefix, one_server):
     """On a 20-line terminal, show lists the 11 most recent of 40 items and says so; --all, a
     pipe and --json list every one."""
     with cs.ContextStore.from_url(redis_url, prefix=prefix) as store:
@@ -218,7 +223,7 @@ def test_show_on_a_terminal_reads_a_screens_worth_and_says_how_to_see_more(redis
     assert len(re.findall(r"message \d\d", command(redis_url, prefix, "show", "many").stdout)) == 40  # piped
 
 
-def test_a_piped_show_streams_a_big_window_page_by_page(redis_url, prefix):
+def test_a_piped_show_streams_a_big_window_page_by_page(command, redis_url, prefix):
     """Piped, ``show`` writes every item of a window larger than a page, in arrival order, as it
     reads it (``iter_items``: one read per page, never the whole window at once); ``--json`` is
     the same items as one JSON document."""

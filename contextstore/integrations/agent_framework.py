@@ -275,7 +275,7 @@ class ContextStoreChatMessageStore(HistoryProvider):
         window, started, attempt = self.session(session_id), time.monotonic(), 0
         while messages:
             attempt += 1
-            version = (await window.acall("stats")).version
+            version = await window.aversion()
             stored = [from_window_item(i) for i in await window.aitems()]
             new = new_messages(stored, messages)
             if not new:
