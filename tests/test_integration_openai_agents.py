@@ -356,6 +356,8 @@ def test_what_a_run_cost_is_recorded_from_its_usage_once_per_request_id(any_stor
         await session.record_usage(usage, model="gpt-x", request_id="resp_1")  # the same run's report: once
         with pytest.raises(cs.InvalidOptionsError, match="model"):
             await session.record_usage(usage, model="not a model")
+        with pytest.raises(cs.InvalidOptionsError, match="Usage"):
+            await session.record_usage({"input_tokens": 5})
 
     run(go())
     with cs.ContextStore.from_url(redis_url, prefix=prefix) as plain:

@@ -187,7 +187,12 @@ class ContextStoreSession(SessionABC):
         and written to the cache, ``input_tokens_details.cached_tokens`` and, with OpenAI's newer
         SDKs, ``cache_write_tokens``), for the window as it is now (``record_usage``).
         Once per ``request_id`` (e.g. ``result.last_response_id``); ``stats().usage`` sums them. A
-        ``model`` or ``request_id`` ``record_usage`` refuses raises ``InvalidOptionsError``."""
+        ``model`` or ``request_id`` ``record_usage`` refuses, or a ``usage`` without the token
+        counts, raises ``InvalidOptionsError`` with nothing recorded."""
+        if not all(isinstance(getattr(usage, n, None), int) for n in ("input_tokens", "output_tokens")):
+            raise InvalidOptionsError(
+                f"usage must be openai-agents' Usage (result.context_wrapper.usage), not {usage!r:.80}"
+            )
         details = getattr(usage, "input_tokens_details", None)
         cached = (getattr(details, "cached_tokens", 0), getattr(details, "cache_write_tokens", 0))
         report = usage_report(usage.input_tokens, usage.output_tokens, *cached, None, None)
