@@ -291,7 +291,8 @@ class WindowConfig(msgspec.Struct, frozen=True, kw_only=True):
     item_limit: int
     #: compaction never removes or clears the newest N conversation units
     keep_recent: int = 0
-    #: CLEAR_TOOL_RESULTS clears nothing unless it frees at least this many tokens
+    #: every compaction frees at least this many tokens (past its target if need be);
+    #: CLEAR_TOOL_RESULTS clears nothing when all it may clear frees less
     clear_at_least: int = 0
     #: CLEAR_TOOL_RESULTS never clears the results of these tools
     clear_exclude_tools: tuple[str, ...] = ()

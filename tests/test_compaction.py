@@ -53,6 +53,36 @@ def test_summarize_replaces_low_priority_items(make_store, r, prefix):
     check_invariants(r, prefix, "c-sum")
 
 
+class Budgeted:
+    """A summarizer that says how long its summary of the items may be (60 tokens)."""
+
+    def summarize(self, items):
+        return "in short: " + "word " * 40
+
+    def budget(self, items):
+        return 60
+
+
+@pytest.mark.parametrize("strategy", ["summarize", "selective", "summarize with a budget"])
+@pytest.mark.parametrize("least", [0, 450])
+def test_a_compaction_outside_redis_frees_at_least_clear_at_least(make_store, strategy, least):
+    """Ten notes of 100 tokens, 1,000 of 2,000 held and the target 50 tokens below: one note would
+    do, clear_at_least=450 makes it five (with a summary of up to 60 tokens counted against
+    what goes: two, and six)."""
+    helper = Budgeted() if strategy.endswith("budget") else summarize
+    store = make_store(summarizer=helper, relevance_scorer=Scorer())
+    w = store.window("c-least", max_tokens=2000, compaction_threshold=100, clear_at_least=least)
+    _fill(w)
+    before = {i.id: i.token_count for i in w.items()}
+    freed = w.compact(strategy.split()[0], target_percent=47.5)
+    gone = sum(tokens for i, tokens in before.items() if i not in {it.id for it in w.items()})
+    summaries = [i for i in w.items() if i.id not in before]
+    assert len(summaries) == (strategy != "selective")
+    assert freed == gone - sum(s.token_count for s in summaries)
+    expected = {0: 100, 450: 500}[least] + (100 if strategy.endswith("budget") else 0)
+    assert gone == expected
+
+
 def test_summarize_object_with_method_and_async_helper(make_store, api):
     class Summarizer:
         def summarize(self, items):

@@ -320,8 +320,9 @@ def test_server_side_compaction_runs_in_parts_until_the_script_says_done():
     first, second = sent
     assert [c.name for c in sent] == ["compact", "compact"] and freed == 42
     chunk, placeholder = str(compaction_plans.COMPACT_CHUNK), str(words(CLEARED_PLACEHOLDER))
-    assert first.args == ["remove_oldest", "50.0", chunk, "0", placeholder, "0"]  # no config: it makes no window
-    assert second.args[-3] == "1" and second.request == first.request + "/1"  # one compaction, two parts
+    assert first.args == ["remove_oldest", "50.0", chunk, "0", placeholder, "0", "0"]  # no config: it makes no window
+    assert second.args[3] == "1" and second.request == first.request + "/1"  # one compaction, two parts
+    assert second.args[-1] == "30"  # what the first part freed counts toward clear_at_least
 
 
 def test_default_strategy_is_read_from_the_window_first():

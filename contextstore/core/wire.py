@@ -287,10 +287,11 @@ def compact_args(
     continued: bool,
     placeholder_tokens: int,
     dry_run: bool = False,
+    earlier: int = 0,
 ) -> Args:
     """compact.lua's ARGV: strategy, target percent, most items this call, continues a call,
-    the cleared placeholder's tokens, dry run."""
-    flags = ["1" if continued else "0", str(placeholder_tokens), "1" if dry_run else "0"]
+    the cleared placeholder's tokens, dry run, tokens the compaction's earlier calls freed."""
+    flags = ["1" if continued else "0", str(placeholder_tokens), "1" if dry_run else "0", str(earlier)]
     return [strategy.value, repr(float(target_percent)), str(most), *flags]
 
 

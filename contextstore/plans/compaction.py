@@ -86,9 +86,15 @@ def compact(
 
 
 def _compact_inside(
-    settings: Settings, state: WindowState, strategy: CompactionStrategy, target: float, request: str
+    settings: Settings,
+    state: WindowState,
+    strategy: CompactionStrategy,
+    target: float,
+    request: str,
+    earlier: int = 0,
 ) -> Plan[int]:
-    """compact.lua in parts of at most COMPACT_CHUNK removals, so one script stays short."""
+    """compact.lua in parts of at most COMPACT_CHUNK removals, so one script stays short;
+    ``earlier``: tokens already freed by this compaction (they count toward clear_at_least)."""
     freed, part, more = 0, 0, True
     while more:
         args = wire.compact_args(
@@ -97,6 +103,7 @@ def _compact_inside(
             COMPACT_CHUNK,
             continued=part > 0,
             placeholder_tokens=settings.placeholder_tokens,
+            earlier=earlier + freed,
         )
         reply = raise_for_reply(
             (yield ScriptCall("compact", state.keys, args, f"{request}/{part}" if part else request))
@@ -114,7 +121,8 @@ def compact_for_add(settings: Settings, state: WindowState, ask: wire.CompactFir
     chosen = CompactionStrategy(ask.strategy)
     runs, freed = 0, 0
     for strategy in (chosen, CompactionStrategy.REMOVE_LOW_PRIORITY):
-        got = yield from _compact_inside(settings, state, strategy, ask.target_percent, new_request("compact", None))
+        request = new_request("compact", None)
+        got = yield from _compact_inside(settings, state, strategy, ask.target_percent, request, freed)
         runs, freed = runs + (got > 0), freed + got
         if chosen is not CompactionStrategy.CLEAR_TOOL_RESULTS:
             break
@@ -194,13 +202,23 @@ def _choose(
     chosen: list[Candidate] = []
     freed = 0
     for unit in units:
-        # the summary's room can only matter once the items alone reach the target (it is >= 0),
-        # so the summarizer's budget() is not asked for every unit of a large window
-        if chosen and tokens - freed <= target and tokens - freed + _summary_room(settings, strategy, chosen) <= target:
+        if chosen and _enough(settings, strategy, chosen, tokens - target, freed, cfg.clear_at_least):
             break
         chosen += sorted(unit, key=lambda c: c[0].seq)
         freed += sum(c[0].token_count for c in unit)
     return (chosen, freed) if chosen else None
+
+
+def _enough(
+    settings: Settings, strategy: CompactionStrategy, chosen: list[Candidate], over: int, freed: int, least: int
+) -> bool:
+    """Whether replacing ``chosen`` (``freed`` tokens) brings usage down by ``over`` and frees at
+    least ``least`` (clear_at_least), net of the summary's room. The room can only matter once
+    the items alone get there (it is >= 0): the summarizer's budget() is not asked for every unit."""
+    if freed < over or freed < least:
+        return False
+    room = _summary_room(settings, strategy, chosen)
+    return freed - room >= max(over, least)
 
 
 def _summary_room(settings: Settings, strategy: CompactionStrategy, chosen: list[Candidate]) -> int:

@@ -279,32 +279,41 @@ local function cleared_version(a, cfg, placeholder)
   return cleared_json(json, a)
 end
 
--- Plan a compaction of `state`'s window from `tokens` down to `target`: a list of actions
--- ({'clear', item, tokens freed} or {'remove', unit, tokens}) of at most `limit` items, and the
--- tokens they free. clear_tool_results clears nothing unless that frees clear_at_least; with
--- `fallback` it goes on with remove_low_priority when clearing alone does not reach the target.
--- Sets state.limited when the limit stopped it (the plan is then a part: without a limit it
--- would act on more).
+-- Plan a compaction of `state`'s window from `tokens` down to `target`, freeing at least
+-- cfg.clear_at_least (the least gain worth the prompt cache a compaction invalidates): a list of
+-- actions ({'clear', item, tokens freed} or {'remove', unit, tokens}) of at most `limit` items,
+-- and the tokens they free. clear_tool_results clears nothing unless all it may clear frees
+-- clear_at_least (candidates past the limit count toward it); with `fallback` it goes on with
+-- remove_low_priority when clearing alone does not get there. Sets state.limited when the limit
+-- stopped it (the plan is then a part: without a limit it would act on more); a part that
+-- continues one (state.continued) goes on below the target until clear_at_least is freed.
 local function plan_compaction(strategy, tokens, target, state, cfg, placeholder, limit, fallback)
-  local actions, freed, n = {}, 0, 0
-  if tokens <= target then return actions, 0 end
+  local actions, freed, n, least = {}, 0, 0, cfg.clear_at_least
+  if tokens <= target and not state.continued then return actions, 0 end
   limit = limit or math.huge
   local kept_set
   local function kept()
     kept_set = kept_set or kept_units(state, cfg.keep_recent)
     return kept_set
   end
+  local function done(gain) return tokens - gain <= target and gain >= least end
   if strategy == 'clear_tool_results' then
-    local cleared = 0
+    local cleared, later = 0, 0
     for a in clearable(state, kept, placeholder) do
-      if tokens - cleared <= target then break end
-      if n >= limit then state.limited = true break end
-      a.cleared_json = cleared_version(a, cfg, placeholder)
-      if a.cleared_json then
+      if done(cleared) then break end
+      if n >= limit then
+        state.limited = true
+        if cleared + later >= least then break end
+      end
+      local json = cleared_version(a, cfg, placeholder)
+      if json and n >= limit then
+        later = later + a.tokens - placeholder
+      elseif json then
+        a.cleared_json = json
         actions[#actions + 1], cleared, n = {'clear', a, a.tokens - placeholder}, cleared + a.tokens - placeholder, n + 1
       end
     end
-    if cleared < cfg.clear_at_least then actions, cleared, n = {}, 0, 0 end
+    if cleared + later < least then actions, cleared, n = {}, 0, 0 end
     state.cleared = state.cleared or {}
     for _, act in ipairs(actions) do
       state.cleared[act[2].id], act[2].tokens, act[2].flags = placeholder, placeholder, cleared_flags(act[2].flags)
@@ -314,7 +323,7 @@ local function plan_compaction(strategy, tokens, target, state, cfg, placeholder
     strategy = 'remove_low_priority'
   end
   for u in removable_units(strategy, state, kept) do
-    if tokens - freed <= target then break end
+    if done(freed) then break end
     if n >= limit then state.limited = true break end
     actions[#actions + 1], freed, n = {'remove', u, u.tokens}, freed + u.tokens, n + #u.ids
   end
