@@ -59,7 +59,7 @@ STAGE_TTL_MS = 10 * 60 * 1000
 #: either (``ReplayUnavailableError``). A record without a format is format 1 (written before
 #: formats were kept). tests/test_requests.py checks one fixed run's records against
 #: tests/data/records_format_<RECORD_FORMAT>.json, so a change of shape that keeps it fails.
-RECORD_FORMAT = 3
+RECORD_FORMAT = 4
 #: the weights of the build-order score (``order_score``)
 RANK_WEIGHT = 10**13
 PRIORITY_WEIGHT = 10**10
