@@ -29,14 +29,32 @@
 -- Reply: number of items restored.
 local A = 2 * N_CONFIG + 1
 
+-- The counters a restore keeps that reading the config does not check (layout.Meta.COUNTERS
+-- less those stored_config reads), and the usage ratios.
+local KEPT_COUNTERS = {[F.COMPACTIONS] = true, [F.FREED] = true, [F.CREATED_MS] = true, [F.CREATED_US] = true,
+  [F.SUMMARIES] = true, [F.USED_INPUT] = true, [F.USED_OUTPUT] = true, [F.USED_CACHE_READ] = true,
+  [F.USED_CACHE_WRITE] = true, [F.USAGE_RECORDS] = true}
+
+-- Whether a kept :meta value holds what a script writes (layout.meta_problems' rules).
+local function readable(f, v)
+  if f ~= F.RATIOS then return string.find(v, '^%d+$') ~= nil and #v <= 19 end
+  for r in string.gmatch(v, '[^ ]+') do
+    local n = tonumber(r)
+    if not (n and n >= USAGE.calibration_min and n <= USAGE.calibration_max) then return false end
+  end
+  return true
+end
+
 -- Empty the item keys, the archive (undo of an earlier summary is refused after a restore)
--- and the per-type counters (the window's other counters stay).
+-- and the per-type counters. The window's other counters stay, less those that hold what no
+-- script writes (verify() names them): a restore repairs a window whole.
 local function wipe()
   redis.call('UNLINK', K_ARCHIVE, unpack(item_keys()))
   local meta = redis.call('HGETALL', K_META)
   for i = 1, #meta, 2 do
     local f = meta[i]
-    if string.sub(f, 1, #F.TOKENS_OF) == F.TOKENS_OF or string.sub(f, 1, #F.ITEMS_OF) == F.ITEMS_OF then
+    if string.sub(f, 1, #F.TOKENS_OF) == F.TOKENS_OF or string.sub(f, 1, #F.ITEMS_OF) == F.ITEMS_OF
+        or ((KEPT_COUNTERS[f] or f == F.RATIOS) and not readable(f, meta[i + 1])) then
       redis.call('HDEL', K_META, f)
     end
   end

@@ -16,6 +16,7 @@ import pytest
 
 import contextstore as cs
 from contextstore.core.keys import window_keys
+from contextstore.core.layout import Meta
 
 from support import SyncProxy, dump_window
 
@@ -54,6 +55,12 @@ CORRUPTIONS: dict[str, Callable[[Any, Callable[[str], str]], Any]] = {
     "meta tokens nan": lambda r, k: r.hset(k("meta"), "tokens", "nan"),
     "meta max_tokens negative": lambda r, k: r.hset(k("meta"), "max_tokens", "-5"),
     "meta items not a number": lambda r, k: r.hset(k("meta"), "items", "many"),
+    "meta clear_at_least negative": lambda r, k: r.hset(k("meta"), "clear_at_least", "-5"),
+    "meta calibration not a ratio": lambda r, k: r.hset(k("meta"), "calibration", "9e9"),
+    "meta usage ratios garbage": lambda r, k: r.hset(k("meta"), "ratios", "1.2 x"),
+    "meta used_input not a count": lambda r, k: r.hset(k("meta"), "used_input", "-1"),
+    "meta compactions not a count": lambda r, k: r.hset(k("meta"), "compactions", "some"),
+    "meta epoch not a count": lambda r, k: r.hset(k("meta"), "epoch", "x"),
     "fifo of another type": lambda r, k: (r.delete(k("fifo")), r.set(k("fifo"), "x")),
     "pending inputs not JSON": lambda r, k: r.hset(k("turn"), "pending", "not json"),
     "request record not JSON": lambda r, k: r.hset(
@@ -97,7 +104,7 @@ def _reads(w: Any) -> dict[str, Callable[[], Any]]:
     }
 
 
-def _writes(w: Any, snap: cs.ContextSnapshot) -> dict[str, Callable[[], Any]]:
+def _writes(w: Any, version: str) -> dict[str, Callable[[], Any]]:
     return {
         "add": lambda: w.add("one more"),
         "add_many": lambda: w.add_many(["a", "b"]),
@@ -116,6 +123,7 @@ def _writes(w: Any, snap: cs.ContextSnapshot) -> dict[str, Callable[[], Any]]:
         "replace": lambda: w.replace(["fresh"], last=2),
         "configure": lambda: w.configure(max_tokens=5000),
         "turn": lambda: _turn(w),
+        "record_usage": lambda: w.record_usage(version, input_tokens=900, request_id="usage-1"),
     }
 
 
@@ -202,7 +210,7 @@ def test_a_corrupt_window_raises_corrupt_window_error_and_writes_nothing(make_st
     kind = case[1]
     store = make_store()
     w = _fill(store)
-    snap = w.snapshot()
+    snap, version = w.snapshot(), w.build_structured().version
     assert w.verify().ok
     CORRUPTIONS[kind](r, lambda name: f"{prefix}:{{{W}}}:{name}")
     corrupt = _Keys(r, prefix)
@@ -215,9 +223,9 @@ def test_a_corrupt_window_raises_corrupt_window_error_and_writes_nothing(make_st
         outcomes[f"read {name}"] = _outcome(_reads(fresh)[name])
         assert dump_window(r, prefix, W) == before or name.startswith("build"), f"read {name} wrote"
         corrupt.put_back()
-    for name in _writes(w, snap):
+    for name in _writes(w, version):
         before = dump_window(r, prefix, W)
-        got = outcomes[f"write {name}"] = _outcome(_writes(fresh, snap)[name])
+        got = outcomes[f"write {name}"] = _outcome(_writes(fresh, version)[name])
         if got != "ok" and kind not in TYPE_CHANGES:
             assert dump_window(r, prefix, W) == before, f"{name} raised ({got}) after writing"
         if (kind, name) in MUST_REFUSE:
@@ -230,3 +238,25 @@ def test_a_corrupt_window_raises_corrupt_window_error_and_writes_nothing(make_st
         corrupt.put_back()
     untyped = {k: v for k, v in outcomes.items() if v in ("refused: ContextStoreError", "refused: ScriptError")}
     assert not untyped, f"untyped errors on {kind!r}: {untyped}"
+
+
+@pytest.mark.parametrize("case", [("sync", "every counter")], ids=["sync"])
+def test_restore_repairs_every_counter_and_the_usage_it_keeps(make_store, r, prefix, case):
+    """Each counter of :meta (and the usage ratios and calibration), holding what no script
+    writes: verify() names it, and restore() of a snapshot repairs it. A restore keeps a window's
+    counters: one that no read of the config checks is dropped alone, the others kept (one that
+    every call checks makes the restore write :meta anew, as for any corrupt config)."""
+    w = _fill(make_store())
+    built = w.build_structured()
+    w.record_usage(built.version, input_tokens=built.total_tokens * 2, output_tokens=7)
+    snap, used, whole = w.snapshot(), w.stats(), _Keys(r, prefix)
+    meta = f"{prefix}:{{{W}}}:meta"
+    for field in (*Meta.COUNTERS, Meta.RATIOS, Meta.CALIBRATION):
+        r.hset(meta, field, "-1" if field in (Meta.RATIOS, Meta.CALIBRATION) else "not a count")
+        assert [p for p in w.verify().problems if field in p], field
+        w.restore(snap)
+        assert w.verify().ok, (field, w.verify())
+        if field in (Meta.COMPACTIONS, Meta.FREED, Meta.CREATED_MS, Meta.SUMMARIES, Meta.USED_OUTPUT):
+            now = w.stats().usage  # the readable ones stay
+            assert (now.input_tokens, now.records) == (used.usage.input_tokens, used.usage.records), field
+        whole.put_back()
