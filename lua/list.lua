@@ -12,7 +12,8 @@
 -- and the client cuts it. next: the index of the next page ('after': the seq of the last id this
 -- page looked at, each page sending its JSON), -1 when the listing is complete. A listing of
 -- several pages is consistent when every page's meta has the same epoch, seq and item count
--- (contextstore/plans/reads.py).
+-- (contextstore/plans/reads.py). {'!', 'CORRUPT', key, id, 'missing'} for a listed id without
+-- its attrs or its JSON.
 
 -- The seq of the item at index `at` of :fifo (corrupt() when its attrs are missing or bad).
 local function seq_at(at)
@@ -74,9 +75,19 @@ if types_arg ~= '' and #listed > 0 then
   end
   listed = keep
 end
+-- The first listed id without its JSON: listed by this call, it did not go meanwhile (as
+-- between a listing and fetch.lua), so the window holds what no script writes.
+local function bodiless(out)
+  for i, e in ipairs(out) do
+    if not e then return listed[i] end
+  end
+  return nil
+end
+
 if mode == 'after' then
   local out, deferred, bad = contents(listed, budget)
   if bad then return fail('CORRUPT', K_ATTRS, bad, 'missing') end
+  if bodiless(out) then return fail('CORRUPT', K_ITEMS, bodiless(out), 'missing') end
   return {meta, npinned, out, listed, deferred, cursor}
 end
 if start ~= 0 or (page > 0 and first + page < total) then
@@ -90,4 +101,5 @@ if limit >= 0 and #listed > limit then  -- the whole listing in this call: cut t
 end
 local out, deferred, bad = contents(listed, budget)
 if bad then return fail('CORRUPT', K_ATTRS, bad, 'missing') end
+if bodiless(out) then return fail('CORRUPT', K_ITEMS, bodiless(out), 'missing') end
 return {meta, npinned, out, listed, deferred, next_page(first, page, total)}

@@ -9,6 +9,7 @@ copy of the corrupt keys (``DUMP`` / ``RESTORE``), so each starts from the same 
 from __future__ import annotations
 
 import asyncio
+import io
 from collections.abc import Callable
 from typing import Any
 
@@ -101,6 +102,9 @@ def _reads(w: Any) -> dict[str, Callable[[], Any]]:
         "to_markdown": w.to_markdown,
         "plan_compaction": lambda: w.plan_compaction("remove_oldest", 0),
         "turn_status": w.turn_status,
+        "iter_items": lambda: list(w.iter_items()),
+        "lineage": w.lineage,
+        "write_snapshot": lambda: w.write_snapshot(io.BytesIO()),
     }
 
 
@@ -124,6 +128,8 @@ def _writes(w: Any, version: str) -> dict[str, Callable[[], Any]]:
         "configure": lambda: w.configure(max_tokens=5000),
         "turn": lambda: _turn(w),
         "record_usage": lambda: w.record_usage(version, input_tokens=900, request_id="usage-1"),
+        "rewind": lambda: w.rewind("ctx-2"),
+        "fork": lambda: w.fork("crp-fork"),
     }
 
 
