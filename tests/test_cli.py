@@ -4,6 +4,7 @@ help on every option, and a demo that shows several workers and never hangs."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -208,3 +209,30 @@ def test_a_reader_that_goes_away_is_no_traceback(redis_url, prefix):
     cmd = f"{sys.executable} -m contextstore.cli --url {redis_url} --prefix {prefix} snapshot big | head -c 10"
     res = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=120)
     assert res.stdout == '{"format_v' and res.stderr == ""
+
+
+def test_a_corrupt_window_is_listed_verified_repaired_and_deleted(capsys, redis_url, prefix, r, tmp_path, one_server):
+    """The operator's way through a corrupt window: ``ls`` lists it (marked) beside the others,
+    ``verify`` names what is wrong, ``import --force`` of its export repairs it, ``delete``
+    deletes it; none of them stops at reading its config."""
+    base = ("--url", redis_url, "--prefix", prefix)
+    with cs.ContextStore.from_url(redis_url, prefix=prefix) as store:
+        for wid in ("bad", "good"):
+            store.window(wid).add_many(["one", "two"])
+    assert run(capsys, *base, "export", str(tmp_path), "bad")[0] == 0
+    r.hset(f"{prefix}:{{bad}}:meta", mapping={"used_output": "\x1b[2Jx", "threshold": "high"})
+    code, out, _ = run(capsys, *base, "ls", "--json")
+    rows = {row["window_id"]: row for row in json.loads(out)}
+    assert code == 0 and "threshold" in rows["bad"]["corrupt"] and rows["good"]["items"] == 2
+    for argv in (["ls"], ["ls", "--tree"]):
+        code, out, _ = run(capsys, *base, *argv)
+        assert code == 0 and "corrupt" in out and "good" in out and "\x1b" not in out
+    code, out, _ = run(capsys, *base, "verify", "bad")
+    assert code == 1 and "BROKEN" in out and "used_output" in out and "threshold" in out and "\x1b" not in out
+    assert run(capsys, *base, "stats", "bad")[0] == 1  # the views still refuse to show it
+    assert run(capsys, *base, "import", str(tmp_path), "--force")[0] == 0
+    assert run(capsys, *base, "verify", "bad")[:2] == (0, "OK: window bad: 2 items, 2 tokens, every invariant holds\n")
+    r.hset(f"{prefix}:{{bad}}:meta", "threshold", "high")
+    assert run(capsys, *base, "delete", "bad")[:2] == (0, "deleted bad\n")
+    assert run(capsys, *base, "delete", "bad")[0] == 1
+    assert run(capsys, *base, "ls", "--json")[1].count("window_id") == 1

@@ -65,6 +65,11 @@ class Env:
         """The handle of an existing window; a missing one is an error (never created)."""
         return self.store().window(window_id, create=False)
 
+    def unread(self, window_id: str) -> ContextWindow:
+        """A handle that reads nothing of the window first: what verify, delete and import use,
+        so that they work on a window whose config does not read (a corrupt one)."""
+        return self.store().handle(window_id)
+
     def close(self) -> None:
         """Close every store the command opened."""
         while self.stores:

@@ -14,6 +14,7 @@ import msgspec
 from rich.console import Console
 from rich.table import Table
 
+from ..errors import WindowNotFoundError
 from ..types import CompactionStrategy, ContextSnapshot, ItemType
 from .app import BadInput, CommandFailed, Env, cli, emit_json, json_option, pass_env, window_argument
 from .compactor import helper_options, helpers_of
@@ -218,7 +219,8 @@ def delete(env: Env, window: str) -> None:
     """Delete a window: items, config and events.
 
     Exit status 1 if it does not exist."""
-    env.window(window).delete()
+    if not env.unread(window).delete():
+        raise WindowNotFoundError(window)
     click.echo(f"deleted {window}")
 
 

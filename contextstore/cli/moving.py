@@ -88,6 +88,6 @@ def import_(env: Env, directory: Path, force: bool) -> None:
         task = bar.add_task("import", total=len(snaps), window="")
         for snap in snaps:
             bar.update(task, window=snap.window_id)
-            store.window(snap.window_id).restore(snap)
+            store.handle(snap.window_id).restore(snap)
             bar.advance(task)
     click.echo(f"imported {len(snaps)} windows from {directory}", err=True)

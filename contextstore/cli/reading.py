@@ -7,12 +7,12 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Literal, cast
+from typing import Any, Literal, cast
 
 import click
 from rich.console import Console
 
-from .. import Prices
+from .. import ContextStore, CorruptWindowError, Prices, WindowNotFoundError
 from ..core import parts
 from ..events import KINDS as EVENT_KINDS
 from ..render.select import build_key
@@ -52,22 +52,40 @@ def ls(env: Env, tree: bool, as_json: bool) -> None:
     """List windows with items, tokens and usage."""
     store = env.store()
     ids = store.windows()
-    parents = {wid: store.window(wid, create=False).lineage().parent for wid in ids} if tree else {}
+    parents = {wid: _parent(store, wid) for wid in ids} if tree else {}
     rows = []
     for wid, depth in tree_order(ids, parents) if tree else [(wid, 0) for wid in ids]:
-        stats = store.window(wid, create=False).stats()
-        row = {
-            "window_id": wid,
-            "items": stats.total_items,
-            "tokens": stats.current_tokens,
-            "max_tokens": stats.max_tokens,
-            "usage_percent": stats.usage_percent,
-        }
+        row = _window_row(store, wid)
         rows.append({**row, "parent": parents[wid], "depth": depth} if tree else row)
     if as_json:
         emit_json(rows)
     else:
         Console().print(windows_table(rows))
+
+
+def _parent(store: ContextStore, window_id: str) -> str | None:
+    """The window a window was forked from (None: none, or a window that does not read)."""
+    try:
+        return store.handle(window_id).lineage().parent
+    except CorruptWindowError:
+        return None
+
+
+def _window_row(store: ContextStore, window_id: str) -> dict[str, Any]:
+    """``ls``'s row of a window: its counts, or (a corrupt window) what is wrong with it, so that
+    one window that does not read never hides the others."""
+    try:
+        stats = store.handle(window_id).stats()
+    except CorruptWindowError as exc:
+        return {"window_id": window_id, "items": None, "tokens": None, "max_tokens": None, "usage_percent": None,
+                "corrupt": str(exc)}  # fmt: skip
+    return {
+        "window_id": window_id,
+        "items": stats.total_items,
+        "tokens": stats.current_tokens,
+        "max_tokens": stats.max_tokens,
+        "usage_percent": stats.usage_percent,
+    }
 
 
 def tree_order(ids: list[str], parents: dict[str, str | None]) -> list[tuple[str, int]]:
@@ -350,7 +368,9 @@ def verify(env: Env, window: str, as_json: bool) -> int:
     """Check a window against every invariant.
 
     Exit status 1 when one is broken."""
-    report = env.window(window).verify()
+    report = env.unread(window).verify()
+    if not report.exists:
+        raise WindowNotFoundError(window)
     if as_json:
         emit_json(report)
     elif report.ok:

@@ -270,19 +270,20 @@ def stats_view(stats: ContextWindowStats, prices: Prices | None = None) -> Rende
 
 
 def windows_table(rows: Iterable[dict[str, Any]]) -> Table:
-    """The windows under the prefix: id, items, tokens, limit and usage."""
+    """The windows under the prefix: id, items, tokens, limit and usage ("corrupt" for a window
+    that does not read: ``contextstore verify`` says why)."""
     table = Table(expand=False, pad_edge=False)
     table.add_column("window", no_wrap=True)
     for name in ("items", "tokens", "max_tokens", "usage"):
         table.add_column(name, justify="right", no_wrap=True)
     for row in rows:
-        limit = row["max_tokens"]
+        limit, corrupt = row["max_tokens"], "corrupt" in row
         table.add_row(
             plain("  " * (row.get("depth", 1) - 1) + "└ " + row["window_id"] if row.get("depth") else row["window_id"]),
-            str(row["items"]),
-            str(row["tokens"]),
+            "-" if corrupt else str(row["items"]),
+            "-" if corrupt else str(row["tokens"]),
             "-" if limit is None else str(limit),
-            f"{row['usage_percent']:.1f}%",
+            "corrupt" if corrupt else f"{row['usage_percent']:.1f}%",
         )
     return table
 
