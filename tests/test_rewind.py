@@ -207,7 +207,7 @@ def test_the_command_forks_and_rewinds(store, redis_url, prefix, capsys, monkeyp
 
 
 def test_tree_order_puts_each_fork_under_its_parent_and_survives_a_loop():
-    from contextstore.cli.reading import tree_order
+    from contextstore.cli.listing import tree_order
 
     parents = {"a": None, "a/1": "a", "a/1/x": "a/1", "a/2": "a", "b": "gone", "loop1": "loop2", "loop2": "loop1"}
     assert tree_order(list(parents), parents) == [

@@ -1,18 +1,18 @@
-"""The reading verbs: ``ls``, ``show``, ``stats``, ``build``, ``snapshot``, ``verify`` and
-``events`` (and the old names ``windows``, ``items``, ``markdown``). None of them creates a
-window: a missing one is an error (exit 1)."""
+"""The reading verbs of one window: ``show``, ``get``, ``stats``, ``build``, ``snapshot``,
+``verify`` and ``events`` (and the old names ``items``, ``markdown``). None of them creates a
+window: a missing one is an error (exit 1). Listing windows: ``cli/listing.py``."""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Literal, cast
 
 import click
 from rich.console import Console
 
-from .. import ContextStore, CorruptWindowError, Prices, WindowNotFoundError
+from .. import Prices, WindowNotFoundError
 from ..core import parts
 from ..events import KINDS as EVENT_KINDS
 from ..render.select import build_key
@@ -30,7 +30,6 @@ from .views import (
     stats_view,
     turn_lines,
     visible,
-    windows_table,
 )
 
 TYPE_NAMES = [t.value for t in ItemType]
@@ -42,80 +41,6 @@ PIPED_WIDTH, PIPED_CONTENT = 400, 200
 SCREEN_OTHER_LINES, SCREEN_MIN_ROWS = 9, 5
 Order = Literal["sections", "priority", "arrival"]
 ChatFormat = Literal["openai", "anthropic"]
-
-
-@cli.command("ls")
-@click.option("--tree", is_flag=True, help="each fork under the window it was made from (--json: with its parent)")
-@json_option
-@pass_env
-def ls(env: Env, tree: bool, as_json: bool) -> None:
-    """List windows with items, tokens and usage."""
-    store = env.store()
-    ids = store.windows()
-    parents = {wid: _parent(store, wid) for wid in ids} if tree else {}
-    rows = []
-    for wid, depth in tree_order(ids, parents) if tree else [(wid, 0) for wid in ids]:
-        row = _window_row(store, wid)
-        rows.append({**row, "parent": parents[wid], "depth": depth} if tree else row)
-    if as_json:
-        emit_json(rows)
-    else:
-        Console().print(windows_table(rows))
-
-
-def _parent(store: ContextStore, window_id: str) -> str | None:
-    """The window a window was forked from (None: none, or a window that does not read)."""
-    try:
-        return store.handle(window_id).lineage().parent
-    except CorruptWindowError:
-        return None
-
-
-def _window_row(store: ContextStore, window_id: str) -> dict[str, Any]:
-    """``ls``'s row of a window: its counts, or (a corrupt window) what is wrong with it, so that
-    one window that does not read never hides the others."""
-    try:
-        stats = store.handle(window_id).stats()
-    except CorruptWindowError as exc:
-        return {"window_id": window_id, "items": None, "tokens": None, "max_tokens": None, "usage_percent": None,
-                "corrupt": str(exc)}  # fmt: skip
-    return {
-        "window_id": window_id,
-        "items": stats.total_items,
-        "tokens": stats.current_tokens,
-        "max_tokens": stats.max_tokens,
-        "usage_percent": stats.usage_percent,
-    }
-
-
-def tree_order(ids: list[str], parents: dict[str, str | None]) -> list[tuple[str, int]]:
-    """``ids`` as a tree: each window whose parent is not listed (sorted), then the forks made
-    from it, deeper by one; with each its depth. A window no root leads to (stored lineage that
-    loops) is listed as a root."""
-    children: dict[str | None, list[str]] = {}
-    for wid in sorted(ids):
-        parent = parents.get(wid)
-        children.setdefault(parent if parent in parents else None, []).append(wid)
-    out: list[tuple[str, int]] = []
-    seen: set[str] = set()
-    for root in [*children.get(None, []), *sorted(ids)]:
-        todo = [(root, 0)]
-        while todo:
-            wid, depth = todo.pop()
-            if wid in seen:
-                continue
-            seen.add(wid)
-            out.append((wid, depth))
-            todo += [(child, depth + 1) for child in reversed(children.get(wid, []))]
-    return out
-
-
-@cli.command("windows", hidden=True)
-@pass_env
-def windows(env: Env) -> None:
-    """The window ids, one per line (the old name of ``ls``)."""
-    for wid in env.store().windows():
-        click.echo(wid)
 
 
 def _types_option(fn: click.decorators.FC) -> click.decorators.FC:
