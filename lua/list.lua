@@ -87,7 +87,8 @@ end
 if mode == 'after' then
   local out, deferred, bad = contents(listed, budget)
   if bad then return fail('CORRUPT', K_ATTRS, bad, 'missing') end
-  if bodiless(out) then return fail('CORRUPT', K_ITEMS, bodiless(out), 'missing') end
+  local gone = bodiless(out)
+  if gone then return fail('CORRUPT', K_ITEMS, gone, 'missing') end
   return {meta, npinned, out, listed, deferred, cursor}
 end
 if start ~= 0 or (page > 0 and first + page < total) then
@@ -101,5 +102,6 @@ if limit >= 0 and #listed > limit then  -- the whole listing in this call: cut t
 end
 local out, deferred, bad = contents(listed, budget)
 if bad then return fail('CORRUPT', K_ATTRS, bad, 'missing') end
-if bodiless(out) then return fail('CORRUPT', K_ITEMS, bodiless(out), 'missing') end
+local gone = bodiless(out)
+if gone then return fail('CORRUPT', K_ITEMS, gone, 'missing') end
 return {meta, npinned, out, listed, deferred, next_page(first, page, total)}

@@ -29,11 +29,11 @@
 -- Reply: number of items restored.
 local A = 2 * N_CONFIG + 1
 
--- The counters a restore keeps that reading the config does not check (layout.Meta.COUNTERS
--- less those stored_config reads), and the usage ratios.
-local KEPT_COUNTERS = {[F.COMPACTIONS] = true, [F.FREED] = true, [F.CREATED_MS] = true, [F.CREATED_US] = true,
+-- The :meta fields a restore keeps that reading the config does not check: the counters of
+-- layout.Meta.COUNTERS less those stored_config reads, and the usage ratios.
+local KEPT_UNCHECKED = {[F.COMPACTIONS] = true, [F.FREED] = true, [F.CREATED_MS] = true, [F.CREATED_US] = true,
   [F.SUMMARIES] = true, [F.USED_INPUT] = true, [F.USED_OUTPUT] = true, [F.USED_CACHE_READ] = true,
-  [F.USED_CACHE_WRITE] = true, [F.USAGE_RECORDS] = true}
+  [F.USED_CACHE_WRITE] = true, [F.USAGE_RECORDS] = true, [F.RATIOS] = true}
 
 -- Whether a kept :meta value holds what a script writes (layout.meta_problems' rules).
 local function readable(f, v)
@@ -54,7 +54,7 @@ local function wipe()
   for i = 1, #meta, 2 do
     local f = meta[i]
     if string.sub(f, 1, #F.TOKENS_OF) == F.TOKENS_OF or string.sub(f, 1, #F.ITEMS_OF) == F.ITEMS_OF
-        or ((KEPT_COUNTERS[f] or f == F.RATIOS) and not readable(f, meta[i + 1])) then
+        or (KEPT_UNCHECKED[f] and not readable(f, meta[i + 1])) then
       redis.call('HDEL', K_META, f)
     end
   end

@@ -215,10 +215,8 @@ def _enough(
     """Whether replacing ``chosen`` (``freed`` tokens) brings usage down by ``over`` and frees at
     least ``least`` (clear_at_least), net of the summary's room. The room can only matter once
     the items alone get there (it is >= 0): the summarizer's budget() is not asked for every unit."""
-    if freed < over or freed < least:
-        return False
-    room = _summary_room(settings, strategy, chosen)
-    return freed - room >= max(over, least)
+    need = max(over, least)
+    return freed >= need and freed - _summary_room(settings, strategy, chosen) >= need
 
 
 def _summary_room(settings: Settings, strategy: CompactionStrategy, chosen: list[Candidate]) -> int:
