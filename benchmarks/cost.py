@@ -5,15 +5,19 @@
 
 A synthetic tool-using session (each turn a user message, an assistant tool call with 1-3
 results, an answer; a retrieved document every 10 turns) is replayed turn by turn on one
-private redis-server, building OpenAI chat messages after each turn and "sending" them to a
-simulated provider:
+private redis-server, building Anthropic messages (``cache_control=True``) after each turn and
+"sending" them to a simulated provider:
 
 - it counts 25% more tokens than the store's estimates (tiktoken ``cl100k_base``), the
   under-estimate users report for other models; the model's context is 32,000 of *its* tokens,
   and a prompt over it less the 2,000 kept for the answer is one the provider refuses;
-- it caches each prompt (a breakpoint at its end, as Anthropic's ``cache_control``): the next
-  prompt reads the messages it shares from the start with the previous one at 0.1x and writes the
-  rest at 1.25x (Anthropic's price ratios; turns 30 s apart, within the 5-minute lifetime).
+- it caches prompts as Anthropic does: the prefix up to each breakpoint (of 1,024 tokens or
+  more), for 5 minutes refreshed on use (turns are 30 s apart); a request reads the longest
+  cached prefix that ends at one of its breakpoints or up to 20 blocks before one at 0.1x, and
+  writes the rest up to its last breakpoint at 1.25x (Anthropic's price ratios). The same
+  requests also go to two other caches, for comparison: Anthropic's with breakpoints on the
+  system block and the last block only (the build's before it marked where compactions edit),
+  and one that reads any prefix shared with the previous request (no breakpoints needed).
 
 Strategies: **trim every turn** (a window that never compacts; each build keeps the newest
 messages within the budget, the way LangChain's ``trim_messages`` does); **clear at threshold**
@@ -47,6 +51,9 @@ PROVIDER_RATIO = 1.25
 #: the model's context, in the provider's tokens, and what each build keeps free for the answer
 CONTEXT, RESERVE = 32_000, 2_000
 READ_PRICE, WRITE_PRICE = 0.1, 1.25  # per input token, Anthropic's cache read / cache write ratios
+#: Anthropic's cache: blocks looked back from a breakpoint, an entry's lifetime (s, refreshed on
+#: use), the shortest prefix it caches (tokens); and the seconds between two turns
+LOOKBACK, LIFETIME, MIN_CACHED, TURN_SECONDS = 20, 300, 1024, 30
 
 STRATEGIES = {  # name: (window options, record usage)
     "trim every turn": ({"max_tokens": None, "max_items": 5_000}, False),
@@ -87,33 +94,80 @@ def _turn(w: Any, t: int, rng: random.Random, result_scale: int) -> None:
     w.add(chat_message(rng, "assistant"), role="assistant")
 
 
+class Cache:
+    """A provider's prompt cache. ``anthropic``: prefixes are cached at the request's breakpoints
+    (those of at least MIN_CACHED tokens) for LIFETIME seconds, refreshed when read or written
+    again; a request reads the longest cached prefix that ends at one of its breakpoints or up to
+    LOOKBACK blocks before one. Otherwise the longest prefix shared with the previous request is
+    read, wherever it ends (the model of a cache that needs no breakpoints)."""
+
+    def __init__(self, anthropic: bool) -> None:
+        self.anthropic, self.entries = anthropic, {}
+        self.read = self.written = self.cost = 0.0
+
+    def send(self, keys: list[int], sizes: list[int], marks: set[int], now: float) -> tuple[int, int]:
+        """Cache read and cache write tokens of a request of blocks whose prefixes have ``keys``."""
+        ends = [sum(sizes[: n + 1]) for n in range(len(sizes))]
+        if self.anthropic:
+            near = {p for b in marks for p in range(max(0, b - LOOKBACK), b + 1)}
+            hit = max((p for p in near if self.entries.get(keys[p], -1.0) >= now), default=-1)
+            for p in [b for b in marks if ends[b] >= MIN_CACHED] + ([hit] if hit >= 0 else []):
+                self.entries[keys[p]] = now + LIFETIME
+            last = max(marks, default=-1)
+        else:
+            hit = max((p for p, k in enumerate(keys) if k in self.entries), default=-1)
+            self.entries, last = dict.fromkeys(keys, now), len(keys) - 1
+        read = ends[hit] if hit >= 0 else 0
+        written = max(0, ends[last] - read) if last >= 0 and ends[last] >= MIN_CACHED else 0
+        self.read, self.written = self.read + read, self.written + written
+        self.cost += READ_PRICE * read + WRITE_PRICE * written + (ends[-1] - read - written if ends else 0)
+        return read, written
+
+
 class Provider:
-    """The simulated provider: its token count of a prompt and its prompt cache."""
+    """The simulated provider: its token count of a prompt, its limit, and three caches of the
+    same requests: Anthropic's with the build's breakpoints, Anthropic's with breakpoints on the
+    system block and the last block only, and one that reads any prefix shared with the
+    previous request."""
 
     def __init__(self, counter: cs.TokenCounter) -> None:
-        self.counter, self.previous, self.sizes = counter, [], {}
-        self.read = self.written = self.refused = self.over = 0
+        self.counter, self.sizes = counter, {}
+        self.caches = {"breakpoints": Cache(True), "two breakpoints": Cache(True), "any prefix": Cache(False)}
+        self.refused = self.over = 0
 
-    def size(self, message: dict[str, Any]) -> int:
-        key = json.dumps(message, sort_keys=True)
-        if key not in self.sizes:
-            self.sizes[key] = self.counter.count(key)
-        return self.sizes[key]
+    def size(self, block: str) -> int:
+        if block not in self.sizes:
+            self.sizes[block] = self.counter.count(block)
+        return self.sizes[block]
 
-    def send(self, messages: list[dict[str, Any]], estimated: int) -> tuple[int, int]:
-        """Cache read and cache write tokens of one request (its whole prompt as the provider
-        counts it: PROVIDER_RATIO x the store's estimate, spread over the messages)."""
-        total = round(estimated * PROVIDER_RATIO)
-        shared = 0
-        while shared < min(len(messages), len(self.previous)) and messages[shared] == self.previous[shared]:
-            shared += 1
-        sizes = [self.size(m) for m in messages]
-        read = round(total * sum(sizes[:shared]) / max(1, sum(sizes)))
-        self.previous = messages
+    def send(self, built: dict[str, Any], plain: list[str], estimated: int, now: float) -> tuple[int, int]:
+        """Cache read and cache write tokens of one request (``built``, its blocks ``plain``; its
+        whole prompt as the provider counts it: PROVIDER_RATIO x the store's estimate, spread over
+        the blocks) with the build's breakpoints; the other caches see the same request."""
+        blocks = _blocks(built)
+        keys, key = [], 0
+        for text in plain:
+            key = hash((key, text))
+            keys.append(key)
+        total, raw = round(estimated * PROVIDER_RATIO), [self.size(t) for t in plain]
+        sizes = [round(total * r / max(1, sum(raw))) for r in raw]
         if total > CONTEXT - RESERVE:
             self.refused, self.over = self.refused + 1, self.over + total - (CONTEXT - RESERVE)
-        self.read, self.written = self.read + read, self.written + total - read
-        return read, total - read
+        marks = {n for n, b in enumerate(blocks) if "cache_control" in b}
+        two = {len(built.get("system", [])) - 1, len(blocks) - 1} - {-1}
+        self.caches["two breakpoints"].send(keys, sizes, two, now)
+        self.caches["any prefix"].send(keys, sizes, marks, now)
+        return self.caches["breakpoints"].send(keys, sizes, marks, now)
+
+
+def _blocks(built: dict[str, Any]) -> list[dict[str, Any]]:
+    """An Anthropic build's content blocks: the system's, then the messages'."""
+    return [*built.get("system", []), *(b for turn in built["messages"] for b in turn["content"])]
+
+
+def _plain(built: dict[str, Any]) -> list[str]:
+    """An Anthropic build's blocks as the provider compares them (without their cache marks)."""
+    return [json.dumps({k: v for k, v in b.items() if k != "cache_control"}, sort_keys=True) for b in _blocks(built)]
 
 
 def replay(url: str, name: str, turns: int, result_scale: int, keep_recent: int) -> dict[str, Any]:
@@ -126,13 +180,14 @@ def replay(url: str, name: str, turns: int, result_scale: int, keep_recent: int)
         invalidated, seen = 0, "0"  # the compacted events' tokens_invalidated, read as the session goes
         budget = CONTEXT if options["max_tokens"] is None else None  # trim: the build's own budget
         opts = cs.BuildOptions(order="arrival", reserve_for_response=RESERVE, max_history_items=100_000,
-                               max_tokens=budget)  # fmt: skip
+                               max_tokens=budget, cache_control=True)  # fmt: skip
         for t in range(turns):
             _turn(w, t, rng, result_scale)
-            built = w.build_messages_structured(opts)
-            extends += previous is not None and built.messages[: len(previous)] == previous
-            previous = built.messages
-            read, written = provider.send(built.messages, built.total_tokens)
+            built = w.build_messages_structured(opts, format="anthropic")
+            plain = _plain(built.messages)
+            extends += previous is not None and plain[: len(previous)] == previous
+            previous = plain
+            read, written = provider.send(built.messages, plain, built.total_tokens, t * TURN_SECONDS)
             if calibrate:
                 w.record_usage(built.version, input_tokens=0, cache_read_tokens=read, cache_write_tokens=written)
             for event in w.events(since=seen):
@@ -140,11 +195,13 @@ def replay(url: str, name: str, turns: int, result_scale: int, keep_recent: int)
                 invalidated += (isinstance(event, cs.events.Compacted) and event.tokens_invalidated) or 0
         stats = w.stats()
         w.delete()
-    cost = READ_PRICE * provider.read + WRITE_PRICE * provider.written
+    main = provider.caches["breakpoints"]
     return {
         "extends_previous": extends / max(1, turns - 1),
-        "input_cost": cost,
-        "cache_read_share": provider.read / max(1, provider.read + provider.written),
+        "input_cost": main.cost,
+        "two_breakpoints_cost": provider.caches["two breakpoints"].cost,
+        "any_prefix_cost": provider.caches["any prefix"].cost,
+        "cache_read_share": main.read / max(1, main.read + main.written),
         "refused": provider.refused,
         "tokens_over": provider.over,
         "compactions": stats.compaction_count,
@@ -172,13 +229,15 @@ def main() -> None:
             base = results["trim every turn"]["input_cost"]
             rows = [
                 [name, f"{r['extends_previous']:.0%}", f"{r['cache_read_share']:.0%}", f"{r['input_cost']:,.0f}",
-                 f"{r['input_cost'] / base:.2f}x", r["refused"], f"{r['tokens_over']:,}", r["compactions"],
+                 f"{r['input_cost'] / base:.2f}x", f"{r['two_breakpoints_cost']:,.0f}", f"{r['any_prefix_cost']:,.0f}",
+                 r["refused"], f"{r['tokens_over']:,}", r["compactions"],
                  f"{r['tokens_invalidated']:,}", f"{r['token_calibration']:.2f}"]
                 for name, r in results.items()
             ]  # fmt: skip
             print(f"\n### {label} (provider counts {PROVIDER_RATIO}x the estimates; context {CONTEXT:,})\n")
             print(table(["strategy", "builds extending the previous", "cache-read share", "input cost",
-                         "vs trim", "refused", "tokens over", "compactions", "tokens invalidated", "calibration"],
+                         "vs trim", "input cost, 2 breakpoints", "input cost, any prefix", "refused", "tokens over",
+                         "compactions", "tokens invalidated", "calibration"],
                         rows))  # fmt: skip
     print(f"\nwritten to {write_result('cost', out)}")
 

@@ -155,7 +155,8 @@ class BuildOptions(msgspec.Struct, frozen=True, kw_only=True):
     order: Literal["sections", "priority", "arrival"] = "sections"
     compact: bool = False
     exact_tokens: bool = False
-    #: build_messages(format="anthropic"): cache breakpoints on the system block and last message
+    #: build_messages(format="anthropic"): cache breakpoints on the system block, the last message
+    #: and before where the latest and the next clearing compaction start (see the guide)
     cache_control: bool = False
 
 

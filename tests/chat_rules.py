@@ -44,6 +44,12 @@ def check_anthropic(built: dict[str, Any]) -> None:
     the turn before; no trailing whitespace at the end of a final assistant turn."""
     for block in built.get("system", []):
         assert block["type"] == "text" and block["text"], block
+    marks = [
+        b
+        for b in [*built.get("system", []), *(b for t in built["messages"] for b in _blocks(t))]
+        if "cache_control" in b
+    ]
+    assert len(marks) <= 4, f"{len(marks)} cache breakpoints: the API takes 4"
     turns = built["messages"]
     if not turns:
         return  # nothing but system text yet: the caller adds the user's message

@@ -201,6 +201,8 @@ def test_compact_removes_what_the_reference_removes(
         w.compact(strategy, target)
         assert outcome(before, w.items()) == expected
         assert w.verify().problems == []
+        marks = {it.metadata["context_cleared"]["compaction"] for it in w.items() if it.id in expected[1]}
+        assert w.stats().compaction_count == 1 and marks == ({1} if expected[1] else set())  # parts are one
 
 
 @pytest.mark.parametrize("first", [False, True], ids=["inside", "first"])

@@ -4,6 +4,7 @@ clearing old tool results, keep_recent, and plan_compaction as an exact dry run.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 
@@ -160,7 +161,7 @@ def test_clear_tool_results_replaces_old_results_and_keeps_the_pairs(store):
     assert freed > 0 and cleared and len(after) == len(before)
     for it in cleared:
         assert it.content == "[tool result cleared to save context]"
-        assert it.metadata["context_cleared"] == {"tokens": before[it.id].token_count}
+        assert it.metadata["context_cleared"] == {"tokens": before[it.id].token_count, "compaction": 1}
         assert it.metadata["tool_call_id"] == before[it.id].metadata["tool_call_id"] and it.group == before[it.id].group
     kept_groups = {"call_5_0"}  # keep_recent=2: the newest units are "answer 5." and this group
     assert not [i for i in cleared if i.group in kept_groups]
@@ -256,6 +257,41 @@ def test_build_messages_for_openai_and_anthropic(store):
     assert built["messages"][-1]["content"][-1]["cache_control"] == {"type": "ephemeral"}
     uses = [b for t in built["messages"] for b in t["content"] if b["type"] == "tool_use"]
     assert [u["input"] for u in uses] == [{"q": 1}, {"q": 1}]
+
+
+def _marked(built: dict) -> tuple[list[str], set[int]]:
+    """An Anthropic build's blocks (system, then the messages'; as JSON without their cache marks)
+    and the places of its cache breakpoints."""
+    blocks = [*built.get("system", []), *(b for t in built["messages"] for b in t["content"])]
+    plain = [json.dumps({k: v for k, v in b.items() if k != "cache_control"}, sort_keys=True) for b in blocks]
+    return plain, {n for n, b in enumerate(blocks) if "cache_control" in b}
+
+
+def test_anthropic_breakpoints_keep_the_prefix_a_compaction_leaves(store):
+    """Anthropic reads a cached prefix only at a breakpoint (or within 20 blocks before one), and
+    caches it at each: builds between compactions mark the same places, and the build after a
+    clearing compaction marks the block before the first result it cleared, a place the builds
+    before marked too, with the same prefix. The API's limit of four breakpoints holds."""
+    w = store.window("tc-breakpoints", max_tokens=6000, compaction_threshold=100, keep_recent=2)
+    w.add("You are terse.", type="system_prompt", pinned=True)
+    opts = cs.BuildOptions(order="arrival", reserve_for_response=0, cache_control=True, max_history_items=1000)
+    builds, n = [], 0
+    for _ in range(4):
+        for _turn in range(8):
+            turn(w, n, results=1 + n % 2)
+            n += 1
+            builds.append((False, _marked(w.build_messages(opts, format="anthropic"))))
+        assert w.compact("clear_tool_results", 5) > 0
+        builds.append((True, _marked(w.build_messages(opts, format="anthropic"))))
+    assert w.stats().compaction_count == 4
+    for (_, (old, old_marks)), (compacted, (new, new_marks)) in itertools.pairwise(builds):
+        shared = next((k for k, (a, b) in enumerate(zip(old, new, strict=False)) if a != b), min(len(old), len(new)))
+        if not compacted:
+            assert shared == len(old) and old_marks - {len(old) - 1} <= new_marks  # extends; same places
+        else:
+            assert shared < len(old) and shared - 1 in old_marks and shared - 1 in new_marks, (shared, old_marks)
+    for _, (blocks, marks) in builds:
+        assert 0 in marks and len(blocks) - 1 in marks and len(marks) <= 4
 
 
 def test_an_incomplete_tool_call_is_left_out_of_messages_but_not_lost(store):

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..core import facts, parts
+from ..core.layout import CLEARED_KEY
 from ..errors import InvalidItemError
 from ..types import BuildOptions, ContextItem, ItemType
 from .select import Unit, ranked_key
@@ -188,12 +189,13 @@ def _system_blocks(item: ContextItem) -> list[dict[str, Any]]:
     return _anthropic_parts(item, "a system block")
 
 
-def _turns(ordered: Sequence[ContextItem]) -> list[dict[str, Any]]:
+def _turns(ordered: Sequence[ContextItem], owned: dict[int, list[dict[str, Any]]]) -> list[dict[str, Any]]:
     """Alternating user/assistant turns (adjacent same-role items merged, tool results first in a
-    user turn), starting with a user turn."""
+    user turn), starting with a user turn; ``owned`` gets each item's blocks (by ``id(item)``)."""
     turns: list[dict[str, Any]] = []
     for item in ordered:
         role, blocks = _blocks(item, role_of(item))
+        owned[id(item)] = blocks
         if turns and turns[-1]["role"] == role:
             turns[-1]["content"] += blocks
         else:
@@ -221,14 +223,45 @@ def has_conversation(ordered: Sequence[ContextItem], options: BuildOptions) -> b
 
 def anthropic(ordered: Sequence[ContextItem], options: BuildOptions) -> dict[str, Any]:
     """``{"system": [...], "messages": [...]}`` for Anthropic's Messages API (``system`` left
-    out when there is none); cache breakpoints on the system block and the last message with
-    ``cache_control=True``."""
+    out when there is none); with ``cache_control=True``, cache breakpoints (see
+    ``_breakpoints``)."""
     in_system = _system_roles(options)
     head = [i for i in ordered if role_of(i) in in_system]
     system = [block for i in head for block in _system_blocks(i)]
-    turns = _turns([i for i in ordered if role_of(i) not in in_system])
+    conversation = [i for i in ordered if role_of(i) not in in_system]
+    owned: dict[int, list[dict[str, Any]]] = {}
+    turns = _turns(conversation, owned)
     if options.cache_control:
-        for blocks in (system, turns[-1]["content"] if turns else []):
-            if blocks:
-                blocks[-1]["cache_control"] = {"type": "ephemeral"}
+        _breakpoints(system, turns, [owned[id(i)] for i in _cache_edges(conversation)])
     return {"system": system, "messages": turns} if system else {"messages": turns}
+
+
+def _cache_edges(conversation: Sequence[ContextItem]) -> list[ContextItem]:
+    """The items a compaction's edit starts at, whose prefix a cache breakpoint keeps: the first
+    tool result the latest clearing compaction cleared (the prompt before it is what the previous
+    builds cached), and the oldest tool result not cleared yet (where the next one starts)."""
+    results = [(i, (i.metadata or {}).get(CLEARED_KEY)) for i in conversation if role_of(i) == "tool"]
+    by = [(i, m.get("compaction") if isinstance(m, dict) else None) for i, m in results]
+    latest = max((n for _, n in by if isinstance(n, int)), default=None)
+    edited = [i for i, n in by if latest is not None and n == latest]
+    frontier = [i for i, m in results if m is None and not i.pinned]
+    return edited[:1] + frontier[:1]
+
+
+def _breakpoints(system: list[dict[str, Any]], turns: list[dict[str, Any]], edges: list[list[dict[str, Any]]]) -> None:
+    """Mark Anthropic cache breakpoints (four at most, the API's limit): the system block's end,
+    the block before each edge's first block (``edges``: blocks of ``_cache_edges``), the last
+    message's end. Between compactions every build marks the same places, so each keeps its
+    cached prefix alive; after one, the prefix up to the block before its first edit is read
+    from the cache (a breakpoint's 20-block lookback would miss it)."""
+    flat = [block for turn in turns for block in turn["content"]]
+    where = {id(block): n for n, block in enumerate(flat)}
+    marks = {len(flat) - 1} if flat else set()
+    for blocks in edges:
+        first = min((where[id(b)] for b in blocks), default=0)
+        if first > 0:
+            marks.add(first - 1)
+    if system:
+        system[-1]["cache_control"] = {"type": "ephemeral"}
+    for n in marks:
+        flat[n]["cache_control"] = {"type": "ephemeral"}

@@ -263,10 +263,11 @@ local function clearable(state, kept, placeholder)
   end
 end
 
--- A candidate's cleared JSON, or nil when its tool is excluded or its JSON is not in the
--- stored layout (then it is left as it is). (tool_of is its own local: the function library
+-- A candidate's cleared JSON (marked with `compaction`, the number of the compaction clearing
+-- it), or nil when its tool is excluded or its JSON is not in the stored layout (then it is left
+-- as it is). (tool_of is its own local: the function library
 -- holds add's and commit's helpers within Lua's 200 locals, test_lua_files.py counts them.)
-local function cleared_version(a, cfg, placeholder)
+local function cleared_version(a, cfg, placeholder, compaction)
   local function tool_of(item)  -- the tool a tool result answers (its call's tool name)
     local meta = item.metadata
     local call = type(meta) == 'table' and meta.tool_call_id
@@ -276,7 +277,7 @@ local function cleared_version(a, cfg, placeholder)
   local json = redis.call('HGET', K_ITEMS, a.id)
   if not json then corrupt(K_ITEMS, a.id, 'missing') end
   if next(cfg.excluded) and cfg.excluded[tool_of(stored_object(K_ITEMS, a.id, json)) or ''] then return nil end
-  return cleared_json(json, a)
+  return cleared_json(json, a, compaction)
 end
 
 -- Plan a compaction of `state`'s window from `tokens` down to `target`, freeing at least
@@ -299,13 +300,14 @@ local function plan_compaction(strategy, tokens, target, state, cfg, placeholder
   local function done(gain) return tokens - gain <= target and gain >= least end
   if strategy == 'clear_tool_results' then
     local cleared, later = 0, 0
+    local number = meta_get(F.COMPACTIONS) + (state.continued and 0 or 1)  -- record_compaction's count
     for a in clearable(state, kept, placeholder) do
       if done(cleared) then break end
       if n >= limit then
         state.limited = true
         if cleared + later >= least then break end
       end
-      local json = cleared_version(a, cfg, placeholder)
+      local json = cleared_version(a, cfg, placeholder, number)
       if json and n >= limit then
         later = later + a.tokens - placeholder
       elseif json then

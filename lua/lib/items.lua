@@ -479,9 +479,10 @@ local function value_end(json, from)
 end
 
 -- A tool result's stored JSON (either layout; `a` its attrs) in the lean layout with its content
--- replaced by the placeholder and metadata[CLEARED_KEY] = {tokens = its tokens before}; nil if
--- it is in no known layout. metadata is the body's last field when it is set.
-local function cleared_json(json, a)
+-- replaced by the placeholder and metadata[CLEARED_KEY] = {tokens = its tokens before,
+-- compaction = `compaction`: the number of the compaction that clears it}; nil if it is in no
+-- known layout. metadata is the body's last field when it is set.
+local function cleared_json(json, a, compaction)
   local lean = lean_json(json)
   if not lean then return nil end
   lean = string.gsub(lean, '^({"added_at_us":%d+,)"blobs":%[[^%]]*%],', '%1', 1)  -- the cleared content has none
@@ -494,7 +495,7 @@ local function cleared_json(json, a)
   if not close then return nil end
   local rest = string.sub(lean, close + 1)
   local ms, me = string.find(rest, ',"metadata":', 1, true)
-  local mark, meta = '"' .. CLEARED_KEY .. '":{"tokens":' .. fmt(a.tokens) .. '}', nil
+  local mark, meta = '"' .. CLEARED_KEY .. '":{"tokens":' .. fmt(a.tokens) .. ',"compaction":' .. fmt(compaction) .. '}', nil
   if not ms then
     rest, meta = string.sub(rest, 1, -2), '{' .. mark .. '}}'
   else
