@@ -11,7 +11,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from contextstore import BuildOptions, ContextItem, ItemType
-from contextstore.render.select import Unit, Units, candidates, choose, units_for
+from contextstore.render.select import (
+    Unit,
+    Units,
+    candidates,
+    choose,
+    history_read,
+    newest_with,
+    takes_history,
+    units_for,
+)
 
 TYPES = [ItemType.USER_MESSAGE, ItemType.ASSISTANT_MESSAGE, ItemType.RETRIEVED_DOCUMENT, ItemType.CODE]
 
@@ -95,3 +104,24 @@ def test_units_grown_by_adds_and_removals_are_the_units_made_afresh(window, data
     assert sorted(u.ids() for u in grown.pinned) == sorted(u.ids() for u in fresh.pinned)
     assert grown.messages == fresh.messages and grown.by_group.keys() == fresh.by_group.keys()
     assert all(grown.by_group[g].ids() == fresh.by_group[g].ids() for g in fresh.by_group)
+
+
+@given(windows(), st.data())
+@settings(max_examples=200, deadline=None)
+def test_newest_with_and_history_read_answer_as_a_scan_of_every_unit_would(window, data) -> None:
+    """``newest_with`` stops at the first conversation unit holding a wanted item, and
+    ``history_read`` takes the conversation as offered: both rely on the conversation's units
+    being offered newest first, in units made afresh or grown."""
+    items, _ = window
+    split = data.draw(st.integers(0, len(items)))
+    units = Units(items) if data.draw(st.booleans()) else Units(items[:split]).grown(items, items[split:], set())
+    wanted_types = data.draw(st.sets(st.sampled_from(TYPES), min_size=1))
+    wanted = lambda i: i.type in wanted_types  # noqa: E731
+    found = [u for u in units.offers if any(wanted(i) for i in u.items)]
+    assert newest_with(units, wanted) is (max(found, key=lambda u: u.newest) if found else None)
+    oldest, most = data.draw(st.integers(0, len(items) + 1)), data.draw(st.integers(0, 12))
+    options = BuildOptions(max_history_items=most)
+    taken = 0
+    for unit in sorted((u for u in units.offers if u.messages and u.newest >= oldest), key=lambda u: -u.newest):
+        taken += unit.messages if takes_history(unit.messages, taken, most) else 0
+    assert history_read(units, oldest, options) is (most < 1 or taken == most)

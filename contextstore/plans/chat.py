@@ -93,12 +93,13 @@ def _settled(options: BuildOptions, items: list[ContextItem], oldest: int) -> bo
     whole window would: the conversation units ``max_history_items`` lets compete (newest first,
     while they fit the count) are all there, and the newest user message's unit (``_question``)
     among them is the window's, or one no build offers. Older units are then not offered."""
-    usable, _ = _message_units(items, None)
-    if not history_read(units_for(usable, None), oldest, options):
+    memo: dict[str, Any] = {}  # the units of ``items``, worked out once
+    usable, _ = _message_units(items, memo)
+    if not history_read(units_for(usable, memo), oldest, options):
         return False
     # a context item in the user's role, older than the read, is the question here; a newer
     # user message may lie in what is not read yet
-    question = _question(usable, None, options)
+    question = _question(usable, memo, options)
     return question is None or question.messages > 0 or question.newest >= oldest
 
 

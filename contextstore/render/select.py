@@ -255,7 +255,7 @@ def history_read(units: Units, oldest: int, options: BuildOptions) -> bool:
     if not options.include_recent_history or most < 1:
         return True
     taken = 0
-    for unit in sorted((u for u in units.offers if u.messages and u.newest >= oldest), key=lambda u: -u.newest):
+    for unit in (u for u in units.offers if u.messages and u.newest >= oldest):  # offered newest first
         if takes_history(unit.messages, taken, most):
             taken += unit.messages
     return taken == most
@@ -346,9 +346,18 @@ def choose(
 
 
 def newest_with(units: Units, wanted: Callable[[ContextItem], bool]) -> Unit | None:
-    """The unpinned unit whose newest member is newest among those holding a ``wanted`` item."""
-    found = [u for u in units.offers if any(wanted(i) for i in u.items)]
-    return max(found, key=lambda u: u.newest) if found else None
+    """The unpinned unit whose newest member is newest among those holding a ``wanted`` item.
+    The conversation's units are offered newest first: past the first of them that holds one,
+    none is newer, so only the other units are looked into."""
+    best: Unit | None = None
+    conversation_found = False
+    for unit in units.offers:
+        if unit.messages and conversation_found:
+            continue
+        if any(wanted(i) for i in unit.items):
+            conversation_found = conversation_found or bool(unit.messages)
+            best = unit if best is None or unit.newest > best.newest else best
+    return best
 
 
 def members(units: Iterable[Unit]) -> list[ContextItem]:
