@@ -550,6 +550,29 @@ def test_after_adds_alone_a_store_reads_the_facts_of_the_added_items_only(make_s
     assert sum(asked) > 60
 
 
+def test_a_walk_that_cannot_reuse_the_last_facts_goes_as_deep_as_a_first_read(
+    make_store, redis_url, prefix, monkeypatch
+):
+    """A store holding the window's last facts first reads a short page of the newest ids (what
+    was added since is mostly fewer); when a removal means those facts cannot be reused, its next
+    page reaches as far back as a first read's: one round trip more than a first read, not one
+    per doubling of the page."""
+    monkeypatch.setattr(facts_read, "SCAN_COUNT", 1)  # :attrs read by the walk, not whole in one call
+    w = make_store().window("deep", max_items=1000)
+    _chat(w, 300)  # ~800 items
+    opts = cs.BuildOptions(max_tokens=600, reserve_for_response=0, max_history_items=300)
+    reader = make_store().window("deep")
+    rounds: list[int] = []
+    took = facts_walk.Walk.took
+    monkeypatch.setattr(facts_walk.Walk, "took", lambda walk, *a: rounds.append(1) or took(walk, *a))
+    _same_choice(reader.build_messages_structured(opts), _whole(redis_url, prefix, "deep", opts))
+    first, rounds[:] = len(rounds), []
+    w.remove(w.items(limit=5)[0].id)  # the earlier facts may name an item gone
+    w.add("after the removal", role="user")
+    _same_choice(reader.build_messages_structured(opts), _whole(redis_url, prefix, "deep", opts))
+    assert 0 < len(rounds) <= first + 1, (len(rounds), first)
+
+
 def test_after_evictions_a_store_reads_the_facts_of_the_added_items_only(make_store, redis_url, prefix, monkeypatch):
     """A window at its item cap evicts its oldest unpinned units as other stores add. A store
     whose last facts hold every item then reads the attrs of the added items alone (guessed by

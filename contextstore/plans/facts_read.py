@@ -145,7 +145,7 @@ def _facts_once(
     last: Facts | None,
 ) -> Plan[Facts | None]:
     """One attempt of ``read_facts``; ``_MOVED`` when the window changed under it."""
-    k = state.keys
+    k, deep = state.keys, recent
     recent = min(recent, APPENDED_PAGE) if last is not None else recent
     # a store holding the window's last facts scans no attrs: what was added it reads by id,
     # and guesses the ids first: those the store gives items added without one
@@ -172,6 +172,8 @@ def _facts_once(
         return _as_last(last, text_meta, len(pinned))
     if last is not None and change is not None:
         _reuse(walk, last, change, oldest, dict(zip((g.encode() for g in guess), guessed, strict=True)))
+    if last is not None and walk.last is None and not walk.whole:  # not reused: read on as deep as a
+        walk.size, walk.more = max(walk.size, deep - len(walk.recent)), True  # first read, at once
     if not int(cursor):  # the whole of :attrs
         walk.attrs, walk.todo, walk.whole = scanned, set(), True
     return (yield from _walked(state, walk, (meta, text_meta), pinned, settled))
