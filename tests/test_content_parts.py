@@ -81,6 +81,36 @@ def test_a_build_sends_its_own_formats_parts_as_stored_and_converts_the_others(s
     assert "[image/png 1280x800" in built and "sha256" not in built  # a text build names what it cannot show
 
 
+def test_a_build_marks_copies_and_changes_no_stored_part(make_store):
+    """Cache breakpoints and the trimmed end of a final assistant turn go on copies of the blocks:
+    a store's later builds are what a store that never built sends (its item cache holds the
+    parts as stored). With ``cache_control`` the build's breakpoints replace those a stored part
+    carries (the API takes four at most); without, parts go as stored."""
+    mark = {"type": "ephemeral"}
+    w = make_store().window("marks")
+    w.add([{"type": "text", "text": "You are terse."}], role="system")
+    w.add([{"type": "text", "text": "look", "cache_control": mark}], role="user")
+    w.add([{"type": "text", "text": "seen.  "}], role="assistant")
+    w.add([{"type": "text", "text": "and?"}, {"type": "text", "text": "now", "cache_control": mark}], role="user")
+    w.add([{"type": "text", "text": "done.  "}], role="assistant")
+    opts = cs.BuildOptions(reserve_for_response=0)
+    marked = w.build_messages(cs.BuildOptions(reserve_for_response=0, cache_control=True), format="anthropic")
+    blocks = [*marked["system"], *(b for t in marked["messages"] for b in t["content"])]
+    assert [n for n, b in enumerate(blocks) if "cache_control" in b] == [0, len(blocks) - 1]
+    assert blocks[-1]["text"] == "done."
+    plain = w.build_messages(opts, format="anthropic")
+    fresh = make_store().window("marks").build_messages(opts, format="anthropic")
+    assert plain == fresh and plain["system"] == [{"type": "text", "text": "You are terse."}]
+    assert plain["messages"][0]["content"] == [{"type": "text", "text": "look", "cache_control": mark}]
+    assert plain["messages"][1]["content"] == [{"type": "text", "text": "seen.  "}]  # not last: as stored
+    last = [{"type": "text", "text": "and?"}, {"type": "text", "text": "now", "cache_control": mark}]
+    assert [i.content for i in w.items()][2:] == [
+        [{"type": "text", "text": "seen.  "}],
+        last,
+        [{"type": "text", "text": "done.  "}],
+    ]
+
+
 @pytest.mark.parametrize(
     "part, fmt",
     [
