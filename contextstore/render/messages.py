@@ -195,7 +195,7 @@ def _turns(ordered: Sequence[ContextItem], owned: dict[int, list[dict[str, Any]]
     turns: list[dict[str, Any]] = []
     for item in ordered:
         role, blocks = _blocks(item, role_of(item))
-        owned[id(item)] = blocks
+        owned[id(item)] = list(blocks)  # the turn may grow the list itself
         if turns and turns[-1]["role"] == role:
             turns[-1]["content"] += blocks
         else:
