@@ -271,9 +271,15 @@ def test_anthropic_breakpoints_keep_the_prefix_a_compaction_leaves(store):
     """Anthropic reads a cached prefix only at a breakpoint (or within 20 blocks before one), and
     caches it at each: builds between compactions mark the same places, and the build after a
     clearing compaction marks the block before the first result it cleared, a place the builds
-    before marked too, with the same prefix. The API's limit of four breakpoints holds."""
-    w = store.window("tc-breakpoints", max_tokens=6000, compaction_threshold=100, keep_recent=2)
+    before marked too, with the same prefix. Results it never clears (a tool the window excludes,
+    results no larger than the placeholder) are passed over. The API's limit of four breakpoints
+    holds."""
+    w = store.window(
+        "tc-breakpoints", max_tokens=6000, compaction_threshold=100, keep_recent=2, clear_exclude_tools=["keep"]
+    )
     w.add("You are terse.", type="system_prompt", pinned=True)
+    turn(w, 100, name="keep")  # never cleared: an excluded tool's result
+    turn(w, 101, size=0)  # never cleared: no larger than the placeholder
     opts = cs.BuildOptions(order="arrival", reserve_for_response=0, cache_control=True, max_history_items=1000)
     builds, n = [], 0
     for _ in range(4):

@@ -29,7 +29,7 @@ from ..render.select import (
     ranked_key,
     units_for,
 )
-from ..types import BuildOptions, BuiltMessages, ContextItem
+from ..types import BuildOptions, BuiltMessages, ContextItem, WindowConfig
 from .base import Plan, Settings, WindowState
 from .build import (
     budget_of,
@@ -129,7 +129,8 @@ def _build_messages(
     choice = _chosen(opts, budget, usable, derived, relevance, cost, pinned_need)
     ordered = messages.arrange(members(choice.pinned + choice.chosen), opts.order, relevance)
     omitted = sorted(choice.omitted + incomplete, key=seq_lookup(window_items))
-    delivered = yield from _delivered(state, ordered, fmt, opts, held, bodies, {
+    clears = _clears(settings, found.config(state.config)) if fmt == "anthropic" and opts.cache_control else None
+    delivered = yield from _delivered(state, ordered, (fmt, opts, clears), held, bodies, {
         "format": fmt, "items_included": str(len(ordered)), "items_excluded": str(len(choice.excluded)),
         "items_omitted": str(len(omitted)), "total_tokens": str(choice.used), "was_compacted": "1" if freed else "0",
         "version": window_version(found.meta),
@@ -153,23 +154,31 @@ def _build_messages(
     )
 
 
+def _clears(settings: Settings, cfg: WindowConfig) -> messages.Clears:
+    """Which tool results the window's compaction may clear: not pinned, larger than the
+    placeholder, of a tool ``clear_exclude_tools`` does not name."""
+    excluded, least = frozenset(cfg.clear_exclude_tools), settings.placeholder_tokens
+    return lambda item, tool: not item.pinned and item.token_count > least and tool not in excluded
+
+
 def _delivered(
     state: WindowState,
     ordered: list[ContextItem],
-    fmt: Literal["openai", "anthropic"],
-    opts: BuildOptions,
+    rendering: tuple[Literal["openai", "anthropic"], BuildOptions, messages.Clears | None],
     held: dict[str, str] | None,
     bodies: Bodies | None,
     fields: dict[str, str],
 ) -> Plan[tuple[list[ContextItem], Any] | None]:
-    """The chosen items and their payload, with the ``built`` event written (``fields``, only
-    while the window holds ``held``); from the facts, the bodies are read in the event's round
-    trip (``bodies``). None when the window moved on: nothing was written."""
+    """The chosen items and their payload (``rendering``: its format, the options, which results
+    compaction may clear), with the ``built`` event written (``fields``, only while the window
+    holds ``held``); from the facts, the bodies are read in the event's round trip (``bodies``).
+    None when the window moved on: nothing was written."""
+    fmt, opts, clears = rendering
     _check_conversation(ordered, fmt, opts, state.window_id)  # before anything is written
     if bodies is not None:
         read = yield from bodies(ordered, wire.event_args("built", fields, held))
-        return None if read is None else (read, _payload(read, fmt, opts))
-    payload = _payload(ordered, fmt, opts)
+        return None if read is None else (read, _payload(read, fmt, opts, clears))
+    payload = _payload(ordered, fmt, opts, clears)
     if not (yield from built_event(state, fields, held)):
         return None
     return ordered, payload
@@ -248,6 +257,8 @@ def _check_conversation(ordered: list[ContextItem], fmt: str, options: BuildOpti
         )
 
 
-def _payload(ordered: list[ContextItem], fmt: str, options: BuildOptions) -> list[dict[str, Any]] | dict[str, Any]:
+def _payload(
+    ordered: list[ContextItem], fmt: str, options: BuildOptions, clears: messages.Clears | None
+) -> list[dict[str, Any]] | dict[str, Any]:
     """The messages in the format asked for (``_check_conversation`` passed)."""
-    return messages.openai(ordered) if fmt == "openai" else messages.anthropic(ordered, options)
+    return messages.openai(ordered) if fmt == "openai" else messages.anthropic(ordered, options, clears)

@@ -221,10 +221,15 @@ def has_conversation(ordered: Sequence[ContextItem], options: BuildOptions) -> b
     return any(role_of(i) not in in_system for i in ordered)
 
 
-def anthropic(ordered: Sequence[ContextItem], options: BuildOptions) -> dict[str, Any]:
+#: whether the window's compaction may clear a tool result (the item, the name of its tool)
+Clears = Callable[[ContextItem, "str | None"], bool]
+
+
+def anthropic(ordered: Sequence[ContextItem], options: BuildOptions, clears: Clears | None = None) -> dict[str, Any]:
     """``{"system": [...], "messages": [...]}`` for Anthropic's Messages API (``system`` left
     out when there is none); with ``cache_control=True``, cache breakpoints (see
-    ``_breakpoints``)."""
+    ``_breakpoints``; ``clears`` says which results a compaction may clear: any unpinned one
+    when not given)."""
     in_system = _system_roles(options)
     head = [i for i in ordered if role_of(i) in in_system]
     system = [block for i in head for block in _system_blocks(i)]
@@ -232,19 +237,21 @@ def anthropic(ordered: Sequence[ContextItem], options: BuildOptions) -> dict[str
     owned: dict[int, list[dict[str, Any]]] = {}
     turns = _turns(conversation, owned)
     if options.cache_control:
-        _breakpoints(system, turns, [owned[id(i)] for i in _cache_edges(conversation)])
+        _breakpoints(system, turns, [owned[id(i)] for i in _cache_edges(conversation, clears)])
     return {"system": system, "messages": turns} if system else {"messages": turns}
 
 
-def _cache_edges(conversation: Sequence[ContextItem]) -> list[ContextItem]:
+def _cache_edges(conversation: Sequence[ContextItem], clears: Clears | None) -> list[ContextItem]:
     """The items a compaction's edit starts at, whose prefix a cache breakpoint keeps: the first
     tool result the latest clearing compaction cleared (the prompt before it is what the previous
-    builds cached), and the oldest tool result not cleared yet (where the next one starts)."""
+    builds cached), and the oldest one it may clear and has not (where the next one starts)."""
+    tools = {c["id"]: c["function"]["name"] for i in conversation for c in calls_in(i)}
     results = [(i, (i.metadata or {}).get(CLEARED_KEY)) for i in conversation if role_of(i) == "tool"]
     by = [(i, m.get("compaction") if isinstance(m, dict) else None) for i, m in results]
     latest = max((n for _, n in by if isinstance(n, int)), default=None)
     edited = [i for i, n in by if latest is not None and n == latest]
-    frontier = [i for i, m in results if m is None and not i.pinned]
+    may = clears or (lambda item, _tool: not item.pinned)
+    frontier = [i for i, m in results if m is None and may(i, tools.get(_meta(i).get("tool_call_id")))]
     return edited[:1] + frontier[:1]
 
 
