@@ -95,13 +95,6 @@ BOTH_APIS = {
 }  # fmt: skip
 
 
-def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """``-n auto``: one worker more than the cores (``--maxprocesses`` caps it), since a test spends
-    part of its time waiting on Redis servers and subprocesses: on two cores the suite kept ~1.5
-    of them busy with two workers."""
-    return (os.cpu_count() or 1) + 1
-
-
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """``api``: "sync", and "async" too in the modules of ``BOTH_APIS`` (or where a test asks for
     both with ``@pytest.mark.parametrize("api", ...)`` itself)."""
