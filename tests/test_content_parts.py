@@ -81,6 +81,34 @@ def test_a_build_sends_its_own_formats_parts_as_stored_and_converts_the_others(s
     assert "[image/png 1280x800" in built and "sha256" not in built  # a text build names what it cannot show
 
 
+def test_a_caller_changing_what_a_build_gave_it_changes_no_later_build(store):
+    """A caching store's builds hand out copies of the stored parts and tool calls: a caller that
+    edits the messages it got (say, adds its own cache mark or redacts a part) changes nothing
+    the store's next build sends."""
+    w = store.window("edited", max_tokens=50_000)
+    w.add(OPENAI_PARTS, role="user")
+    w.add(ANTHROPIC_PARTS, role="user")
+    w.add_many([
+        {"content": "", "role": "assistant", "metadata": {"tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "look", "arguments": "{}"}}]}},
+        {"content": [{"type": "text", "text": "found"}], "role": "tool", "metadata": {"tool_call_id": "c1"}},
+    ])  # fmt: skip
+    opts = cs.BuildOptions(reserve_for_response=0)
+    for fmt in ("openai", "anthropic"):
+        first = w.build_messages(opts, format=fmt)
+        expected = json.loads(json.dumps(first))
+        for value in _dicts(first):  # every dict the build handed out, nested ones too
+            value["edited"] = True
+        assert w.build_messages(opts, format=fmt) == expected, fmt
+
+
+def _dicts(value: Any) -> list[dict[str, Any]]:
+    """Every dict in ``value``, at any depth."""
+    if isinstance(value, dict):
+        return [value] + [d for v in value.values() for d in _dicts(v)]
+    return [d for v in value for d in _dicts(v)] if isinstance(value, list) else []
+
+
 def test_a_build_marks_copies_and_changes_no_stored_part(make_store):
     """Cache breakpoints and the trimmed end of a final assistant turn go on copies of the blocks:
     a store's later builds are what a store that never built sends (its item cache holds the

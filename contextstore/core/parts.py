@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import copy
 import hashlib
 import math
 import re
@@ -329,10 +330,11 @@ def text_of(content: str | list[dict[str, Any]], sha: bool = False) -> str:
 
 def for_format(parts: list[dict[str, Any]], fmt: str) -> list[dict[str, Any]]:
     """``parts`` as a build in ``fmt`` ("openai" or "anthropic") sends them: a part of that
-    format as stored (no key added); one of the other converted where it has an equivalent
+    format as stored (no key added; a copy, so that a caller changing what a build gave it
+    changes no item a store holds); one of the other converted where it has an equivalent
     (text; an image by base64 or URL), else ``InvalidItemError`` naming it."""
     native = OPENAI_TYPES if fmt == "openai" else ANTHROPIC_TYPES
-    return [p if p["type"] in native else _converted(n, p, fmt) for n, p in enumerate(parts)]
+    return [copy.deepcopy(p) if p["type"] in native else _converted(n, p, fmt) for n, p in enumerate(parts)]
 
 
 def _converted(n: int, part: dict[str, Any], fmt: str) -> dict[str, Any]:

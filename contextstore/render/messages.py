@@ -10,6 +10,7 @@ called it; a tool-call group missing a result (or a result missing its call) is 
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -39,7 +40,7 @@ def role_of(item: ContextItem) -> str:
 
 
 def calls_in(item: ContextItem) -> list[dict[str, Any]]:
-    """The tool calls an assistant message makes ([] for other items)."""
+    """The tool calls an assistant message makes ([] for other items), as stored."""
     if item.type is not ItemType.ASSISTANT_MESSAGE or role_of(item) != "assistant":
         return []
     return list(_meta(item).get("tool_calls") or ())
@@ -117,7 +118,8 @@ def openai(ordered: Sequence[ContextItem]) -> list[dict[str, Any]]:
             out.append({"role": "tool", "tool_call_id": call_id, "content": _openai_content(item, "tool")})
         elif item.metadata and calls_in(item):
             content = _openai_content(item, "assistant") or None
-            out.append({"role": "assistant", "content": content, "tool_calls": calls_in(item)})
+            calls = copy.deepcopy(calls_in(item))  # a caller may change them: not the stored ones
+            out.append({"role": "assistant", "content": content, "tool_calls": calls})
         else:
             out.append({"role": role, "content": _openai_content(item, role)})
     return out
