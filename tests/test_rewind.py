@@ -5,6 +5,7 @@ its results; another worker's turn, a stale version or a bad id change nothing."
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import msgspec
 import pytest
@@ -230,12 +231,17 @@ def test_a_fork_taken_while_four_writers_add_is_a_prefix_of_the_window(make_stor
             mine.add(f"writer {n} message {k}", role="user" if k % 2 else "assistant")
             k += 1
 
+    def grown_past(n: int) -> None:  # the writers added something since (on a loaded machine they start late)
+        deadline = time.monotonic() + 30
+        while w.stats().total_items <= n and time.monotonic() < deadline:
+            time.sleep(0.01)
+
     threads = [threading.Thread(target=writer, args=(n,)) for n in range(4)]
     for t in threads:
         t.start()
-    forks = []
+    forks: list[list[Any]] = []
     for n in range(3):
-        time.sleep(0.05)
+        grown_past(len(forks[-1]) if forks else 1)
         forks.append(w.fork(f"busy-{n}").items())
     stop.set()
     for t in threads:
