@@ -207,8 +207,8 @@ def _turns(ordered: Sequence[ContextItem], owned: dict[int, list[dict[str, Any]]
     if turns and turns[0]["role"] == "assistant":
         turns.insert(0, {"role": "user", "content": [{"type": "text", "text": CONTINUED}]})
     last = turns[-1]["content"][-1] if turns and turns[-1]["role"] == "assistant" else None
-    if last is not None and last["type"] == "text":  # a copy: the block may be a stored part
-        turns[-1]["content"][-1] = {**last, "text": last["text"].rstrip()}
+    if last is not None and last["type"] == "text":
+        last["text"] = last["text"].rstrip()
     return turns
 
 
@@ -263,25 +263,18 @@ def _breakpoints(system: list[dict[str, Any]], turns: list[dict[str, Any]], edge
     message's end; they replace any a stored part carries. Between compactions every build marks
     the same places, so each keeps its cached prefix alive; after one, the prefix up to the block
     before its first edit is read from the cache (a breakpoint's 20-block lookback would miss
-    it). Blocks are replaced by marked copies: a stored part is never changed."""
-    slots = [(turn["content"], n) for turn in turns for n in range(len(turn["content"]))]
-    where = {id(blocks[n]): k for k, (blocks, n) in enumerate(slots)}
-    marks = {len(slots) - 1} if slots else set()
+    it). The blocks are this build's own (stored parts come as copies: ``parts.for_format``)."""
+    flat = [block for turn in turns for block in turn["content"]]
+    where = {id(block): n for n, block in enumerate(flat)}
+    marks = {len(flat) - 1} if flat else set()
     for owned in edges:
-        first = min((where[id(b)] for b in owned if id(b) in where), default=0)
+        first = min((where[id(b)] for b in owned), default=0)
         if first > 0:
             marks.add(first - 1)
-    for blocks in [system, *(turn["content"] for turn in turns)]:
-        blocks[:] = [_unmarked(block) for block in blocks]
-    if system:
-        system[-1] = {**system[-1], "cache_control": {"type": "ephemeral"}}
-    for k in marks:
-        blocks, n = slots[k]
-        blocks[n] = {**blocks[n], "cache_control": {"type": "ephemeral"}}
-
-
-def _unmarked(block: dict[str, Any]) -> dict[str, Any]:
-    """``block`` without a cache mark of its own (nor one in a tool result's parts)."""
-    if block.get("type") == "tool_result" and isinstance(block.get("content"), list):
-        block = {**block, "content": [_unmarked(part) for part in block["content"]]}
-    return {k: v for k, v in block.items() if k != "cache_control"} if "cache_control" in block else block
+    for block in [*system, *flat]:
+        block.pop("cache_control", None)
+        if block["type"] == "tool_result" and isinstance(block["content"], list):
+            for part in block["content"]:
+                part.pop("cache_control", None)
+    for block in [*system[-1:], *(flat[n] for n in marks)]:
+        block["cache_control"] = {"type": "ephemeral"}

@@ -265,8 +265,8 @@ end
 
 -- A candidate's cleared JSON (marked with `compaction`, the number of the compaction clearing
 -- it), or nil when its tool is excluded or its JSON is not in the stored layout (then it is left
--- as it is). (tool_of is its own local: the function library
--- holds add's and commit's helpers within Lua's 200 locals, test_lua_files.py counts them.)
+-- as it is). (tool_of is its own local: the function library holds add's and commit's helpers
+-- within Lua's 200 locals, test_lua_files.py counts them.)
 local function cleared_version(a, cfg, placeholder, compaction)
   local function tool_of(item)  -- the tool a tool result answers (its call's tool name)
     local meta = item.metadata
