@@ -170,6 +170,19 @@ def _plain(built: dict[str, Any]) -> list[str]:
     return [json.dumps({k: v for k, v in b.items() if k != "cache_control"}, sort_keys=True) for b in _blocks(built)]
 
 
+def most_extending(added: list[int], fixed: int) -> float:
+    """The largest share of builds that can extend the previous one in a session whose turns add
+    ``added`` estimated tokens each, with ``fixed`` tokens (the system prompt) in every prompt,
+    when the provider refuses none: a build that extends the previous keeps all it sent, and
+    every build sends its own turn, so the turns of a run of extending builds fit one prompt
+    together. Packing the turns into as few runs as fit (greedy is fewest, for runs in order)
+    leaves runs - 1 builds that cannot extend, whatever the compaction."""
+    room, runs, used = (CONTEXT - RESERVE) / PROVIDER_RATIO - fixed, 1, 0
+    for tokens in added:
+        runs, used = (runs + 1, tokens) if used + tokens > room else (runs, used + tokens)
+    return (len(added) - runs) / max(1, len(added) - 1)
+
+
 def replay(url: str, name: str, turns: int, result_scale: int, keep_recent: int) -> dict[str, Any]:
     options, calibrate = STRATEGIES[name]
     options = {**options, "keep_recent": keep_recent} if "keep_recent" in options else options
@@ -177,12 +190,15 @@ def replay(url: str, name: str, turns: int, result_scale: int, keep_recent: int)
         w = store.window("session", **options)
         w.add("You are a research agent. Use the search tool.", role="system", pinned=True)
         provider, rng, extends, previous = Provider(store._settings.counter), random.Random(3), 0, None
+        fixed, added = w.stats().current_tokens, []  # each turn's tokens, where nothing compacts
         invalidated, seen = 0, "0"  # the compacted events' tokens_invalidated, read as the session goes
         budget = CONTEXT if options["max_tokens"] is None else None  # trim: the build's own budget
         opts = cs.BuildOptions(order="arrival", reserve_for_response=RESERVE, max_history_items=100_000,
                                max_tokens=budget, cache_control=True)  # fmt: skip
         for t in range(turns):
             _turn(w, t, rng, result_scale)
+            if options["max_tokens"] is None:
+                added.append(w.stats().current_tokens - fixed - sum(added))
             built = w.build_messages_structured(opts, format="anthropic")
             plain = _plain(built.messages)
             extends += previous is not None and plain[: len(previous)] == previous
@@ -198,6 +214,7 @@ def replay(url: str, name: str, turns: int, result_scale: int, keep_recent: int)
     main = provider.caches["breakpoints"]
     return {
         "extends_previous": extends / max(1, turns - 1),
+        "most_extending": most_extending(added, fixed) if added else None,
         "input_cost": main.cost,
         "two_breakpoints_cost": provider.caches["two breakpoints"].cost,
         "any_prefix_cost": provider.caches["any prefix"].cost,
@@ -234,7 +251,9 @@ def main() -> None:
                  f"{r['tokens_invalidated']:,}", f"{r['token_calibration']:.2f}"]
                 for name, r in results.items()
             ]  # fmt: skip
+            most = results["trim every turn"]["most_extending"]
             print(f"\n### {label} (provider counts {PROVIDER_RATIO}x the estimates; context {CONTEXT:,})\n")
+            print(f"builds that can extend the previous at most, none refused: {most:.0%}\n")
             print(table(["strategy", "builds extending the previous", "cache-read share", "input cost",
                          "vs trim", "input cost, 2 breakpoints", "input cost, any prefix", "refused", "tokens over",
                          "compactions", "tokens invalidated", "calibration"],

@@ -106,8 +106,10 @@ def test_cost_smoke_replays_each_strategy_and_calibration_keeps_every_prompt_wit
     less of the prompt cache; trimming compacts nothing. With the build's cache breakpoints the
     default target costs less than with breakpoints on the system block and the last block only
     (the prefix before a compaction's first edit is read from the cache) and as little as a cache
-    that reads any shared prefix would allow (within 1%)."""
+    that reads any shared prefix would allow (within 1%). No row that sends every prompt extends
+    more builds than the session's bound says any compaction could."""
     text = smoke("cost.py", 120)
+    bounds = [int(line.rsplit(" ", 1)[1].rstrip("%")) for line in text.splitlines() if "can extend" in line]
     rows = {}
     for line in text.splitlines():
         cells = [c.strip() for c in line.strip("|").split("|")]
@@ -117,7 +119,10 @@ def test_cost_smoke_replays_each_strategy_and_calibration_keeps_every_prompt_wit
     cost = lambda cells: float(cells[3].replace(",", ""))  # noqa: E731
     invalidated = lambda cells: int(cells[10].replace(",", ""))  # noqa: E731
     two, anywhere = (lambda cells, n=n: float(cells[n].replace(",", "")) for n in (5, 6))
+    assert len(bounds) == 2 and all(0 < b < 100 for b in bounds), text
     for session in range(2):
+        sent_all = [cells for cells in (r[session] for r in rows.values()) if cells[7] == "0"]
+        assert sent_all and all(int(cells[1].rstrip("%")) <= bounds[session] for cells in sent_all), text
         assert invalidated(rows["trim every turn"][session]) == 0
         lower, default = rows["clear at threshold down to 40%, calibrated"], rows["clear at threshold, calibrated"]
         assert 0 < invalidated(lower[session]) < invalidated(default[session])

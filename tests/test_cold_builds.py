@@ -550,6 +550,27 @@ def test_after_adds_alone_a_store_reads_the_facts_of_the_added_items_only(make_s
     assert sum(asked) > 60
 
 
+def test_in_a_small_window_a_store_guesses_fewer_added_ids(make_store, redis_url, prefix, monkeypatch):
+    """Of a window small enough for its ``:attrs`` to be a listpack (up to 512 items), where each
+    id looked up walks every field, a store with the last facts guesses 8 added ids rather than
+    32; more added items than that it reads by id in the next round trip, and chooses what a
+    whole read does."""
+    monkeypatch.setattr(facts_read, "SCAN_COUNT", 1)  # :attrs read by the walk, not whole in one call
+    w = make_store().window("small", max_items=1000)
+    _chat(w, 40)  # ~120 items
+    reader = make_store().window("small")
+    _same_choice(reader.build_messages_structured(OPTS), _whole(redis_url, prefix, "small", OPTS))
+    guessed: list[int] = []
+    real = facts_read._guessed
+    monkeypatch.setattr(facts_read, "_guessed", lambda last: guessed.append(len(got := real(last))) or got)
+    asked = _attrs_asked(monkeypatch)
+    for n in range(12):
+        w.add(f"question {n}", role="user")
+    _same_choice(reader.build_messages_structured(OPTS), _whole(redis_url, prefix, "small", OPTS))
+    assert guessed == [facts_read.GUESSED_SMALL] == [8]
+    assert sum(asked) == 12 - 8  # the added ids not guessed, read by id
+
+
 def test_a_walk_that_cannot_reuse_the_last_facts_goes_as_deep_as_a_first_read(
     make_store, redis_url, prefix, monkeypatch, one_server
 ):

@@ -119,18 +119,25 @@ def _gone(last: Facts, removed: int, oldest: list[Any]) -> set[str] | None:
     return {i.id or "" for i in before[:-1]} if before[-1].id == first else None
 
 
-#: how many ids a facts read with the store's last facts guesses were added since (``_guessed``)
-GUESSED = 32
+#: how many ids a facts read with the store's last facts guesses were added since (``_guessed``):
+#: of a window of up to ``LISTPACK_ITEMS`` items, and of a larger one. A hash of up to 512 fields
+#: is a listpack (the default ``hash-max-listpack-entries`` of Redis 7 and Valkey, and 6.2's
+#: ziplist), where each id looked up is a walk of the fields, to the end for an id not there:
+#: 32 guesses cost the shard more than the rest of a cached fleet worker's build
+GUESSED_SMALL, GUESSED = 8, 32
+LISTPACK_ITEMS = 512
 
 
 def _guessed(last: Facts | None) -> list[str]:
     """The ids of the items added since ``last`` when they were added without ids of their own
-    (the store names them by seq: ``validate.generated_id``), up to ``GUESSED`` of them: their
-    attrs are read with the first round trip, so that after such adds the facts take one."""
+    (the store names them by seq: ``validate.generated_id``), up to ``GUESSED`` of them
+    (``GUESSED_SMALL`` in a window small enough for a listpack): their attrs are read with the
+    first round trip, so that after such adds the facts take one."""
     if last is None:
         return []
     seq = int(last.found.meta.get(Meta.SEQ) or 0)
-    return [validate.generated_id(s) for s in range(seq + 1, seq + 1 + GUESSED)]
+    count = GUESSED_SMALL if int(last.found.meta.get(Meta.ITEMS) or 0) <= LISTPACK_ITEMS else GUESSED
+    return [validate.generated_id(s) for s in range(seq + 1, seq + 1 + count)]
 
 
 #: what one attempt of a facts read answers when the window changed between its round trips
