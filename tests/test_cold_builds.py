@@ -134,6 +134,32 @@ def test_a_window_its_config_bounds_is_read_in_two_round_trips(make_store, redis
     _same(got, _whole(redis_url, prefix, "small", cs.BuildOptions(max_tokens=300, reserve_for_response=0)))
 
 
+def test_a_first_read_reaching_past_a_small_window_reads_its_walk_only_when_the_scan_did_not_bring_it(
+    make_store, redis_url, prefix, r
+):
+    """A stateless build whose options reach back past what a small window holds (512 items, a
+    listpack hash: ``max_history_items`` of 1000 here) scans ``:attrs`` first: a small window comes
+    whole, and nothing of the walk is read (no newest ids, no items outside the conversation); of
+    a larger one the walk's reads follow in the next round trip. With a shorter reach they come
+    with the first. Each build chooses what a whole read does."""
+    if on_cluster(redis_url):
+        pytest.skip("counts one server's commands")
+    for wid, turns in (("few", 40), ("many", 250)):  # ~120 items; ~650: a hash table
+        _chat(make_store().window(wid, max_items=1000), turns)
+    walked = {}
+    for wid, opts in (("few", OPTS), ("many", OPTS), ("few", cs.BuildOptions(max_tokens=600, reserve_for_response=0))):
+        stateless = make_store(item_cache_bytes=0).window(wid)
+        r.config_resetstat()
+        got = stateless.build_messages_structured(opts)
+        stats = r.info("commandstats")
+        calls = [stats.get(f"cmdstat_{c}", {}).get("calls", 0) for c in ("lrange", "zrangebyscore", "exec")]
+        walked[wid, opts.max_history_items] = calls
+        _same_choice(got, _whole(redis_url, prefix, wid, opts))
+    assert walked["few", 1000] == [0, 0, 2]  # the scan, then the bodies
+    assert walked["many", 1000][:2] == [1, 2] and walked["many", 1000][2] >= 3  # the scan, the walk, the bodies
+    assert walked["few", 10] == [1, 2, 2]  # the page with the scan
+
+
 def _parallel_calls(w) -> None:
     w.add("", role="assistant", metadata={"tool_calls": [_call("p1"), _call("p2", "other")]})
     w.add("first", role="tool", metadata={"tool_call_id": "p1"})

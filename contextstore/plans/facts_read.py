@@ -49,7 +49,9 @@ def read_facts(
 ) -> Plan[Facts | None]:
     """What a build within a budget chooses by (``plans/chat.py``), in plain commands and no item
     body: the window's meta and pins, and the ``:attrs`` of the items a build can offer. A small
-    window's come whole in one round trip (``SCAN_COUNT``). Of a larger one: every pinned item,
+    window's come whole in one round trip (``SCAN_COUNT``); a first read whose ``recent`` reaches
+    past a small window (``LISTPACK_ITEMS``) makes the walk's first reads only after the scan, when
+    that did not bring the window whole and the build does not use every item. Of a larger one: every pinned item,
     every item that is not a conversation message, and the conversation from the newest back
     (``recent`` ids first, twice as many each further step) until ``settled`` says the build's
     conversation is decided (``max_history_items``), each item with the members of its tool-call
@@ -123,7 +125,8 @@ def _gone(last: Facts, removed: int, oldest: list[Any]) -> set[str] | None:
 #: of a window of up to ``LISTPACK_ITEMS`` items, and of a larger one. A hash of up to 512 fields
 #: is a listpack (the default ``hash-max-listpack-entries`` of Redis 7 and Valkey, and 6.2's
 #: ziplist), where each id looked up is a walk of the fields, to the end for an id not there:
-#: 32 guesses cost the shard more than the rest of a cached fleet worker's build
+#: 32 guesses cost the shard more than the rest of a cached fleet worker's build. (The same bound
+#: says when a first read's page of newest ids would reach past a window its scan brings whole.)
 GUESSED_SMALL, GUESSED = 8, 32
 LISTPACK_ITEMS = 512
 
@@ -157,22 +160,26 @@ def _facts_once(
     # a store holding the window's last facts scans no attrs: what was added it reads by id,
     # and guesses the ids first: those the store gives items added without one
     scan = (("HSCAN", k.attrs, 0, "COUNT", SCAN_COUNT),) if last is None else ()
+    later = last is None and recent >= LISTPACK_ITEMS  # the walk's first reads: after the scan, if it must
+    walk_reads = () if later else _walk_reads(k, recent)
     guess = _guessed(last)
     since = (("HMGET", k.attrs, *guess), ("LRANGE", k.fifo, 0, _oldest_page(last) - 1)) if last is not None else ()
     first = yield PlainRead((
-        ("HGETALL", k.meta), ("SMEMBERS", k.pinned), *scan,
-        ("ZRANGEBYSCORE", k.order, "-inf", _BEFORE_CONVERSATION),
-        ("ZRANGEBYSCORE", k.order, _AFTER_CONVERSATION, "+inf"),
-        ("LRANGE", k.fifo, -recent, -1), *since,
+        ("HGETALL", k.meta), ("SMEMBERS", k.pinned), *scan, *walk_reads, *since,
     ))  # fmt: skip
     if first is None or not first[0]:
         return None
     replies = list(first)
     oldest, guessed = (replies.pop(), replies.pop()) if since else ([], [])
-    meta, pinned, (cursor, scanned), before, after, page = replies if scan else (*replies[:2], (1, {}), *replies[2:])
+    meta, pinned, (cursor, scanned), *read = replies if scan else (*replies[:2], (1, {}), *replies[2:])
     text_meta = meta_text(meta)
     if uses_all is not None and uses_all(text_meta):
         return (yield from _everything(state, meta, pinned, None if int(cursor) else scanned))
+    if later and int(cursor):  # a large window: the walk starts from its newest ids
+        read = yield from _newest(state, meta, recent)
+        if read is None or read is _MOVED:
+            return read
+    before, after, page = read or ([], [], [])
     walk = Walk(set(pinned) | set(before) | set(after), page, recent)
     change = _since(last.found.meta, text_meta) if last is not None else None
     if last is not None and change == (0, 0):  # as last read: the same items, under the meta read now
@@ -184,6 +191,27 @@ def _facts_once(
     if not int(cursor):  # the whole of :attrs
         walk.attrs, walk.todo, walk.whole = scanned, set(), True
     return (yield from _walked(state, walk, (meta, text_meta), pinned, settled))
+
+
+def _walk_reads(k: Any, recent: int) -> tuple[tuple[Any, ...], ...]:
+    """What a walk starts from: the ids of the items before and after the conversation in build
+    order, and the ``recent`` newest ids of ``:fifo``."""
+    return (
+        ("ZRANGEBYSCORE", k.order, "-inf", _BEFORE_CONVERSATION),
+        ("ZRANGEBYSCORE", k.order, _AFTER_CONVERSATION, "+inf"),
+        ("LRANGE", k.fifo, -recent, -1),
+    )
+
+
+def _newest(state: WindowState, meta: dict[Any, Any], recent: int) -> Plan[Any]:
+    """``_walk_reads``' replies for a first read whose page reaches past a small window
+    (``LISTPACK_ITEMS``), read after its first round trip when the scan did not bring the window
+    whole and the build does not use every item; ``_MOVED`` when the window changed since
+    ``meta``, None when the read could not be made."""
+    reply = yield PlainRead((("HMGET", state.keys.meta, *STAMP), *_walk_reads(state.keys, recent)))
+    if reply is None:
+        return None
+    return reply[1:] if tuple(reply[0]) == raw_stamp(meta) else _MOVED
 
 
 def _reuse(walk: Walk, last: Facts, change: tuple[int, int], oldest: list[Any], guessed: dict[bytes, Any]) -> None:
