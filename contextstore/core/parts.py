@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import copy
 import hashlib
 import math
 import re
@@ -328,13 +327,25 @@ def text_of(content: str | list[dict[str, Any]], sha: bool = False) -> str:
 # -- formats -----------------------------------------------------------------------------------
 
 
+def copied(value: Any) -> Any:
+    """A copy of a JSON value (what a stored item's content and metadata decode to: dicts, lists,
+    scalars), its containers new and its scalars shared: what a build hands out, so that a caller
+    changing it changes no item a store holds. (``copy.deepcopy`` keeps a memo for cycles a
+    decoded JSON value cannot have: 3-4x the time.)"""
+    if type(value) is dict:
+        return {k: copied(v) for k, v in value.items()}
+    if type(value) is list:
+        return [copied(v) for v in value]
+    return value
+
+
 def for_format(parts: list[dict[str, Any]], fmt: str) -> list[dict[str, Any]]:
     """``parts`` as a build in ``fmt`` ("openai" or "anthropic") sends them: a part of that
     format as stored (no key added; a copy, so that a caller changing what a build gave it
     changes no item a store holds); one of the other converted where it has an equivalent
     (text; an image by base64 or URL), else ``InvalidItemError`` naming it."""
     native = OPENAI_TYPES if fmt == "openai" else ANTHROPIC_TYPES
-    return [copy.deepcopy(p) if p["type"] in native else _converted(n, p, fmt) for n, p in enumerate(parts)]
+    return [copied(p) if p["type"] in native else _converted(n, p, fmt) for n, p in enumerate(parts)]
 
 
 def _converted(n: int, part: dict[str, Any], fmt: str) -> dict[str, Any]:

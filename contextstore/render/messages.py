@@ -10,7 +10,6 @@ called it; a tool-call group missing a result (or a result missing its call) is 
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -118,7 +117,7 @@ def openai(ordered: Sequence[ContextItem]) -> list[dict[str, Any]]:
             out.append({"role": "tool", "tool_call_id": call_id, "content": _openai_content(item, "tool")})
         elif item.metadata and calls_in(item):
             content = _openai_content(item, "assistant") or None
-            calls = copy.deepcopy(calls_in(item))  # a caller may change them: not the stored ones
+            calls = parts.copied(calls_in(item))  # a caller may change them: not the stored ones
             out.append({"role": "assistant", "content": content, "tool_calls": calls})
         else:
             out.append({"role": role, "content": _openai_content(item, role)})
