@@ -281,7 +281,7 @@ local function store_items(rows, before)
 end
 
 -- store_items of one item (an add's), written directly: store_items' tables and batches made an
--- add cost the shard ~8% more (docs/benchmarks.md).
+-- add cost the shard 4-8% more instructions (docs/benchmarks.md).
 local function store_item(it, json, before)
   redis.call('HSET', K_ITEMS, it.id, json)
   count_blobs({json}, 1)
