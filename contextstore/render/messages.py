@@ -115,10 +115,9 @@ def openai(ordered: Sequence[ContextItem]) -> list[dict[str, Any]]:
         elif role == "tool":
             call_id = _meta(item)["tool_call_id"]
             out.append({"role": "tool", "tool_call_id": call_id, "content": _openai_content(item, "tool")})
-        elif item.metadata and calls_in(item):
-            content = _openai_content(item, "assistant") or None
-            calls = parts.copied(calls_in(item))  # a caller may change them: not the stored ones
-            out.append({"role": "assistant", "content": content, "tool_calls": calls})
+        elif item.metadata and (calls := calls_in(item)):
+            content = _openai_content(item, "assistant") or None  # (the calls: a copy, a caller may change it)
+            out.append({"role": "assistant", "content": content, "tool_calls": parts.copied(calls)})
         else:
             out.append({"role": role, "content": _openai_content(item, role)})
     return out
