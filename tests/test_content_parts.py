@@ -12,6 +12,8 @@ import zlib
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import contextstore as cs
 from contextstore.core import parts
@@ -351,3 +353,30 @@ def test_built_messages_are_what_each_providers_sdk_types_take(store, one_server
     assert valid(list[anthropic_types.MessageParam], built["messages"]) == built["messages"]
     assert valid(list[anthropic_types.TextBlockParam], built["system"]) == built["system"]
     assert any(p["type"] == "image" for m in built["messages"] for p in m["content"] if isinstance(m["content"], list))
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=4),
+    max_leaves=30,
+)
+
+
+def _containers(value: Any) -> list[Any]:
+    """Every dict and list in a JSON value, itself first."""
+    if isinstance(value, dict):
+        return [value, *(c for v in value.values() for c in _containers(v))]
+    if isinstance(value, list):
+        return [value, *(c for v in value for c in _containers(v))]
+    return []
+
+
+@given(_JSON)
+def test_a_copy_of_a_json_value_equals_it_and_shares_no_container(value):
+    """``parts.copied`` (what builds hand out instead of stored parts and tool calls): equal to the
+    value, and no dict or list of it is one of the value's, so a caller changing the copy changes
+    nothing stored."""
+    got = parts.copied(value)
+    assert got == value
+    mine = {id(c) for c in _containers(value)}
+    assert not any(id(c) in mine for c in _containers(got))
