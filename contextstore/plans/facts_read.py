@@ -171,15 +171,15 @@ def _facts_once(
         return None
     replies = list(first)
     oldest, guessed = (replies.pop(), replies.pop()) if since else ([], [])
-    meta, pinned, (cursor, scanned), *read = replies if scan else (*replies[:2], (1, {}), *replies[2:])
+    meta, pinned, (cursor, scanned), *starts = replies if scan else (*replies[:2], (1, {}), *replies[2:])
     text_meta = meta_text(meta)
     if uses_all is not None and uses_all(text_meta):
         return (yield from _everything(state, meta, pinned, None if int(cursor) else scanned))
     if later and int(cursor):  # a large window: the walk starts from its newest ids
-        read = yield from _newest(state, meta, recent)
-        if read is None or read is _MOVED:
-            return read
-    before, after, page = read or ([], [], [])
+        starts = yield from _newest(state, meta, recent)
+        if starts is None or starts is _MOVED:
+            return starts
+    before, after, page = starts or ([], [], [])
     walk = Walk(set(pinned) | set(before) | set(after), page, recent)
     change = _since(last.found.meta, text_meta) if last is not None else None
     if last is not None and change == (0, 0):  # as last read: the same items, under the meta read now

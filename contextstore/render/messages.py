@@ -116,8 +116,9 @@ def openai(ordered: Sequence[ContextItem]) -> list[dict[str, Any]]:
             call_id = _meta(item)["tool_call_id"]
             out.append({"role": "tool", "tool_call_id": call_id, "content": _openai_content(item, "tool")})
         elif item.metadata and (calls := calls_in(item)):
-            content = _openai_content(item, "assistant") or None  # (the calls: a copy, a caller may change it)
-            out.append({"role": "assistant", "content": content, "tool_calls": parts.copied(calls)})
+            calls = parts.copied(calls)  # a caller may change them: not the stored ones
+            content = _openai_content(item, "assistant") or None
+            out.append({"role": "assistant", "content": content, "tool_calls": calls})
         else:
             out.append({"role": role, "content": _openai_content(item, role)})
     return out
