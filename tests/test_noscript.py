@@ -12,7 +12,7 @@ import pytest
 import redis
 
 import contextstore as cs
-from contextstore.drivers.scripts import library
+from contextstore.drivers.scripts import kept, library
 
 from support import (
     RedisProcess,
@@ -132,6 +132,23 @@ def test_scripts_are_loaded_once_then_called_by_name(each_server, prefix):
         assert _calls(r, call) - before[call] == 5  # one round trip per add
         for c in ("script|load", "script", "function|load", "function", "eval"):
             assert _calls(r, c) == before[c], c  # no reloads, no script body resent
+    r.close()
+
+
+def test_an_eval_script_defines_its_helpers_once_where_the_server_keeps_them(each_server, prefix):
+    """6.2 keeps what a script's first call defined (``kept``: its helpers, each call's function),
+    so later calls only run it; 7+ and Valkey keep nothing, and every call defines them again.
+    Either way each call gets its own keys and arguments, and a flush starts afresh."""
+    name, url = each_server
+    r = redis.Redis.from_url(url)
+    calls = r.register_script(
+        kept("local n = 0\nreturn function(keys, args) n = n + 1 return {n, keys[1], args[1]} end")
+    )
+    replies = [calls(keys=[f"{prefix}k{i}"], args=[f"a{i}"]) for i in range(3)]
+    counted = [1, 2, 3] if name == "redis6.2" else [1, 1, 1]
+    assert replies == [[n, f"{prefix}k{i}".encode(), f"a{i}".encode()] for i, n in enumerate(counted)]
+    r.script_flush()
+    assert calls(keys=["k"], args=["a"]) == [1, b"k", b"a"]
     r.close()
 
 
