@@ -73,6 +73,25 @@ def test_a_stateless_build_reads_only_the_bodies_it_takes(make_store, redis_url,
     assert cold_bytes < 0.5 * (_out_bytes(r) - before)
 
 
+def test_a_stateless_build_of_a_small_window_within_its_budget_takes_two_round_trips(make_store, redis_url, prefix, r):
+    """The first round trip's scan brings a small window's attrs whole; every item fits, and every
+    body is read with the ``built`` event (not read whole first, then the event alone)."""
+    if on_cluster(redis_url):
+        pytest.skip("a cluster's client reads with scripts; counts one server's commands")
+    _chat(make_store().window("fits", max_tokens=50_000), 12)
+    roomy = cs.BuildOptions(max_tokens=20_000, reserve_for_response=0, max_history_items=1000)
+    stateless = make_store(item_cache_bytes=0).window("fits")
+    expected = _whole(redis_url, prefix, "fits", roomy)
+    r.config_resetstat()
+    got = stateless.build_messages_structured(roomy)
+    stats = r.info("commandstats")
+    _same(got, expected)
+    assert not got.excluded_item_ids and not got.omitted_item_ids  # every item taken
+    assert stats["cmdstat_exec"]["calls"] == 2 and stats["cmdstat_hscan"]["calls"] == 1
+    assert stats["cmdstat_hgetall"]["calls"] == 1  # :meta; no whole read of :items
+    assert sum(v["calls"] for k, v in stats.items() if k.split("_", 1)[1] in ("fcall", "evalsha")) == 1
+
+
 def test_an_item_cache_smaller_than_a_build_keeps_within_its_bound(make_store, redis_url, prefix, r, bodies_asked):
     """A store whose item cache cannot keep what a build takes (``item_cache_bytes``) reads
     those bodies on every build, keeps no more than its bound, and chooses what a whole read

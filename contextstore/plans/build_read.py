@@ -63,7 +63,7 @@ def build_read(
         done = yield from _from_last(settings, state, last, whole, run)
         if done is not None:
             return done
-    everything = partial(_reads_everything, cache, window, uses_all)
+    everything = partial(_reads_everything, cache, window, uses_all, whole is not None)
     first_all = all_compete and last is None and bool(settings.item_cache_bytes)
     got = yield from read_facts(state, settled, recent, everything, last, first_all)
     if got is not None:
@@ -96,10 +96,20 @@ def _from_last(
 
 
 def _reads_everything(
-    cache: ItemCache, window: str, uses_all: Callable[[wire.ReadReply], bool] | None, meta: dict[str, str]
+    cache: ItemCache,
+    window: str,
+    uses_all: Callable[[wire.ReadReply], bool] | None,
+    reads_whole: bool,
+    meta: dict[str, str],
+    scanned: bool,
 ) -> bool:
     """Whether a facts read of the window whose meta is ``meta`` reads every attrs and body at
-    once: the build uses every item (``uses_all``) and the store holds fewer than half of them."""
+    once: the build uses every item (``uses_all``) and the store holds fewer than half of them,
+    unless the first round trip's scan brought every attrs (``scanned``) and the build reads only
+    the bodies it takes (not ``reads_whole``): those come with its ``built`` event then, one round
+    trip fewer."""
+    if scanned and not reads_whole:
+        return False
     held = cache.held(window, meta.get(Meta.EPOCH, ""))
     return uses_all is not None and 2 * held < int(meta.get(Meta.ITEMS) or 0) and uses_all(wire.ReadReply(meta, 0, []))
 

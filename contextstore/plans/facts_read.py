@@ -43,7 +43,7 @@ def read_facts(
     state: WindowState,
     settled: Settled,
     recent: int,
-    uses_all: Callable[[dict[str, str]], bool] | None = None,
+    uses_all: Callable[[dict[str, str], bool], bool] | None = None,
     last: Facts | None = None,
     everything_first: bool = False,
 ) -> Plan[Facts | None]:
@@ -63,7 +63,9 @@ def read_facts(
     when the window has only had items added since (same epoch; its item count grew by as much as
     its seq), or added and its oldest unpinned ones removed (``_gone``: an eviction), their attrs
     still hold, and the walk reads those of the added items only (a page of ``APPENDED_PAGE``
-    newest ids first). ``everything_first``: every item is a candidate whatever the window holds,
+    newest ids first). ``uses_all(meta, scanned)``: whether the next round trip reads every attrs
+    and body (``_everything``) instead, given the meta and whether the first one's scan brought
+    every attrs. ``everything_first``: every item is a candidate whatever the window holds,
     and the caller keeps what it reads: the first round trip reads every attrs and body. None
     when the window is missing or kept moving, or when an item's letters are missing (stored
     before they were kept): the caller reads the window whole then."""
@@ -151,7 +153,7 @@ def _facts_once(
     state: WindowState,
     settled: Settled,
     recent: int,
-    uses_all: Callable[[dict[str, str]], bool] | None,
+    uses_all: Callable[[dict[str, str], bool], bool] | None,
     last: Facts | None,
 ) -> Plan[Facts | None]:
     """One attempt of ``read_facts``; ``_MOVED`` when the window changed under it."""
@@ -173,7 +175,7 @@ def _facts_once(
     oldest, guessed = (replies.pop(), replies.pop()) if since else ([], [])
     meta, pinned, (cursor, scanned), *starts = replies if scan else (*replies[:2], (1, {}), *replies[2:])
     text_meta = meta_text(meta)
-    if uses_all is not None and uses_all(text_meta):
+    if uses_all is not None and uses_all(text_meta, scan != () and not int(cursor)):
         return (yield from _everything(state, meta, pinned, None if int(cursor) else scanned))
     if later and int(cursor):  # a large window: the walk starts from its newest ids
         starts = yield from _newest(state, meta, recent)
