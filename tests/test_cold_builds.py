@@ -159,24 +159,28 @@ def test_a_first_read_reaching_past_a_small_window_reads_its_walk_only_when_the_
     """A stateless build whose options reach back past what a small window holds (512 items, a
     listpack hash: ``max_history_items`` of 1000 here) scans ``:attrs`` first: a small window comes
     whole, and nothing of the walk is read (no newest ids, no items outside the conversation); of
-    a larger one the walk's reads follow in the next round trip. With a shorter reach they come
-    with the first. Each build chooses what a whole read does."""
+    a larger one every attrs follows in the next round trip when the walk's first page would hold
+    every item, else the walk's reads. With a shorter reach they come with the first. Each build
+    chooses what a whole read does."""
     if on_cluster(redis_url):
         pytest.skip("counts one server's commands")
     for wid, turns in (("few", 40), ("many", 250)):  # ~120 items; ~650: a hash table
         _chat(make_store().window(wid, max_items=1000), turns)
     walked = {}
-    for wid, opts in (("few", OPTS), ("many", OPTS), ("few", cs.BuildOptions(max_tokens=600, reserve_for_response=0))):
+    reach = cs.BuildOptions(max_tokens=600, reserve_for_response=0, max_history_items=250)  # a page of 516
+    short = cs.BuildOptions(max_tokens=600, reserve_for_response=0)
+    for wid, opts in (("few", OPTS), ("many", OPTS), ("many", reach), ("few", short)):
         stateless = make_store(item_cache_bytes=0).window(wid)
         r.config_resetstat()
         got = stateless.build_messages_structured(opts)
         stats = r.info("commandstats")
-        calls = [stats.get(f"cmdstat_{c}", {}).get("calls", 0) for c in ("lrange", "zrangebyscore", "exec")]
+        calls = [stats.get(f"cmdstat_{c}", {}).get("calls", 0) for c in ("lrange", "zrangebyscore", "exec", "hgetall")]
         walked[wid, opts.max_history_items] = calls
         _same_choice(got, _whole(redis_url, prefix, wid, opts))
-    assert walked["few", 1000] == [0, 0, 2]  # the scan, then the bodies
-    assert walked["many", 1000][:2] == [1, 2] and walked["many", 1000][2] >= 3  # the scan, the walk, the bodies
-    assert walked["few", 10] == [1, 2, 2]  # the page with the scan
+    assert walked["few", 1000] == [0, 0, 2, 1]  # the scan, then the bodies
+    assert walked["many", 1000] == [0, 0, 3, 2]  # the scan, every attrs, the bodies
+    assert walked["many", 250][:2] == [1, 2] and walked["many", 250][2] >= 3  # the scan, the walk, the bodies
+    assert walked["few", 10] == [1, 2, 2, 1]  # the page with the scan
 
 
 def _parallel_calls(w) -> None:

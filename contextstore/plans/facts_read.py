@@ -178,9 +178,13 @@ def _facts_once(
     if uses_all is not None and uses_all(text_meta, scan != () and not int(cursor)):
         return (yield from _everything(state, meta, pinned, None if int(cursor) else scanned))
     if later and int(cursor):  # a large window: the walk starts from its newest ids
-        starts = yield from _newest(state, meta, recent)
+        every = recent >= int(text_meta.get(Meta.ITEMS) or 0)  # ... which are all of them
+        reads = (("HGETALL", k.attrs),) if every else _walk_reads(k, recent)
+        starts = yield from _read_on(state, meta, reads)
         if starts is None or starts is _MOVED:
             return starts
+        if every:
+            cursor, scanned, starts = 0, starts[0], []
     before, after, page = starts or ([], [], [])
     walk = Walk(set(pinned) | set(before) | set(after), page, recent)
     change = _since(last.found.meta, text_meta) if last is not None else None
@@ -205,12 +209,13 @@ def _walk_reads(k: Any, recent: int) -> tuple[tuple[Any, ...], ...]:
     )
 
 
-def _newest(state: WindowState, meta: dict[Any, Any], recent: int) -> Plan[Any]:
-    """``_walk_reads``' replies for a first read whose page reaches past a small window
+def _read_on(state: WindowState, meta: dict[Any, Any], reads: tuple[tuple[Any, ...], ...]) -> Plan[Any]:
+    """The replies of ``reads`` for a first read whose page reaches past a small window
     (``LISTPACK_ITEMS``), read after its first round trip when the scan did not bring the window
-    whole and the build does not use every item; ``_MOVED`` when the window changed since
+    whole and the build does not use every item: the walk's first reads (``_walk_reads``), or
+    every attrs when the page would hold every item; ``_MOVED`` when the window changed since
     ``meta``, None when the read could not be made."""
-    reply = yield PlainRead((("HMGET", state.keys.meta, *STAMP), *_walk_reads(state.keys, recent)))
+    reply = yield PlainRead((("HMGET", state.keys.meta, *STAMP), *reads))
     if reply is None:
         return None
     return reply[1:] if tuple(reply[0]) == raw_stamp(meta) else _MOVED
