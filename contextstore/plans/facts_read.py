@@ -26,9 +26,9 @@ def recent_for(options: BuildOptions) -> int:
     return 2 * most + 16
 
 
-#: ``:attrs`` fields the first round trip of a facts read scans: a small hash (a listpack, up to
-#: 128 fields on Redis 7 and Valkey, 512 on 6.2) comes whole whatever the count, and then the
-#: facts are read in that one round trip; a large one sends about this many, then the walk
+#: ``:attrs`` fields the first round trip of a facts read scans: a small hash (a listpack or 6.2's
+#: ziplist, up to ``LISTPACK_ITEMS`` fields by default) comes whole whatever the count, and then
+#: the facts are read in that one round trip; a large one sends about this many, then the walk
 SCAN_COUNT = 32
 #: ``:order`` scores below and from which items are not conversation messages (the ranks of
 #: ``user_message`` and ``assistant_message``, 5 and 6, lie between): what ``ZRANGEBYSCORE`` lists
