@@ -64,7 +64,7 @@ def test_a_stateless_build_reads_only_the_bodies_it_takes(make_store, redis_url,
     _same(got, expected)
     assert bodies_asked == [got.included_item_ids]  # in the order they render
     assert len(got.included_item_ids) < len(got.excluded_item_ids)
-    assert stats["cmdstat_hgetall"]["calls"] == 1 and stats["cmdstat_hrandfield"]["calls"] == 1  # :meta, :attrs
+    assert stats["cmdstat_hgetall"]["calls"] == 1 and stats["cmdstat_hscan"]["calls"] == 1  # :meta, :attrs
     # two round trips: the facts, then the bodies with the built event in the same transaction
     assert stats["cmdstat_exec"]["calls"] == 2 and r.xlen(f"{prefix}:{{cold}}:events") > 0
     assert sum(v["calls"] for k, v in stats.items() if k.split("_", 1)[1] in ("fcall", "evalsha")) == 1
@@ -87,7 +87,7 @@ def test_a_stateless_build_of_a_small_window_within_its_budget_takes_two_round_t
     stats = r.info("commandstats")
     _same(got, expected)
     assert not got.excluded_item_ids and not got.omitted_item_ids  # every item taken
-    assert stats["cmdstat_exec"]["calls"] == 2 and stats["cmdstat_hrandfield"]["calls"] == 1  # every attrs
+    assert stats["cmdstat_exec"]["calls"] == 2 and stats["cmdstat_hscan"]["calls"] == 1
     assert stats["cmdstat_hgetall"]["calls"] == 1  # :meta; no whole read of :items
     assert sum(v["calls"] for k, v in stats.items() if k.split("_", 1)[1] in ("fcall", "evalsha")) == 1
 
@@ -157,12 +157,11 @@ def test_a_first_read_reaching_past_a_small_window_reads_its_walk_only_when_the_
     make_store, redis_url, prefix, r
 ):
     """A stateless build whose options reach back past what a small window holds (512 items, a
-    listpack hash: ``max_history_items`` of 1000 here) asks its first round trip for as many attrs
-    as the handle's ``max_items`` says the window holds (``HRANDFIELD``, at least 512): a window of
-    up to that many comes whole, and nothing of the walk is read (no newest ids, no items outside
-    the conversation); of a larger one every attrs follows in the next round trip when the walk's
-    first page would hold every item, else the walk's reads. With a shorter reach they come with
-    the first, after a scan. Each build chooses what a whole read does."""
+    listpack hash: ``max_history_items`` of 1000 here) scans ``:attrs`` first: a small window comes
+    whole, and nothing of the walk is read (no newest ids, no items outside the conversation); of
+    a larger one every attrs follows in the next round trip when the walk's first page would hold
+    every item, else the walk's reads. With a shorter reach they come with the first. Each build
+    chooses what a whole read does."""
     if on_cluster(redis_url):
         pytest.skip("counts one server's commands")
     for wid, turns in (("few", 40), ("many", 250)):  # ~120 items; ~650: a hash table
@@ -170,29 +169,18 @@ def test_a_first_read_reaching_past_a_small_window_reads_its_walk_only_when_the_
     walked = {}
     reach = cs.BuildOptions(max_tokens=600, reserve_for_response=0, max_history_items=250)  # a page of 516
     short = cs.BuildOptions(max_tokens=600, reserve_for_response=0)
-    verbs = ("lrange", "zrangebyscore", "exec", "hgetall", "hrandfield", "hscan")
-    cases = (
-        ("few", OPTS, True),
-        ("many", OPTS, True),
-        ("many", OPTS, False),
-        ("many", reach, True),
-        ("few", short, True),
-    )
-    for wid, opts, configured in cases:  # configured: the handle knows the window's max_items (1000)
-        made = make_store(item_cache_bytes=0)
-        stateless = made.window(wid) if configured else made.handle(wid)  # a handle's default: 50
-        stateless.stats()  # the store has learnt how this server runs scripts
+    for wid, opts in (("few", OPTS), ("many", OPTS), ("many", reach), ("few", short)):
+        stateless = make_store(item_cache_bytes=0).window(wid)
         r.config_resetstat()
         got = stateless.build_messages_structured(opts)
         stats = r.info("commandstats")
-        walked[wid, opts.max_history_items, configured] = [stats.get(f"cmdstat_{c}", {}).get("calls", 0) for c in verbs]
+        calls = [stats.get(f"cmdstat_{c}", {}).get("calls", 0) for c in ("lrange", "zrangebyscore", "exec", "hgetall")]
+        walked[wid, opts.max_history_items] = calls
         _same_choice(got, _whole(redis_url, prefix, wid, opts))
-    assert walked["few", 1000, True] == [0, 0, 2, 1, 1, 0]  # every attrs, then the bodies
-    assert walked["many", 1000, True] == [0, 0, 2, 1, 1, 0]  # the same: up to 1000 asked for
-    assert walked["many", 1000, False] == [0, 0, 3, 2, 1, 0]  # 512 of them, every attrs, the bodies
-    walk = walked["many", 250, True]  # 516 asked for (its page), of 650: the walk, the bodies
-    assert walk[:2] == [1, 2] and walk[2] >= 3 and walk[4:] == [1, 0]
-    assert walked["few", 10, True] == [1, 2, 2, 1, 0, 1]  # the page with the scan
+    assert walked["few", 1000] == [0, 0, 2, 1]  # the scan, then the bodies
+    assert walked["many", 1000] == [0, 0, 3, 2]  # the scan, every attrs, the bodies
+    assert walked["many", 250][:2] == [1, 2] and walked["many", 250][2] >= 3  # the scan, the walk, the bodies
+    assert walked["few", 10] == [1, 2, 2, 1]  # the page with the scan
 
 
 def _parallel_calls(w) -> None:

@@ -69,12 +69,11 @@ PRIORITY_WEIGHT = 10**10
 #: for a user with key patterns). tests/test_tenants.py keeps it equal to what lua/ calls.
 SCRIPT_CALLS = (
     "del K", "exists K", "expire K 1", "get K", "hdel K f", "hexists K f", "hget K f", "hgetall K", "hincrby K f 1",
-    "hkeys K", "hlen K", "hmget K f", "hrandfield K 1", "hscan K 0", "hset K f v", "lindex K 0", "linsert K BEFORE p v",
-    "llen K", "lpop K", "lpos K v", "lrange K 0 1", "lrem K 1 v", "lset K 0 v", "ltrim K 0 1", "object encoding K",
-    "persist K", "pexpire K 1", "pttl K", "rename K K", "rpush K v", "sadd K v", "scard K", "set K v", "sismember K v",
-    "smembers K", "smismember K v", "srem K v", "sscan K 0", "time", "type K", "unlink K", "xadd K * f v",
-    "xrevrange K + -", "zadd K 1 m", "zcard K", "zrange K 0 1", "zrangebyscore K 0 1", "zrem K m",
-    "zrevrangebyscore K 1 0",
+    "hkeys K", "hlen K", "hmget K f", "hscan K 0", "hset K f v", "lindex K 0", "linsert K BEFORE p v", "llen K",
+    "lpop K", "lpos K v", "lrange K 0 1", "lrem K 1 v", "lset K 0 v", "ltrim K 0 1", "object encoding K", "persist K",
+    "pexpire K 1", "pttl K", "rename K K", "rpush K v", "sadd K v", "scard K", "set K v", "sismember K v", "smembers K",
+    "smismember K v", "srem K v", "sscan K 0", "time", "type K", "unlink K", "xadd K * f v", "xrevrange K + -",
+    "zadd K 1 m", "zcard K", "zrange K 0 1", "zrangebyscore K 0 1", "zrem K m", "zrevrangebyscore K 1 0",
 )  # fmt: skip
 
 

@@ -61,7 +61,6 @@ _SHAPES: dict[str, Callable[[Any], Any]] = {
     "HGETALL": _pairs,
     "SMEMBERS": set,
     "HSCAN": lambda r: (int(r[0]), _pairs(r[1])),
-    "HRANDFIELD": lambda r: [[r[i], r[i + 1]] for i in range(0, len(r), 2)],
 }
 
 

@@ -159,8 +159,10 @@ def _facts_once(
     """One attempt of ``read_facts``; ``_MOVED`` when the window changed under it."""
     k, deep = state.keys, recent
     recent = min(recent, APPENDED_PAGE) if last is not None else recent
+    # a store holding the window's last facts scans no attrs: what was added it reads by id,
+    # and guesses the ids first: those the store gives items added without one
+    scan = (("HSCAN", k.attrs, 0, "COUNT", SCAN_COUNT),) if last is None else ()
     later = last is None and recent >= LISTPACK_ITEMS  # the walk's first reads: after the scan, if it must
-    scan = _first_attrs(state, recent, last)
     walk_reads = () if later else _walk_reads(k, recent)
     guess = _guessed(last)
     since = (("HMGET", k.attrs, *guess), ("LRANGE", k.fifo, 0, _oldest_page(last) - 1)) if last is not None else ()
@@ -171,8 +173,6 @@ def _facts_once(
         return None
     replies = list(first)
     oldest, guessed = (replies.pop(), replies.pop()) if since else ([], [])
-    if later:  # every attrs when fewer than asked for came (HRANDFIELD sends each field once)
-        replies[2] = (int(len(replies[2]) >= scan[0][2]), dict(replies[2]))
     meta, pinned, (cursor, scanned), *starts = replies if scan else (*replies[:2], (1, {}), *replies[2:])
     text_meta = meta_text(meta)
     if uses_all is not None and uses_all(text_meta, scan != () and not int(cursor)):
@@ -197,33 +197,6 @@ def _facts_once(
     if not int(cursor):  # the whole of :attrs
         walk.attrs, walk.todo, walk.whole = scanned, set(), True
     return (yield from _walked(state, walk, (meta, text_meta), pinned, settled))
-
-
-def _first_attrs(state: WindowState, recent: int, last: Facts | None) -> tuple[tuple[Any, ...], ...]:
-    """What a facts read's first round trip asks of ``:attrs``: nothing when the store holds the
-    window's last facts (it reads the added items' by id, and guesses their ids first: those the
-    store gives items added without one); when the page of ``recent`` newest ids reaches past a
-    small window, every field of a window of up to ``_whole_up_to`` items (``HRANDFIELD``); else a
-    scan, whose first page holds a small window whole."""
-    if last is not None:
-        return ()
-    if recent >= LISTPACK_ITEMS:
-        return (("HRANDFIELD", state.keys.attrs, _whole_up_to(state, recent), "WITHVALUES"),)
-    return (("HSCAN", state.keys.attrs, 0, "COUNT", SCAN_COUNT),)
-
-
-#: the most ``:attrs`` fields a first read reaching past a small window asks for in its first round
-#: trip (``_whole_up_to``): ~200 KB
-WHOLE_FIRST = 5000
-
-
-def _whole_up_to(state: WindowState, recent: int) -> int:
-    """How many ``:attrs`` fields a first read whose page of ``recent`` newest ids reaches past a
-    small window asks for in its first round trip (``HRANDFIELD``, which sends a hash of up to that
-    many fields whole, else that many of them, at most ~3 times that much work for the server): as
-    many as the handle's ``max_items`` bounds the window to (a hint: the stored config may differ),
-    at least a small window's, at most the page and ``WHOLE_FIRST``."""
-    return min(recent, max(LISTPACK_ITEMS, min(state.config.max_items, WHOLE_FIRST)))
 
 
 def _walk_reads(k: Any, recent: int) -> tuple[tuple[Any, ...], ...]:
