@@ -10,8 +10,9 @@ Two assemblies of the same files, one per kind of server:
   (above its ``-- main:`` line, ``split_main``) are defined once, when the library is loaded, and
   each call only runs its script's main part. (Defining them on every call costs a script 25-40
   µs of server time, more than many scripts' own work.)
-- ``sources()``: one EVAL script each for Redis 6.2 (``EVALSHA``): the helper files it needs
-  (in dependency order), its own helpers, then its main part as ``main``. Its first call defines
+- ``sources()``: one EVAL script each (``EVALSHA``: Redis 6.2, and 7+ where the library is not
+  used): the helper files it needs (in dependency order), its own helpers, then its main part as
+  ``main``. Its first call defines
   them and keeps the function that runs ``main`` in the environment of the script's function
   (``setfenv``), so later calls only run ``main``, as in the library (defining the helpers
   took 40% of a 6.2 add's instructions). Redis 7+ and Valkey have no ``setfenv`` in scripts:
@@ -201,10 +202,11 @@ def kept(definition: str) -> str:
 
 @lru_cache(maxsize=1)
 def sources() -> dict[str, str]:
-    """Every script's full source for EVAL, keyed by script name: the helper files it needs
-    (``closure``: where the server keeps no script's definitions, ``kept``, a script defines every helper it
-    carries on each call, so it carries only those files), then its own helpers (in a function
-    of their own: Lua allows a function 200 locals) and its main part as ``main``."""
+    """Every script's full source for EVAL, keyed by script name, run through ``kept``: the helper
+    files it needs (``closure``: on a server that keeps nothing between calls, 7+, a script
+    defines every helper it carries on each call, so it carries only those files), then its own
+    helpers (in a function of their own: Lua allows a function 200 locals) and its main part as
+    ``main``."""
     base, libs = _libs()
     out = {}
     for name in SCRIPT_NAMES:

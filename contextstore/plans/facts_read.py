@@ -175,7 +175,7 @@ def _facts_once(
     oldest, guessed = (replies.pop(), replies.pop()) if since else ([], [])
     meta, pinned, (cursor, scanned), *starts = replies if scan else (*replies[:2], (1, {}), *replies[2:])
     text_meta = meta_text(meta)
-    if uses_all is not None and uses_all(text_meta, scan != () and not int(cursor)):
+    if uses_all is not None and uses_all(text_meta, not int(cursor)):  # cursor 1 when nothing was scanned
         return (yield from _everything(state, meta, pinned, None if int(cursor) else scanned))
     if later and int(cursor):  # a large window: the walk starts from its newest ids
         every = recent >= int(text_meta.get(Meta.ITEMS) or 0)  # ... which are all of them
