@@ -64,9 +64,10 @@ def test_a_stateless_build_reads_only_the_bodies_it_takes(make_store, redis_url,
     _same(got, expected)
     assert bodies_asked == [got.included_item_ids]  # in the order they render
     assert len(got.included_item_ids) < len(got.excluded_item_ids)
-    assert stats["cmdstat_hgetall"]["calls"] == 1 and stats["cmdstat_hscan"]["calls"] == 1  # :meta, :attrs
-    # two round trips: the facts, then the bodies with the built event in the same transaction
-    assert stats["cmdstat_exec"]["calls"] == 2 and r.xlen(f"{prefix}:{{cold}}:events") > 0
+    assert stats["cmdstat_hgetall"]["calls"] == 2 and "cmdstat_hscan" not in stats  # :meta, then :attrs
+    # three round trips: the meta, every attrs (a reach of 1000 holds every item), then the bodies
+    # with the built event in the same transaction
+    assert stats["cmdstat_exec"]["calls"] == 3 and r.xlen(f"{prefix}:{{cold}}:events") > 0
     assert sum(v["calls"] for k, v in stats.items() if k.split("_", 1)[1] in ("fcall", "evalsha")) == 1
     before = _out_bytes(r)
     _whole(redis_url, prefix, "cold", OPTS, fmt)
@@ -78,8 +79,8 @@ def test_a_stateless_build_of_a_small_window_within_its_budget_takes_two_round_t
     body is read with the ``built`` event (not read whole first, then the event alone)."""
     if on_cluster(redis_url):
         pytest.skip("a cluster's client reads with scripts; counts one server's commands")
-    _chat(make_store().window("fits", max_tokens=50_000), 12)
-    roomy = cs.BuildOptions(max_tokens=20_000, reserve_for_response=0, max_history_items=1000)
+    _chat(make_store().window("fits", max_tokens=50_000), 12)  # ~40 items; a reach short of 512
+    roomy = cs.BuildOptions(max_tokens=20_000, reserve_for_response=0, max_history_items=100)
     stateless = make_store(item_cache_bytes=0).window("fits")
     expected = _whole(redis_url, prefix, "fits", roomy)
     r.config_resetstat()
@@ -153,15 +154,15 @@ def test_a_window_its_config_bounds_is_read_in_two_round_trips(make_store, redis
     _same(got, _whole(redis_url, prefix, "small", cs.BuildOptions(max_tokens=300, reserve_for_response=0)))
 
 
-def test_a_first_read_reaching_past_a_small_window_reads_its_walk_only_when_the_scan_did_not_bring_it(
+def test_a_first_read_reaching_past_a_small_window_scans_nothing_and_reads_on_after_the_meta(
     make_store, redis_url, prefix, r
 ):
     """A stateless build whose options reach back past what a small window holds (512 items, a
-    listpack hash: ``max_history_items`` of 1000 here) scans ``:attrs`` first: a small window comes
-    whole, and nothing of the walk is read (no newest ids, no items outside the conversation); of
-    a larger one every attrs follows in the next round trip when the walk's first page would hold
-    every item, else the walk's reads. With a shorter reach they come with the first. Each build
-    chooses what a whole read does."""
+    listpack hash: ``max_history_items`` of 1000 here) scans nothing of ``:attrs`` (a listpack's
+    scan costs ~3x its ``HGETALL``): after the meta, every attrs follows in the next round trip
+    when the walk's first page would hold every item, else the walk's reads. With a shorter reach
+    the scan and the walk's first page come with the meta. Each build chooses what a whole read
+    does."""
     if on_cluster(redis_url):
         pytest.skip("counts one server's commands")
     for wid, turns in (("few", 40), ("many", 250)):  # ~120 items; ~650: a hash table
@@ -175,12 +176,13 @@ def test_a_first_read_reaching_past_a_small_window_reads_its_walk_only_when_the_
         got = stateless.build_messages_structured(opts)
         stats = r.info("commandstats")
         calls = [stats.get(f"cmdstat_{c}", {}).get("calls", 0) for c in ("lrange", "zrangebyscore", "exec", "hgetall")]
-        walked[wid, opts.max_history_items] = calls
+        walked[wid, opts.max_history_items] = [*calls, stats.get("cmdstat_hscan", {}).get("calls", 0)]
         _same_choice(got, _whole(redis_url, prefix, wid, opts))
-    assert walked["few", 1000] == [0, 0, 2, 1]  # the scan, then the bodies
-    assert walked["many", 1000] == [0, 0, 3, 2]  # the scan, every attrs, the bodies
-    assert walked["many", 250][:2] == [1, 2] and walked["many", 250][2] >= 3  # the scan, the walk, the bodies
-    assert walked["few", 10] == [1, 2, 2, 1]  # the page with the scan
+    assert walked["few", 1000] == [0, 0, 3, 2, 0]  # the meta, every attrs, the bodies
+    assert walked["many", 1000] == [0, 0, 3, 2, 0]  # the same
+    reach_walk = walked["many", 250]  # the meta, the walk (one or more round trips), the bodies
+    assert reach_walk[:2] == [1, 2] and reach_walk[2] >= 3 and reach_walk[3:] == [1, 0]
+    assert walked["few", 10] == [1, 2, 2, 1, 1]  # the scan and the page with the meta
 
 
 def _parallel_calls(w) -> None:

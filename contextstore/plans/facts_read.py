@@ -28,7 +28,9 @@ def recent_for(options: BuildOptions) -> int:
 
 #: ``:attrs`` fields the first round trip of a facts read scans: a small hash (a listpack or 6.2's
 #: ziplist, up to ``LISTPACK_ITEMS`` fields by default) comes whole whatever the count, and then
-#: the facts are read in that one round trip; a large one sends about this many, then the walk
+#: the facts are read in that one round trip; a large one sends about this many, then the walk.
+#: A first read reaching past a small window scans nothing (``_facts_once``): the scan of a
+#: listpack collects every field before it replies, ~3x the shard's work of its ``HGETALL``
 SCAN_COUNT = 32
 #: ``:order`` scores below and from which items are not conversation messages (the ranks of
 #: ``user_message`` and ``assistant_message``, 5 and 6, lie between): what ``ZRANGEBYSCORE`` lists
@@ -50,9 +52,9 @@ def read_facts(
     """What a build within a budget chooses by (``plans/chat.py``), in plain commands and no item
     body: the window's meta and pins, and the ``:attrs`` of the items a build can offer. A small
     window's come whole in one round trip (``SCAN_COUNT``); a first read whose ``recent`` reaches
-    past a small window (``LISTPACK_ITEMS``) makes the walk's first reads only after the scan, when
-    that did not bring the window whole and the build does not use every item. Of a larger one: every pinned item,
-    every item that is not a conversation message, and the conversation from the newest back
+    past a small window (``LISTPACK_ITEMS``) scans nothing, and reads every attrs (or the walk's
+    first page) in its second round trip, unless the build uses every item. Of a larger one:
+    every pinned item, every item that is not a conversation message, and the conversation from the newest back
     (``recent`` ids first, twice as many each further step) until ``settled`` says the build's
     conversation is decided (``max_history_items``), each item with the members of its tool-call
     group; so what it reads follows the options, not the window's length. Every round trip
@@ -65,10 +67,10 @@ def read_facts(
     still hold, and the walk reads those of the added items only (a page of ``APPENDED_PAGE``
     newest ids first). ``uses_all(meta, scanned)``: whether the next round trip reads every attrs
     and body (``_everything``) instead, given the meta and whether the first one's scan brought
-    every attrs. ``everything_first``: every item is a candidate whatever the window holds,
-    and the caller keeps what it reads: the first round trip reads every attrs and body. None
-    when the window is missing or kept moving, or when an item's letters are missing (stored
-    before they were kept): the caller reads the window whole then."""
+    every attrs (False when it scanned nothing). ``everything_first``: every item is a candidate
+    whatever the window holds, and the caller keeps what it reads: the first round trip reads
+    every attrs and body. None when the window is missing or kept moving, or when an item's
+    letters are missing (stored before they were kept): the caller reads the window whole then."""
     for _ in range(ATTEMPTS):
         if everything_first:
             got = yield from _whole_first(state)
@@ -128,7 +130,7 @@ def _gone(last: Facts, removed: int, oldest: list[Any]) -> set[str] | None:
 #: is a listpack (the default ``hash-max-listpack-entries`` of Redis 7 and Valkey, and 6.2's
 #: ziplist), where each id looked up is a walk of the fields, to the end for an id not there:
 #: 32 guesses cost the shard more than the rest of a cached fleet worker's build. (The same bound
-#: says when a first read's page of newest ids would reach past a window its scan brings whole.)
+#: says when a first read's page of newest ids would reach past a window a scan brings whole.)
 GUESSED_SMALL, GUESSED = 8, 32
 LISTPACK_ITEMS = 512
 
@@ -160,9 +162,10 @@ def _facts_once(
     k, deep = state.keys, recent
     recent = min(recent, APPENDED_PAGE) if last is not None else recent
     # a store holding the window's last facts scans no attrs: what was added it reads by id,
-    # and guesses the ids first: those the store gives items added without one
-    scan = (("HSCAN", k.attrs, 0, "COUNT", SCAN_COUNT),) if last is None else ()
-    later = last is None and recent >= LISTPACK_ITEMS  # the walk's first reads: after the scan, if it must
+    # and guesses the ids first: those the store gives items added without one. A first read
+    # reaching past a small window (``later``) scans none either: its next round trip reads them
+    later = last is None and recent >= LISTPACK_ITEMS
+    scan = (("HSCAN", k.attrs, 0, "COUNT", SCAN_COUNT),) if last is None and not later else ()
     walk_reads = () if later else _walk_reads(k, recent)
     guess = _guessed(last)
     since = (("HMGET", k.attrs, *guess), ("LRANGE", k.fifo, 0, _oldest_page(last) - 1)) if last is not None else ()
@@ -177,7 +180,7 @@ def _facts_once(
     text_meta = meta_text(meta)
     if uses_all is not None and uses_all(text_meta, not int(cursor)):  # cursor 1 when nothing was scanned
         return (yield from _everything(state, meta, pinned, None if int(cursor) else scanned))
-    if later and int(cursor):  # a large window: the walk starts from its newest ids
+    if later:  # the walk starts from the newest ids, or every attrs
         every = recent >= int(text_meta.get(Meta.ITEMS) or 0)  # ... which are all of them
         reads = (("HGETALL", k.attrs),) if every else _walk_reads(k, recent)
         starts = yield from _read_on(state, meta, reads)
@@ -211,10 +214,10 @@ def _walk_reads(k: Any, recent: int) -> tuple[tuple[Any, ...], ...]:
 
 def _read_on(state: WindowState, meta: dict[Any, Any], reads: tuple[tuple[Any, ...], ...]) -> Plan[Any]:
     """The replies of ``reads`` for a first read whose page reaches past a small window
-    (``LISTPACK_ITEMS``), read after its first round trip when the scan did not bring the window
-    whole and the build does not use every item: the walk's first reads (``_walk_reads``), or
-    every attrs when the page would hold every item; ``_MOVED`` when the window changed since
-    ``meta``, None when the read could not be made."""
+    (``LISTPACK_ITEMS``), read after its first round trip when the build does not use every
+    item: the walk's first reads (``_walk_reads``), or every attrs when the page would hold
+    every item; ``_MOVED`` when the window changed since ``meta``, None when the read could not
+    be made."""
     reply = yield PlainRead((("HMGET", state.keys.meta, *STAMP), *reads))
     if reply is None:
         return None
