@@ -113,11 +113,13 @@ ROLE_TYPES: dict[str, ItemType] = {
 Content = str | list[dict[str, Any]]
 
 
-class ContextItem(msgspec.Struct, frozen=True, kw_only=True):
+class ContextItem(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """One item of a context window.
 
     On input ``token_count=0`` means "count it" and ``id=None`` means "generate ``ctx-<seq>``".
     Items read back from the store always carry ``id``, ``seq``, ``added_at`` and ``token_count``.
+    An item is not tracked by Python's garbage collector (a store's item cache holds many): its
+    content and metadata are JSON values, which hold no reference cycles.
     """
 
     content: Content

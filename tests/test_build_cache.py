@@ -478,8 +478,8 @@ def test_a_prompt_build_of_an_unchanged_window_works_out_nothing_again(make_stor
     opts = cs.BuildOptions(max_tokens=150, reserve_for_response=0, max_history_items=1000)
     first = w.build_structured(opts)
     made: list[int] = []
-    real = select.Unit.__init__
-    monkeypatch.setattr(select.Unit, "__init__", lambda self, items: (made.append(1), real(self, items))[1])
+    real = select.Unit.of
+    monkeypatch.setattr(select.Unit, "of", lambda items: (made.append(1), real(items))[1])
     again = w.build_structured(opts)
     assert made == [] and again.content == first.content and again.excluded_item_ids == first.excluded_item_ids
     s2 = cs.ContextStore.from_url(redis_url, prefix=prefix)
@@ -489,3 +489,35 @@ def test_a_prompt_build_of_an_unchanged_window_works_out_nothing_again(make_stor
     assert len(made) == 2  # the added items' units alone
     with whole_reads(), cs.ContextStore.from_url(redis_url, prefix=prefix) as fresh:
         same_build(grown, fresh.window("again").build_structured(opts))
+
+
+def test_what_a_caching_store_holds_of_a_window_is_not_walked_by_the_garbage_collector(redis_url, prefix, one_server):
+    """The items, units and listings a store's item cache keeps of a window it built are not
+    tracked by the garbage collector (a worker holding thousands of windows would have every
+    collection walk them all): holding a 1,200-item window adds next to nothing to what a
+    collection walks but the metadata of its tool calls (lists and dicts within dicts)."""
+    import gc
+
+    writer = cs.ContextStore.from_url(redis_url, prefix=prefix, item_limit=5000)
+    for wid, turns in (("warm", 3), ("held", 300)):
+        w = writer.window(wid, max_tokens=10**6, max_items=5000)
+        for turn in range(turns):
+            call = {"id": f"c{turn}", "type": "function", "function": {"name": "look", "arguments": "{}"}}
+            w.add_many([
+                {"content": f"question {turn}", "role": "user"},
+                {"content": "", "role": "assistant", "metadata": {"tool_calls": [call]}},
+                {"content": f"result {turn}", "role": "tool", "metadata": {"tool_call_id": f"c{turn}"}},
+                {"content": f"answer {turn}", "role": "assistant"},
+            ])  # fmt: skip
+    writer.close()
+    opts = cs.BuildOptions(max_tokens=10**6, reserve_for_response=0, max_history_items=5000)
+    with cs.ContextStore.from_url(redis_url, prefix=prefix, item_limit=5000) as store:
+        store.window("warm").build_messages_structured(opts)  # what any first build sets up
+        gc.collect()
+        before = len(gc.get_objects())
+        built = store.window("held").build_messages_structured(opts)
+        assert len(built.included_item_ids) == 1200
+        del built
+        gc.collect()
+        held = len(gc.get_objects()) - before
+    assert held < 4 * 300 + 100, held  # a call's metadata: its dict, the list, the call, its function
