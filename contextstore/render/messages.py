@@ -38,9 +38,10 @@ def role_of(item: ContextItem) -> str:
     return facts.role_class(item.type, item.role, item.metadata)
 
 
-def calls_in(item: ContextItem) -> list[dict[str, Any]]:
-    """The tool calls an assistant message makes ([] for other items), as stored."""
-    if item.type is not ItemType.ASSISTANT_MESSAGE or role_of(item) != "assistant":
+def calls_in(item: ContextItem, role: str | None = None) -> list[dict[str, Any]]:
+    """The tool calls an assistant message makes ([] for other items), as stored; ``role``: the
+    item's ``role_of``, when the caller has it."""
+    if item.type is not ItemType.ASSISTANT_MESSAGE or (role or role_of(item)) != "assistant":
         return []
     return list(_meta(item).get("tool_calls") or ())
 
@@ -60,8 +61,9 @@ def complete(unit: Unit) -> bool:
     """False for a tool-call group with a call that has no result, or a result without its call."""
     if len(unit.items) == 1 and unit.items[0].metadata is None:
         return True  # most units: one plain message
-    calls = {c["id"] for i in unit.items for c in calls_in(i)}
-    answered = {_meta(i)["tool_call_id"] for i in unit.items if role_of(i) == "tool"}
+    roles = [(i, role_of(i)) for i in unit.items]
+    calls = {c["id"] for i, role in roles for c in calls_in(i, role)}
+    answered = {_meta(i)["tool_call_id"] for i, role in roles if role == "tool"}
     return calls == answered
 
 
@@ -98,7 +100,7 @@ def arrange(
             continue  # placed after its call
         out.append(item)
         if item.metadata:
-            out += [results[call["id"]] for call in calls_in(item)]
+            out += [results[call["id"]] for call in calls_in(item, role)]
     return system + out
 
 
@@ -115,7 +117,7 @@ def openai(ordered: Sequence[ContextItem]) -> list[dict[str, Any]]:
         elif role == "tool":
             call_id = _meta(item)["tool_call_id"]
             out.append({"role": "tool", "tool_call_id": call_id, "content": _openai_content(item, "tool")})
-        elif item.metadata and (calls := calls_in(item)):
+        elif item.metadata and (calls := calls_in(item, role)):
             calls = parts.copied(calls)  # a caller may change them: not the stored ones
             content = _openai_content(item, "assistant") or None
             out.append({"role": "assistant", "content": content, "tool_calls": calls})
@@ -162,7 +164,7 @@ def _blocks(item: ContextItem, role: str) -> tuple[str, list[dict[str, Any]]]:
         text = context_text(item) if role == "context" else parts.text_of(item.content)
         blocks = [{"type": "text", "text": text}] if text.strip() else []
     if role == "assistant":
-        return "assistant", blocks + [_tool_use(c) for c in calls_in(item)]
+        return "assistant", blocks + [_tool_use(c) for c in calls_in(item, role)]
     return "user", blocks
 
 
