@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -40,6 +41,11 @@ CORRUPTIONS: dict[str, Callable[[Any, Callable[[str], str]], Any]] = {
     "body not UTF-8": lambda r, k: r.hset(k("items"), "ctx-5", b'{"added_at_us":1,"content":"\xff\xfe"}'),
     "body nested 3000 deep": lambda r, k: r.hset(k("items"), "ctx-5", _deep_json(3000)),
     "body missing": lambda r, k: r.hdel(k("items"), "ctx-5"),
+    "body time past year 9999": lambda r, k: r.hset(
+        k("items"),
+        "ctx-5",
+        re.sub(rb'"added_at_us":\d+', b'"added_at_us":9223372036854775807', _body(r, k("items"), "ctx-5")),
+    ),
     "tool_calls not a list": lambda r, k: r.hset(
         k("items"), "ctx-3", _body(r, k("items"), "ctx-3").replace(b'"tool_calls":[', b'"tool_calls":"zz","x":[')
     ),

@@ -107,6 +107,9 @@ ATTRS_FIELDS = ("seq", "token_count", "priority", "type")
 #: client-encoded body (content, role, source_ref, metadata). What ``:attrs`` and ``:pinned`` hold
 #: is not repeated in it; a window written by 0.1 spells every field (``lua/lib/items.lua``).
 STORED_HEAD = '{"added_at_us":'
+#: the latest ``added_at_us`` a stored item holds (9999-12-31 23:59:59.999999 UTC: the last time a
+#: Python ``datetime`` holds); the earliest is 0. Lua compares it as a double (exact to 32 µs there)
+MAX_TIME_US = 253402300799999999
 #: the ARGV fields of one item in add.lua (and commit.lua's summary, and a turn's pending
 #: inputs): id, body, type, tokens, priority, pinned, group, tool link, letters (``wire.item_args``)
 ITEM_ARGS = 9
@@ -349,7 +352,7 @@ def lua_constants() -> str:
             f"local CONFIG_DEFAULTS = {_lua_table(Meta.DEFAULTS)}",
             f"local ARCHIVE_INDEX = '{ARCHIVE_INDEX}'",
             f"local CLEARED_PLACEHOLDER, CLEARED_KEY = '{CLEARED_PLACEHOLDER}', '{CLEARED_KEY}'",
-            f"local STORED_HEAD = '{STORED_HEAD}'",
+            f"local STORED_HEAD, MAX_TIME_US = '{STORED_HEAD}', {MAX_TIME_US}",
             f"local ITEM_ARGS = {ITEM_ARGS}",
             f"local USAGE = {{calibration_min = {CALIBRATION_MIN}, calibration_max = {CALIBRATION_MAX}, "
             f"samples = {CALIBRATION_SAMPLES}, lookback = {USAGE_LOOKBACK}}}",

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any, NamedTuple
 
 import msgspec
@@ -23,7 +23,7 @@ import msgspec
 from ..errors import InvalidItemError, corrupt_value
 from ..types import TYPE_RANKS, ContextItem, ItemType
 from . import blobs, parts, toolcalls
-from .layout import STORED_HEAD, order_score
+from .layout import MAX_TIME_US, STORED_HEAD, order_score
 from .validate import NewItem
 
 _encoder = msgspec.json.Encoder()
@@ -77,6 +77,10 @@ def _text(value: bytes | str) -> str:
 
 #: the errors decoding a stored value in a shape no script writes may raise
 _UNREADABLE = (msgspec.MsgspecError, ValueError, TypeError, RecursionError, InvalidItemError)
+#: the time ``added_at_us`` counts from (a sum with it: a third of ``fromtimestamp``'s time)
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+#: an ``:attrs`` type as stored -> the type (a lookup: a third of ``ItemType(kind)``'s time)
+_TYPES = {t.value: t for t in ItemType}
 
 
 class _Attrs(NamedTuple):
@@ -89,9 +93,18 @@ class _Attrs(NamedTuple):
 
 def _attrs_of(attrs: bytes | str) -> _Attrs:
     seq, tokens, priority, kind, *rest = _text(attrs).split("|", 5)
-    if not (seq.isdigit() and tokens.isdigit() and priority.isdigit()) or len(rest) not in (0, 2):
+    item_type = _TYPES.get(kind)
+    if not (seq.isdigit() and tokens.isdigit() and priority.isdigit()) or len(rest) not in (0, 2) or not item_type:
         raise ValueError("not seq|tokens|priority|type[|flags|group]")
-    return _Attrs(int(seq), int(tokens), int(priority), ItemType(kind), (rest[1] or None) if rest else None)
+    return _Attrs(int(seq), int(tokens), int(priority), item_type, (rest[1] or None) if rest else None)
+
+
+def added_time(added_at_us: int) -> datetime:
+    """The time an item was added, from its stored ``added_at_us`` (µs since 1970, UTC);
+    ``ValueError`` for one before 1970 or past what a ``datetime`` holds (``MAX_TIME_US``)."""
+    if not 0 <= added_at_us <= MAX_TIME_US:
+        raise ValueError(f"added_at_us {added_at_us} is not a time from 1970 to 9999")
+    return _EPOCH + timedelta(microseconds=added_at_us)
 
 
 def decode_item(entry: Entry) -> ContextItem:
@@ -106,9 +119,7 @@ def decode_item(entry: Entry) -> ContextItem:
         raise corrupt_value(":attrs", name, f"{type(exc).__name__}: {str(exc)[:200]}") from exc
     try:
         body = _decoder.decode(json)
-        added = datetime.fromtimestamp(body.added_at_us // 1_000_000, tz=timezone.utc).replace(
-            microsecond=body.added_at_us % 1_000_000
-        )
+        added = added_time(body.added_at_us)
         if not isinstance(body.content, str):
             parts.check(body.content)  # parts as an add checked them
         toolcalls.calls_of(a.type, body.metadata)  # the shapes a build reads, as an add checked them

@@ -16,7 +16,7 @@ import msgspec
 
 from ..errors import InvalidItemError
 from ..types import TYPE_RANKS, ItemType
-from . import blobs, facts, parts, toolcalls
+from . import blobs, facts, parts, stored, toolcalls
 from .layout import ARCHIVE_INDEX, ATTRS_FIELDS, CLEARED_KEY, Meta, meta_problems
 
 _TYPES = {t.value for t in TYPE_RANKS}
@@ -129,12 +129,20 @@ def _whole_item(
     written_by_0_1 = "priority" in it  # 0.1 spelled every field in the JSON; :attrs holds them now
     bad = ["id"] if written_by_0_1 and it.get("id") != iid else []
     if not written_by_0_1:
-        bad += [] if isinstance(it.get("added_at_us"), int) else ["added_at_us"]
+        bad += [] if _readable_time(it.get("added_at_us")) else ["added_at_us"]
         twice = sorted(set(it) - _STORED_FIELDS)
         if twice:
             say(f"item {iid!r}: its stored JSON repeats {', '.join(twice)}, which other keys hold")
     it.update(fields, id=iid, pinned=iid in pinned)
     return it, bad
+
+
+def _readable_time(added_at_us: Any) -> bool:
+    """Whether a stored ``added_at_us`` is a time a read can give (``stored.added_time``)."""
+    try:
+        return isinstance(added_at_us, int) and bool(stored.added_time(added_at_us))
+    except ValueError:
+        return False
 
 
 def _check_letters(iid: str, it: dict[str, Any], say: Say) -> None:

@@ -19,7 +19,7 @@ local CONFIG_FLOAT = {threshold = true, warn_percent = true, target = true}
 local CONFIG_DEFAULTS = {keep_recent = '0', clear_at_least = '0', clear_exclude = '', warn_percent = '75.0', events_maxlen = '10000', archive_ttl = '86400', target = '0.0'}
 local ARCHIVE_INDEX = '~expires'
 local CLEARED_PLACEHOLDER, CLEARED_KEY = '[tool result cleared to save context]', 'context_cleared'
-local STORED_HEAD = '{"added_at_us":'
+local STORED_HEAD, MAX_TIME_US = '{"added_at_us":', 253402300799999999
 local ITEM_ARGS = 9
 local USAGE = {calibration_min = 0.5, calibration_max = 4.0, samples = 8, lookback = 256}
 local PENDING_MAX_INPUTS, PENDING_MAX_BYTES = 256, 8388608

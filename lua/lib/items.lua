@@ -157,11 +157,13 @@ end
 
 -- An item body (`json`, stored under :items field `id`) a call hands back after writing (pop, a
 -- retried caller id), checked as the client will decode it: a JSON object of UTF-8 text whose
--- content is a string or content parts (``content_ok``); corrupt() otherwise, before the call
--- writes anything.
+-- content is a string or content parts (``content_ok``) and whose time is one a client reads
+-- (0 to MAX_TIME_US); corrupt() otherwise, before the call writes anything.
 local function check_body(id, json)
   local doc = stored_object(K_ITEMS, id, json)
   if not content_ok(doc.content) or not is_utf8(json) then corrupt(K_ITEMS, id, 'not an item body') end
+  local t = doc.added_at_us
+  if type(t) ~= 'number' or t < 0 or t > MAX_TIME_US then corrupt(K_ITEMS, id, 'not a time') end
   return doc
 end
 
