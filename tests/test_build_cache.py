@@ -11,6 +11,7 @@ never seen the window, for random budgets and formats.
 from __future__ import annotations
 
 import contextlib
+import gc
 import itertools
 
 import msgspec
@@ -496,8 +497,6 @@ def test_what_a_caching_store_holds_of_a_window_is_not_walked_by_the_garbage_col
     tracked by the garbage collector (a worker holding thousands of windows would have every
     collection walk them all): holding a 1,200-item window adds next to nothing to what a
     collection walks but the metadata of its tool calls (lists and dicts within dicts)."""
-    import gc
-
     writer = cs.ContextStore.from_url(redis_url, prefix=prefix, item_limit=5000)
     for wid, turns in (("warm", 3), ("held", 300)):
         w = writer.window(wid, max_tokens=10**6, max_items=5000)

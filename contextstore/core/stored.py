@@ -99,10 +99,16 @@ def _attrs_of(attrs: bytes | str) -> _Attrs:
     return _Attrs(int(seq), int(tokens), int(priority), item_type, (rest[1] or None) if rest else None)
 
 
+def time_ok(added_at_us: Any) -> bool:
+    """Whether a stored ``added_at_us`` is a time a read gives: µs since 1970 (UTC), up to
+    ``MAX_TIME_US`` (the last a ``datetime`` holds)."""
+    return isinstance(added_at_us, int) and 0 <= added_at_us <= MAX_TIME_US
+
+
 def added_time(added_at_us: int) -> datetime:
-    """The time an item was added, from its stored ``added_at_us`` (µs since 1970, UTC);
-    ``ValueError`` for one before 1970 or past what a ``datetime`` holds (``MAX_TIME_US``)."""
-    if not 0 <= added_at_us <= MAX_TIME_US:
+    """The time an item was added, from its stored ``added_at_us``; ``ValueError`` for one that
+    is not ``time_ok``."""
+    if not time_ok(added_at_us):
         raise ValueError(f"added_at_us {added_at_us} is not a time from 1970 to 9999")
     return _EPOCH + timedelta(microseconds=added_at_us)
 

@@ -129,20 +129,12 @@ def _whole_item(
     written_by_0_1 = "priority" in it  # 0.1 spelled every field in the JSON; :attrs holds them now
     bad = ["id"] if written_by_0_1 and it.get("id") != iid else []
     if not written_by_0_1:
-        bad += [] if _readable_time(it.get("added_at_us")) else ["added_at_us"]
+        bad += [] if stored.time_ok(it.get("added_at_us")) else ["added_at_us"]
         twice = sorted(set(it) - _STORED_FIELDS)
         if twice:
             say(f"item {iid!r}: its stored JSON repeats {', '.join(twice)}, which other keys hold")
     it.update(fields, id=iid, pinned=iid in pinned)
     return it, bad
-
-
-def _readable_time(added_at_us: Any) -> bool:
-    """Whether a stored ``added_at_us`` is a time a read can give (``stored.added_time``)."""
-    try:
-        return isinstance(added_at_us, int) and bool(stored.added_time(added_at_us))
-    except ValueError:
-        return False
 
 
 def _check_letters(iid: str, it: dict[str, Any], say: Say) -> None:

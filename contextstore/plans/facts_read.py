@@ -54,12 +54,12 @@ def read_facts(
     window's come whole in one round trip (``SCAN_COUNT``); a first read whose ``recent`` reaches
     past a small window (``LISTPACK_ITEMS``) scans nothing, and reads every attrs (or the walk's
     first page) in its second round trip, unless the build uses every item. Of a larger one:
-    every pinned item, every item that is not a conversation message, and the conversation from the newest back
-    (``recent`` ids first, twice as many each further step) until ``settled`` says the build's
-    conversation is decided (``max_history_items``), each item with the members of its tool-call
-    group; so what it reads follows the options, not the window's length. Every round trip
-    checks the meta's epoch, seq and item count: the facts count only while those hold still
-    (read again, ``ATTEMPTS`` times). An item whose letters say its body is needed
+    every pinned item, every item that is not a conversation message, and the conversation from
+    the newest back (``recent`` ids first, twice as many each further step) until ``settled``
+    says the build's conversation is decided (``max_history_items``), each item with the members
+    of its tool-call group; so what it reads follows the options, not the window's length. Every
+    round trip checks the meta's epoch, seq and item count: the facts count only while those hold
+    still (read again, ``ATTEMPTS`` times). An item whose letters say its body is needed
     (``facts.needs_body``: parallel tool calls, a ``source_ref`` header) is read whole in the
     walk's next round trip (``Facts.whole``). ``last``, the store's last facts read of the window:
     when the window has only had items added since (same epoch; its item count grew by as much as
