@@ -360,6 +360,40 @@ def test_removals_and_adds_between_builds_are_never_taken_for_adds_alone(redis_u
         same_build(w.build_messages_structured(opts), expected)
 
 
+def _listings(r) -> int:
+    """``ZRANGEBYSCORE`` calls the server has run so far: a facts read's listing of the items
+    before and after the conversation in build order."""
+    return int(r.info("commandstats").get("cmdstat_zrangebyscore", {}).get("calls", 0))
+
+
+def test_a_caching_store_lists_the_build_order_only_when_its_last_facts_cannot_grow(redis_url, r, prefix):
+    """After adds a caching store grows its last facts from the page of newest ids and lists no
+    build order (the listing grows with the window's tool results and documents); after a change
+    in place it reads the facts afresh, listing the build order, so an old document the
+    conversation's walk does not reach is still offered. Each build equals a whole read's."""
+    with (
+        cs.ContextStore.from_url(redis_url, prefix=prefix) as s,
+        cs.ContextStore.from_url(redis_url, prefix=prefix) as o,
+    ):
+        w = s.window("listed", max_tokens=100_000)
+        w.add("an old doc", type="retrieved_document", priority=10)
+        w.add_many([{"content": f"message {k}", "role": ("user", "assistant")[k % 2]} for k in range(100)])
+        opts = cs.BuildOptions(max_tokens=2000, reserve_for_response=0, max_history_items=8)
+        w.build_messages_structured(opts)  # its last facts
+        for change, listings in (
+            (lambda other: other.add("the newest question", role="user"), 0),
+            (lambda other: other.pin("ctx-50"), 2),  # a new epoch: read afresh
+        ):
+            change(o.window("listed"))
+            with whole_reads(), cs.ContextStore.from_url(redis_url, prefix=prefix) as fresh:
+                expected = fresh.window("listed").build_messages_structured(opts)
+            before = _listings(r)
+            built = w.build_messages_structured(opts)
+            same_build(built, expected)
+            assert "ctx-1" in built.included_item_ids
+            assert _listings(r) - before == listings
+
+
 def _script_calls(r) -> int:
     """Script calls the server has run so far (EVALSHA, FCALL and their read-only forms)."""
     stats = r.info("commandstats")

@@ -10,10 +10,10 @@ from collections.abc import Callable
 from typing import Any
 
 from ..core import stored, validate, wire
-from ..core.layout import RANK_WEIGHT, Meta, meta_text
-from ..types import BuildOptions, ContextItem, ItemType
+from ..core.layout import Meta, meta_text
+from ..types import BuildOptions, ContextItem
 from .base import PlainRead, Plan, WindowState
-from .facts_walk import Facts, Walk
+from .facts_walk import Facts, Walk, unconversed_reads
 from .reads import ATTEMPTS, STAMP, raw_stamp
 
 __all__ = ["Facts", "Settled", "read_facts", "recent_for"]
@@ -32,10 +32,6 @@ def recent_for(options: BuildOptions) -> int:
 #: A first read reaching past a small window scans nothing (``_facts_once``): the scan of a
 #: listpack collects every field before it replies, ~3x the shard's work of its ``HGETALL``
 SCAN_COUNT = 32
-#: ``:order`` scores below and from which items are not conversation messages (the ranks of
-#: ``user_message`` and ``assistant_message``, 5 and 6, lie between): what ``ZRANGEBYSCORE`` lists
-_BEFORE_CONVERSATION = f"({ItemType.USER_MESSAGE.rank * RANK_WEIGHT}"
-_AFTER_CONVERSATION = str((ItemType.ASSISTANT_MESSAGE.rank + 1) * RANK_WEIGHT)
 #: ``settled(stubs, oldest)``: whether the facts read so far (every unit whose newest member's
 #: seq is at least ``oldest``, whole, and every pinned or non-conversation item) decide the build
 Settled = Callable[[list[ContextItem], int], bool]
@@ -161,12 +157,12 @@ def _facts_once(
     """One attempt of ``read_facts``; ``_MOVED`` when the window changed under it."""
     k, deep = state.keys, recent
     recent = min(recent, APPENDED_PAGE) if last is not None else recent
-    # a store holding the window's last facts scans no attrs: what was added it reads by id,
-    # and guesses the ids first: those the store gives items added without one. A first read
-    # reaching past a small window (``later``) scans none either: its next round trip reads them
+    # with the window's last facts: no scan and no build order, the added items by id from the
+    # page (guessed first: ids the store gives). A first read reaching past a small window
+    # (``later``) scans none either: its next round trip reads them
     later = last is None and recent >= LISTPACK_ITEMS
     scan = (("HSCAN", k.attrs, 0, "COUNT", SCAN_COUNT),) if last is None and not later else ()
-    walk_reads = () if later else _walk_reads(k, recent)
+    walk_reads = () if later else _walk_reads(k, recent, unconversed=last is None)
     guess = _guessed(last)
     since = (("HMGET", k.attrs, *guess), ("LRANGE", k.fifo, 0, _oldest_page(last) - 1)) if last is not None else ()
     first = yield PlainRead((
@@ -188,28 +184,25 @@ def _facts_once(
             return starts
         if every:
             cursor, scanned, starts = 0, starts[0], []
-    before, after, page = starts or ([], [], [])
-    walk = Walk(set(pinned) | set(before) | set(after), page, recent)
+    *listed, page = starts or ([],)
+    walk = Walk(set(pinned).union(*listed), page, recent)
     change = _since(last.found.meta, text_meta) if last is not None else None
     if last is not None and change == (0, 0):  # as last read: the same items, under the meta read now
         return _as_last(last, text_meta, len(pinned))
     if last is not None and change is not None:
         _reuse(walk, last, change, oldest, dict(zip((g.encode() for g in guess), guessed, strict=True)))
     if last is not None and walk.last is None and not walk.whole:  # not reused: read on as deep as a
-        walk.size, walk.more = max(walk.size, deep - len(walk.recent)), True  # first read, at once
+        walk.size, walk.more = max(walk.size, deep - len(walk.recent)), True  # first read, at once,
+        walk.unlisted = True  # and list the build order as it does
     if not int(cursor):  # the whole of :attrs
         walk.attrs, walk.todo, walk.whole = scanned, set(), True
     return (yield from _walked(state, walk, (meta, text_meta), pinned, settled))
 
 
-def _walk_reads(k: Any, recent: int) -> tuple[tuple[Any, ...], ...]:
+def _walk_reads(k: Any, recent: int, unconversed: bool = True) -> tuple[tuple[Any, ...], ...]:
     """What a walk starts from: the ids of the items before and after the conversation in build
-    order, and the ``recent`` newest ids of ``:fifo``."""
-    return (
-        ("ZRANGEBYSCORE", k.order, "-inf", _BEFORE_CONVERSATION),
-        ("ZRANGEBYSCORE", k.order, _AFTER_CONVERSATION, "+inf"),
-        ("LRANGE", k.fifo, -recent, -1),
-    )
+    order (unless not ``unconversed``), and the ``recent`` newest ids of ``:fifo``."""
+    return (*(unconversed_reads(k) if unconversed else ()), ("LRANGE", k.fifo, -recent, -1))
 
 
 def _read_on(state: WindowState, meta: dict[Any, Any], reads: tuple[tuple[Any, ...], ...]) -> Plan[Any]:

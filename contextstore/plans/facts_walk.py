@@ -9,8 +9,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core import facts, stored, wire
-from ..core.layout import order_score
-from ..types import ContextItem
+from ..core.layout import RANK_WEIGHT, order_score
+from ..types import ContextItem, ItemType
+
+#: ``:order`` scores below and from which items are not conversation messages (the ranks of
+#: ``user_message`` and ``assistant_message``, 5 and 6, lie between): what ``ZRANGEBYSCORE`` lists
+_BEFORE_CONVERSATION = f"({ItemType.USER_MESSAGE.rank * RANK_WEIGHT}"
+_AFTER_CONVERSATION = str((ItemType.ASSISTANT_MESSAGE.rank + 1) * RANK_WEIGHT)
+
+
+def unconversed_reads(k: Any) -> tuple[tuple[Any, ...], ...]:
+    """The reads that list the ids of the items before and after the conversation in build
+    order (``:order``): those a build offers whatever ``max_history_items`` says."""
+    return (
+        ("ZRANGEBYSCORE", k.order, "-inf", _BEFORE_CONVERSATION),
+        ("ZRANGEBYSCORE", k.order, _AFTER_CONVERSATION, "+inf"),
+    )
 
 
 @dataclass(slots=True)
@@ -53,6 +67,9 @@ class Walk:
         #: the next page's size, and whether the next round trip reads it
         self.size = size * 2
         self.more = False
+        #: whether the items before and after the conversation in build order are still to list
+        #: (``unconversed_reads``): a walk that began from the store's last facts did not list them
+        self.unlisted = False
         #: the items read whole (``facts.needs_body``), by id (text), and the ids still to read so
         self.items: dict[str, ContextItem] = {}
         self.bodies: set[Any] = set()
@@ -86,6 +103,8 @@ class Walk:
             reads.append(("HMGET", k.items, *self.asked_bodies))
         if self.more:
             reads.append(("LRANGE", k.fifo, -len(self.recent) - self.size, -len(self.recent) - 1))
+        if self.unlisted:
+            reads += unconversed_reads(k)
         return reads
 
     def took(self, replies: list[Any], pinned: set[Any]) -> bool:
@@ -114,6 +133,11 @@ class Walk:
             self.todo.update(page)
             self.whole = len(page) < self.size
             self.size, self.more = self.size * 2, False
+            at += 1
+        if self.unlisted:
+            for listed in replies[at : at + 2]:
+                self.todo.update(listed)
+            self.unlisted = False
         return True
 
     def _take(self, item_id: Any, value: bytes) -> None:
@@ -138,7 +162,7 @@ class Walk:
 
     def pending(self) -> bool:
         """Whether ids, groups or bodies are still to read."""
-        return bool(self.groups or self.bodies or self.todo - self.attrs.keys())
+        return bool(self.unlisted or self.groups or self.bodies or self.todo - self.attrs.keys())
 
     def oldest(self) -> int:
         """The seq of the oldest ``:fifo`` id read (0: all of them)."""
