@@ -39,39 +39,39 @@ from contextstore.drivers import scripts
 from _common import redis_binary, redis_server, server_version, table
 
 PROF = """
--- add_profile.py's checkpoint: the time since the previous one, added to the hash 'prof'
-local PROF_LAST = nil
-local function PROF(label)
+-- add_profile.py's checkpoint: the time since the previous one, added to the hash 'prof' (a field
+-- of F, not a local: the library's load step allows Lua 200 locals, and uses them all)
+F.PROF = function(label)
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  if PROF_LAST and label then redis.call('HINCRBY', 'prof', label, now - PROF_LAST) end
+  if F.PROF_LAST and label then redis.call('HINCRBY', 'prof', label, now - F.PROF_LAST) end
   t = redis.call('TIME')
-  PROF_LAST = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  F.PROF_LAST = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 """
 CHECK = "(a checkpoint)"
 #: (file, text, the same text with checkpoints): each text must occur once in its file
 CHECKPOINTS: list[tuple[str, str, str]] = [
     ("lib/requests.lua", "  begin_call(keys, args)\n  if REQUEST == ''",
-     f"  begin_call(keys, args)\n  PROF(nil)\n  PROF('{CHECK}')\n  if REQUEST == ''"),
+     f"  begin_call(keys, args)\n  F.PROF(nil)\n  F.PROF('{CHECK}')\n  if REQUEST == ''"),
     ("lib/requests.lua", "  local seen, prior = guarded(replay, rid, fp)\n",
-     "  local seen, prior = guarded(replay, rid, fp)\n  PROF('request: parse, replay check (HGET)')\n"),
+     "  local seen, prior = guarded(replay, rid, fp)\n  F.PROF('request: parse, replay check (HGET)')\n"),
     ("add.lua", "local cfg = read_config()\n",
-     "local cfg = read_config()\nPROF('config and counters (HMGET)')\n"),
-    ("add.lua", "\nlocal plan = {", "\nPROF('arguments: conditions, replace, items')\nlocal plan = {"),
+     "local cfg = read_config()\nF.PROF('config and counters (HMGET)')\n"),
+    ("add.lua", "\nlocal plan = {", "\nF.PROF('arguments: conditions, replace, items')\nlocal plan = {"),
     ("add.lua", "\napply(cfg, plan, dropping.removal)\nreturn reply(items, plan)",
-     "\nPROF('plan: eviction, compaction, fit')\napply(cfg, plan, dropping.removal)\nPROF('turn lease, seq, ttl')\n"
-     "local out, record = reply(items, plan)\nPROF('reply and its record')\nreturn out, record"),
+     "\nF.PROF('plan: eviction, compaction, fit')\napply(cfg, plan, dropping.removal)\nF.PROF('turn lease, seq, ttl')\n"
+     "local out, record = reply(items, plan)\nF.PROF('reply and its record')\nreturn out, record"),
     ("lib/items.lua", "  store_item(it, json, before)\n  count_added(it)\n",
-     "  store_item(it, json, before)\n  PROF('writes: item, attrs, order, fifo')\n  count_added(it)\n"
-     "  PROF('counters, item_added event (XADD)')\n"),
+     "  store_item(it, json, before)\n  F.PROF('writes: item, attrs, order, fifo')\n  count_added(it)\n"
+     "  F.PROF('counters, item_added event (XADD)')\n"),
     ("lib/requests.lua",
      "  flush_meta()\n  if WROTE then record_request(rid, fp, record or {r = reply}) end\n"
      "  return with_counters(reply)",
-     "  PROF('usage check')\n  flush_meta()\n  PROF('counters written (HSET meta)')\n"
+     "  F.PROF('usage check')\n  flush_meta()\n  F.PROF('counters written (HSET meta)')\n"
      "  if WROTE then record_request(rid, fp, record or {r = reply}) end\n"
-     "  PROF('exactly-once record (HSET, RPUSH, PEXPIRE x2)')\n"
-     "  local answer = with_counters(reply)\n  PROF('reply with counters')\n  return answer"),
+     "  F.PROF('exactly-once record (HSET, RPUSH, PEXPIRE x2)')\n"
+     "  local answer = with_counters(reply)\n  F.PROF('reply with counters')\n  return answer"),
 ]  # fmt: skip
 
 
