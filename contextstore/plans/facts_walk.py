@@ -89,7 +89,8 @@ class Walk:
         self.asked_bodies: list[Any] = []
 
     def commands(self, k: Any) -> list[tuple[Any, ...]]:
-        """This round trip's reads: the attrs still to read, the groups' members, a page."""
+        """This round trip's reads: the attrs still to read, the groups' members, the bodies
+        needed, a page, and the listing of the build order while ``unlisted``."""
         self.asked = sorted(self.todo - self.attrs.keys())
         self.asked_groups = sorted(self.groups)
         self.asked_bodies = sorted(self.bodies)
