@@ -46,6 +46,9 @@ CORRUPTIONS: dict[str, Callable[[Any, Callable[[str], str]], Any]] = {
         "ctx-5",
         re.sub(rb'"added_at_us":\d+', b'"added_at_us":9223372036854775807', _body(r, k("items"), "ctx-5")),
     ),
+    "body time a float": lambda r, k: r.hset(
+        k("items"), "ctx-5", re.sub(rb'"added_at_us":(\d+)', rb'"added_at_us":\1.0', _body(r, k("items"), "ctx-5"))
+    ),
     "tool_calls not a list": lambda r, k: r.hset(
         k("items"), "ctx-3", _body(r, k("items"), "ctx-3").replace(b'"tool_calls":[', b'"tool_calls":"zz","x":[')
     ),

@@ -78,6 +78,7 @@ CASES: list[tuple[str, Corruption, str]] = [
     ("no time", lambda r, b: _set_item(r, b, "ctx-2", added_at_us=None), "bad field(s) added_at_us"),
     ("time past 9999", lambda r, b: _set_item(r, b, "ctx-2", added_at_us=10**18), "bad field(s) added_at_us"),
     ("time before 1970", lambda r, b: _set_item(r, b, "ctx-2", added_at_us=-1), "bad field(s) added_at_us"),
+    ("time a bool", lambda r, b: _set_item(r, b, "ctx-2", added_at_us=True), "bad field(s) added_at_us"),
     ("a field twice", lambda r, b: _set_item(r, b, "ctx-6", group="call_1"), "its stored JSON repeats group"),
     ("empty content", lambda r, b: _set_item(r, b, "ctx-2", content=" "), "bad field(s) content"),
     ("0.1 item: id not its key", lambda r, b: _set_item(r, b, "ctx-2", priority=5, id="ctx-9"), "bad field(s) id"),

@@ -101,8 +101,8 @@ def _attrs_of(attrs: bytes | str) -> _Attrs:
 
 def time_ok(added_at_us: Any) -> bool:
     """Whether a stored ``added_at_us`` is a time a read gives: µs since 1970 (UTC), up to
-    ``MAX_TIME_US`` (the last a ``datetime`` holds)."""
-    return isinstance(added_at_us, int) and 0 <= added_at_us <= MAX_TIME_US
+    ``MAX_TIME_US`` (the last a ``datetime`` holds): a JSON integer (not a float, not a bool)."""
+    return type(added_at_us) is int and 0 <= added_at_us <= MAX_TIME_US
 
 
 def added_time(added_at_us: int) -> datetime:

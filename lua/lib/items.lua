@@ -158,12 +158,16 @@ end
 -- An item body (`json`, stored under :items field `id`) a call hands back after writing (pop, a
 -- retried caller id), checked as the client will decode it: a JSON object of UTF-8 text whose
 -- content is a string or content parts (``content_ok``) and whose time is one a client reads
--- (0 to MAX_TIME_US); corrupt() otherwise, before the call writes anything.
+-- (a JSON integer from 0 to MAX_TIME_US: cjson reads 1.0 as 1, so the text after STORED_HEAD is
+-- checked too); corrupt() otherwise, before the call writes anything.
 local function check_body(id, json)
   local doc = stored_object(K_ITEMS, id, json)
   if not content_ok(doc.content) or not is_utf8(json) then corrupt(K_ITEMS, id, 'not an item body') end
   local t = doc.added_at_us
-  if type(t) ~= 'number' or t < 0 or t > MAX_TIME_US then corrupt(K_ITEMS, id, 'not a time') end
+  local digits = string.sub(json, 1, #STORED_HEAD) ~= STORED_HEAD or string.find(json, '^%d+,', #STORED_HEAD + 1)
+  if type(t) ~= 'number' or t % 1 ~= 0 or t < 0 or t > MAX_TIME_US or not digits then
+    corrupt(K_ITEMS, id, 'not a time')
+  end
   return doc
 end
 
