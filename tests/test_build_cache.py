@@ -366,16 +366,14 @@ def _listings(r) -> int:
     return int(r.info("commandstats").get("cmdstat_zrangebyscore", {}).get("calls", 0))
 
 
-def test_a_caching_store_lists_the_build_order_only_when_its_last_facts_cannot_grow(redis_url, r, prefix):
+@pytest.mark.parametrize("api", ["sync", "async"], indirect=True)
+def test_a_caching_store_lists_the_build_order_only_when_its_last_facts_cannot_grow(make_store, redis_url, r, prefix):
     """After adds a caching store grows its last facts from the page of newest ids and lists no
     build order (the listing grows with the window's tool results and documents); after a change
     in place it reads the facts afresh, listing the build order, so an old document the
     conversation's walk does not reach is still offered. Each build equals a whole read's."""
-    with (
-        cs.ContextStore.from_url(redis_url, prefix=prefix) as s,
-        cs.ContextStore.from_url(redis_url, prefix=prefix) as o,
-    ):
-        w = s.window("listed", max_tokens=100_000)
+    with cs.ContextStore.from_url(redis_url, prefix=prefix) as o:
+        w = make_store().window("listed", max_tokens=100_000)  # sync, or asyncio behind a proxy
         w.add("an old doc", type="retrieved_document", priority=10)
         w.add_many([{"content": f"message {k}", "role": ("user", "assistant")[k % 2]} for k in range(100)])
         opts = cs.BuildOptions(max_tokens=2000, reserve_for_response=0, max_history_items=8)
