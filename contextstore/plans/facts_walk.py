@@ -135,8 +135,8 @@ class Walk:
             self.whole = len(page) < self.size
             self.size, self.more = self.size * 2, False
             at += 1
-        if self.unlisted:
-            for listed in replies[at : at + 2]:
+        if self.unlisted:  # the listing's replies come last (``commands``)
+            for listed in replies[at:]:
                 self.todo.update(listed)
             self.unlisted = False
         return True
