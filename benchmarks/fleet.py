@@ -3,6 +3,7 @@
     pip install -e '.[bench]' && python benchmarks/fleet.py [--sessions 2000] [--workers 4] [--seconds 20]
     python benchmarks/fleet.py --smoke        # seconds: contextstore (both kinds of worker) and the floor
     python benchmarks/fleet.py --max-items 300   # contextstore's sessions at an item cap: turns evict
+    python benchmarks/fleet.py --turns 500      # the same turns on every run: to pair two versions
 
 One private redis-server per run (the bundled 6.2, and a 7.x where one is installed: both by
 default), S sessions pre-filled with 20-1000 chat messages each (users, assistants, and tool
@@ -16,6 +17,9 @@ then adds the user's message and the assistant's answer, and one turn in three a
 its result. Half the sessions fit their budget, half are 3x over it; each half runs on its own.
 With ``--max-items N`` contextstore's sessions hold at most N items, so a full one evicts its
 oldest at every add (then the messages lost or duplicated are not counted).
+With ``--turns N`` each worker takes N turns a half, the same ones on every run: the way to pair
+two versions, since a timed run's cost per turn depends on how many turns it took (a caching
+worker's first turn on a session reads it whole, so a slower run spends more of its turns cold).
 
 The same turns, side by side, for openai-agents ``RedisSession`` (get_items, trimmed to the
 budget on the client, add_items), LangChain ``RedisChatMessageHistory`` (messages,
@@ -380,17 +384,18 @@ def fill_part(name: str, url: str, sids: list[int], smallest: int, largest: int)
 
 
 def work(
-    name: str, url: str, sids: list[int], budgets: dict[int, int], seed: int, deadline: float
+    name: str, url: str, sids: list[int], budgets: dict[int, int], seed: int, deadline: float, turns: int = 0
 ) -> tuple[list[float], dict[int, int]]:
     """One worker process: turns for random sessions of ``sids`` until ``deadline`` (one at
-    least, however late the process started); the time of each turn and how many messages it
-    added to each session."""
+    least, however late the process started), or ``turns`` of them when given (the same turns
+    on every run: ``seed`` picks the sessions and writes the messages); the time of each turn
+    and how many messages it added to each session."""
     rng = random.Random(seed)
     system = SYSTEMS[name](url)
     times: list[float] = []
     added: dict[int, int] = {}
     n = 0
-    while n == 0 or time.time() < deadline:
+    while n < turns if turns else (n == 0 or time.time() < deadline):
         sid = rng.choice(sids)
         new = turn_messages(rng, f"w{seed}n{n}")
         t = time.perf_counter()
@@ -431,16 +436,17 @@ def server_counters(url: str) -> dict[str, float]:
 
 
 def phase(
-    pool: Any, name: str, url: str, sids: list[int], budgets: dict[int, int], workers: int, seconds: float
+    pool: Any, name: str, url: str, sids: list[int], budgets: dict[int, int], workers: int, seconds: float, turns: int
 ) -> dict[str, Any]:
     """The ``workers`` processes of ``pool`` (started already) take turns on ``sids`` for
-    ``seconds``, each with a store of its own; what the server paid per turn."""
+    ``seconds`` (or ``turns`` each, when given), each with a store of its own; what the server
+    paid per turn."""
     c = redis.Redis.from_url(url)
     c.config_resetstat()
     c.close()
     before = server_counters(url)
     deadline = time.time() + 0.1 + seconds  # each worker picks up its part meanwhile
-    parts = pool.starmap(work, [(name, url, sids, budgets, 1000 + w, deadline) for w in range(workers)])
+    parts = pool.starmap(work, [(name, url, sids, budgets, 1000 + w, deadline, turns) for w in range(workers)])
     after = server_counters(url)
     times = [t for p, _ in parts for t in p]
     added = {sid: sum(a.get(sid, 0) for _, a in parts) for sid in sids}
@@ -475,8 +481,8 @@ def run_system(name: str, url: str, args: argparse.Namespace) -> dict[str, Any]:
         budgets = {s: tokens[s] * 2 if s % 2 == 0 else max(50, tokens[s] // 3) for s in sids}
         used = redis.Redis.from_url(url).info("memory")["used_memory"]
         out = {"sessions": len(sids), "messages_per_session": [args.smallest, args.largest], "used_memory": used}
-        out["fits"] = phase(pool, name, url, fits, budgets, args.workers, args.seconds / 2)
-        out["over"] = phase(pool, name, url, over, budgets, args.workers, args.seconds / 2)
+        out["fits"] = phase(pool, name, url, fits, budgets, args.workers, args.seconds / 2, args.turns)
+        out["over"] = phase(pool, name, url, over, budgets, args.workers, args.seconds / 2, args.turns)
     filled = {sid: len(session_messages(sid, args.smallest, args.largest)) for sid in sids}
     added = {**out["fits"].pop("added"), **out["over"].pop("added")}
     out["lost_or_duplicated"] = wrong_counts(name, url, {sid: filled[sid] + added[sid] for sid in sids})
@@ -585,6 +591,9 @@ def main() -> int:
     ap.add_argument("--largest", type=int, default=1000, help="most messages a session is filled with")
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--seconds", type=float, default=20.0, help="turns per system: half fit, half over")
+    ap.add_argument(
+        "--turns", type=int, default=0, help="turns each worker takes in each half instead of --seconds (paired runs)"
+    )
     ap.add_argument("--only", nargs="*", default=None, help="systems (default: all)")
     ap.add_argument("--server", choices=["6.2", "7", "both"], default="both")
     ap.add_argument("--smoke", action="store_true", help="seconds: contextstore and the floor, small sizes, no file")
