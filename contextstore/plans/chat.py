@@ -56,9 +56,10 @@ def _message_units(items: list[ContextItem], memo: dict[str, Any] | None) -> tup
     if held is not None and held[0] is items:
         return held[1], held[2]
     units = units_for(items, memo).all
-    complete = [messages.complete(u) for u in units]
-    ok = items if all(complete) else [i for u, c in zip(units, complete, strict=True) if c for i in u.items]
-    left_out = [i for u, c in zip(units, complete, strict=True) if not c for i in u.ids()]
+    # most units are one plain message, complete: only the others are looked into
+    broken = {id(u) for u in units if (len(u.items) > 1 or u.items[0].metadata) and not messages.complete(u)}
+    ok = [i for u in units if id(u) not in broken for i in u.items] if broken else items
+    left_out = [i for u in units if id(u) in broken for i in u.ids()] if broken else []
     if memo is not None:
         memo["message_units"] = (items, ok, left_out)
     return ok, left_out
@@ -127,10 +128,10 @@ def _build_messages(
     usable, incomplete = _message_units(window_items, derived)
     relevance = yield from relevance_of(settings, state, opts, usable)
     choice = _chosen(opts, budget, usable, derived, relevance, cost, pinned_need)
-    ordered = messages.arrange(members(choice.pinned + choice.chosen), opts.order, relevance)
-    omitted = sorted(choice.omitted + incomplete, key=seq_lookup(window_items))
+    ordered, roles = messages.arrange(members(choice.pinned + choice.chosen), opts.order, relevance)
+    omitted = sorted(choice.omitted + incomplete, key=seq_lookup(window_items)) if choice.omitted or incomplete else []
     clears = _clears(settings, found.config(state.config)) if fmt == "anthropic" and opts.cache_control else None
-    delivered = yield from _delivered(state, ordered, (fmt, opts, clears), held, bodies, {
+    delivered = yield from _delivered(state, ordered, (fmt, opts, clears, roles), held, bodies, {
         "format": fmt, "items_included": str(len(ordered)), "items_excluded": str(len(choice.excluded)),
         "items_omitted": str(len(omitted)), "total_tokens": str(choice.used), "was_compacted": "1" if freed else "0",
         "version": window_version(found.meta),
@@ -164,21 +165,21 @@ def _clears(settings: Settings, cfg: WindowConfig) -> messages.Clears:
 def _delivered(
     state: WindowState,
     ordered: list[ContextItem],
-    rendering: tuple[Literal["openai", "anthropic"], BuildOptions, messages.Clears | None],
+    rendering: tuple[Literal["openai", "anthropic"], BuildOptions, messages.Clears | None, list[str]],
     held: dict[str, str] | None,
     bodies: Bodies | None,
     fields: dict[str, str],
 ) -> Plan[tuple[list[ContextItem], Any] | None]:
     """The chosen items and their payload (``rendering``: its format, the options, which results
-    compaction may clear), with the ``built`` event written (``fields``, only while the window
+    compaction may clear, the items' roles), with the ``built`` event written (``fields``, only while the window
     holds ``held``); from the facts, the bodies are read in the event's round trip (``bodies``).
     None when the window moved on: nothing was written."""
-    fmt, opts, clears = rendering
+    fmt, opts, clears, roles = rendering
     _check_conversation(ordered, fmt, opts, state.window_id)  # before anything is written
     if bodies is not None:
         read = yield from bodies(ordered, wire.event_args("built", fields, held))
-        return None if read is None else (read, _payload(read, fmt, opts, clears))
-    payload = _payload(ordered, fmt, opts, clears)
+        return None if read is None else (read, _payload(read, roles, fmt, opts, clears))
+    payload = _payload(ordered, roles, fmt, opts, clears)
     if not (yield from built_event(state, fields, held)):
         return None
     return ordered, payload
@@ -258,7 +259,8 @@ def _check_conversation(ordered: list[ContextItem], fmt: str, options: BuildOpti
 
 
 def _payload(
-    ordered: list[ContextItem], fmt: str, options: BuildOptions, clears: messages.Clears | None
+    ordered: list[ContextItem], roles: list[str], fmt: str, options: BuildOptions, clears: messages.Clears | None
 ) -> list[dict[str, Any]] | dict[str, Any]:
-    """The messages in the format asked for (``_check_conversation`` passed)."""
-    return messages.openai(ordered) if fmt == "openai" else messages.anthropic(ordered, options, clears)
+    """The messages in the format asked for (``_check_conversation`` passed); ``roles``: the
+    items' (``messages.arrange``)."""
+    return messages.openai(ordered, roles) if fmt == "openai" else messages.anthropic(ordered, options, clears)

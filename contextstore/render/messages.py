@@ -11,6 +11,7 @@ called it; a tool-call group missing a result (or a result missing its call) is 
 from __future__ import annotations
 
 import json
+import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -81,34 +82,37 @@ def unit_cost(unit: Unit, count: Callable[[str], int]) -> int:
 
 def arrange(
     items: Sequence[ContextItem], order: str, relevance: Mapping[str, float] | None = None
-) -> list[ContextItem]:
+) -> tuple[list[ContextItem], list[str]]:
     """System items first, then (``sections``/``priority``) context items (the scored ones best
     first) then the conversation, or (``arrival``) everything else in arrival order; each tool
-    result right after the message that called it."""
+    result right after the message that called it. With their roles (``role_of``), in order."""
     key = ranked_key(relevance)
     system_key = key if order != "arrival" else (lambda i: (i.type.rank, 0, i.seq))
-    roles = [(i, role_of(i)) for i in items]
-    system = sorted((i for i, role in roles if role == "system"), key=system_key)
-    rest = sorted(((i, role) for i, role in roles if role != "system"), key=lambda p: p[0].seq)
+    roles = {id(i): role_of(i) for i in items}
+    out = sorted((i for i in items if roles[id(i)] == "system"), key=system_key)
+    rest = sorted((i for i in items if roles[id(i)] != "system"), key=_SEQ)
     if order != "arrival":
-        context = sorted((p for p in rest if p[1] == "context"), key=lambda p: key(p[0]))
-        rest = context + [p for p in rest if p[1] != "context"]
-    results = {_meta(i)["tool_call_id"]: i for i, role in rest if role == "tool"}
-    out: list[ContextItem] = []
-    for item, role in rest:
+        rest = sorted((i for i in rest if roles[id(i)] == "context"), key=key) + [
+            i for i in rest if roles[id(i)] != "context"
+        ]
+    results = {_meta(i)["tool_call_id"]: i for i in rest if roles[id(i)] == "tool"}
+    for item in rest:
+        role = roles[id(item)]
         if role == "tool":
             continue  # placed after its call
         out.append(item)
         if item.metadata:
             out += [results[call["id"]] for call in calls_in(item, role)]
-    return system + out
+    return out, [roles[id(i)] for i in out]
 
 
-def openai(ordered: Sequence[ContextItem]) -> list[dict[str, Any]]:
-    """OpenAI chat messages, in the order given (see ``arrange``)."""
+_SEQ = operator.attrgetter("seq")
+
+
+def openai(ordered: Sequence[ContextItem], roles: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """OpenAI chat messages, in the order given (see ``arrange``; ``roles``: theirs, when known)."""
     out: list[dict[str, Any]] = []
-    for item in ordered:
-        role = role_of(item)
+    for item, role in zip(ordered, roles if roles is not None else [role_of(i) for i in ordered], strict=True):
         if role == "context":
             out.append({"role": "system", "content": context_text(item)})
         elif role == "system":

@@ -145,12 +145,12 @@ class Units:
         item makes a new unit or joins its group's (which is then made anew); every other unit,
         and its memoised costs, carries over."""
         by_group = dict(self.by_group)
-        gone: set[int] = set()  # id() of the units made anew
+        gone: dict[int, Unit] = {}  # the units made anew, by id()
         new: list[Unit] = []
         for unit in self.all if removed else ():
             left = [i for i in unit.items if i.id not in removed]
             if len(left) < len(unit.items):
-                gone.add(id(unit))
+                gone[id(unit)] = unit
                 group = unit.items[0].group
                 if left:
                     new.append(Unit.of(left))
@@ -162,7 +162,7 @@ class Units:
             old = by_group.get(item.group) if item.group is not None else None
             unit = Unit.of((item,)) if old is None else Unit.of((*old.items, item))
             if old is not None:
-                gone.add(id(old))
+                gone[id(old)] = old
             if item.group is not None:
                 by_group[item.group] = unit
             new.append(unit)
@@ -180,7 +180,10 @@ class Units:
             else:
                 bisect.insort(grown.offers, unit, key=lambda u: _offer_key(u, build_key))
         grown.messages = sum(u.messages for u in grown.offers)
-        grown.costs = {k: {u: c for u, c in v.items() if id(u) not in gone} for k, v in self.costs.items()}
+        for known in self.costs.values():  # shared with these units: a unit's cost stays
+            for unit in gone.values():
+                known.pop(unit, None)
+        grown.costs = self.costs
         grown.tables = {}
         return grown
 
@@ -269,24 +272,32 @@ def history_read(units: Units, oldest: int, options: BuildOptions) -> bool:
 
 class OfferTable:
     """The offered units' costs laid out for one pass of ``choose``: ``costs[i]`` is unit i's
-    cost, ``floor[i]`` the cheapest cost from unit i on (so once the room left is below it,
-    every later unit is excluded at once), and ``ids[starts[i]:]`` the ids of unit i onwards."""
+    cost; what excluding needs (``excluding``) is laid out the first time a unit does not fit."""
 
-    __slots__ = ("costs", "floor", "ids", "starts")
+    __slots__ = ("_excluding", "costs", "offered")
 
     def __init__(self, offered: Sequence[Unit], known: dict[Unit, int], cost: Callable[[Unit], int]) -> None:
+        self.offered = offered
         self.costs = [known[u] if u in known else known.setdefault(u, cost(u)) for u in offered]
-        floor = [0] * (len(offered) + 1)
-        floor[-1] = sys.maxsize
-        for i in range(len(offered) - 1, -1, -1):
-            floor[i] = min(self.costs[i], floor[i + 1])
-        self.floor = floor
-        self.ids: list[str] = []
-        self.starts: list[int] = []
-        for unit in offered:
-            self.starts.append(len(self.ids))
-            self.ids += unit.ids()
-        self.starts.append(len(self.ids))
+        self._excluding: tuple[list[int], list[str], list[int]] | None = None
+
+    def excluding(self) -> tuple[list[int], list[str], list[int]]:
+        """(floor, ids, starts): ``floor[i]`` the cheapest cost from unit i on (once the room left
+        is below it, every later unit is excluded at once), ``ids[starts[i]:]`` the ids of unit i
+        onwards."""
+        if self._excluding is None:
+            floor = [0] * (len(self.costs) + 1)
+            floor[-1] = sys.maxsize
+            for i in range(len(self.costs) - 1, -1, -1):
+                floor[i] = min(self.costs[i], floor[i + 1])
+            ids: list[str] = []
+            starts: list[int] = []
+            for unit in self.offered:
+                starts.append(len(ids))
+                ids += unit.ids()
+            starts.append(len(ids))
+            self._excluding = (floor, ids, starts)
+        return self._excluding
 
 
 def _table(units: Units, offered: list[Unit], cost_key: Any, cost: Callable[[Unit], int]) -> OfferTable:
@@ -334,7 +345,7 @@ def choose(
         pinned, offered = [*pinned, required], [u for u in offered if u is not required]
     used = base + sum(cost(u) for u in pinned)
     table = _table(units, offered, cost_key, cost)
-    costs, floor, ids, starts = table.costs, table.floor, table.ids, table.starts
+    costs = table.costs
     if budget is None:
         return Choice(pinned, list(offered), [], omitted, used + sum(costs))
     chosen: list[Unit] = []
@@ -344,6 +355,7 @@ def choose(
             chosen.append(offered[i])
             used += c
             continue
+        floor, ids, starts = table.excluding()
         if budget - used < floor[i + 1]:  # no later unit fits either
             excluded += ids[starts[i] :]
             break
