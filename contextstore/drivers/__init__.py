@@ -6,9 +6,11 @@
   driver interface of ``plans.driver`` that the loops below and the turns take;
 - ``streaming``, ``listing``, ``compacting``: the loops that follow streams, list windows and run
   the background compactor over a driver;
-- ``direct`` (the lean ``FCALL`` / ``EVALSHA`` path), ``loops`` (one asyncio client per event
-  loop), ``scripts`` (loading the Lua scripts and calling them), ``durability`` (``WAIT``),
-  ``redis_failures`` (redis-py's exceptions mapped to ours), ``embedded`` (the bundled server).
+- ``scripts`` (the Lua scripts: the function library on Redis 7+ and Valkey, ``EVALSHA`` on 6.2,
+  and calling them), ``plain_reads`` (a plan's reads in one ``MULTI``/``EXEC``), ``blob_io``
+  (the blobs' payloads and their sweep), ``admin`` (loading the scripts for users who may not),
+  ``loops`` (one asyncio client per event loop), ``durability`` (``WAIT``), ``redis_failures``
+  (redis-py's exceptions mapped to ours), ``embedded`` (the bundled server).
 
 May import: ``core``, ``plans``, ``types``, ``errors``, ``events``, ``compactor``, ``turns``,
 ``metrics``; never ``cli`` or ``integrations``.
