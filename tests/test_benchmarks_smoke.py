@@ -12,10 +12,10 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def smoke(script: str, timeout: int) -> str:
-    """What ``benchmarks/<script> --smoke`` prints, once it exited 0."""
+def smoke(script: str, timeout: int, *args: str) -> str:
+    """What ``benchmarks/<script> --smoke`` (and ``args``) prints, once it exited 0."""
     out = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / script), "--smoke"],
+        [sys.executable, str(ROOT / "benchmarks" / script), "--smoke", *args],
         capture_output=True, text=True, timeout=timeout, cwd=ROOT,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
@@ -46,6 +46,16 @@ def test_fleet_smoke_prints_the_tables_and_every_goal():
         assert row.rstrip(" |").endswith(("met", "not met")), row
     lost = next(line for line in goals.splitlines() if "lost or duplicated" in line)
     assert "| 0 " in lost and lost.rstrip(" |").endswith("met"), lost
+
+
+@pytest.mark.slow  # two worker processes
+def test_a_paired_fleet_takes_the_turns_asked_of_each_worker():
+    """``--turns N``: each worker takes N turns a half, however long they take (two in smoke)."""
+    text = smoke("fleet.py", 300, "--turns", "3", "--only", "contextstore")
+    for title in ("sessions that fit their budget", "sessions 3x over their budget"):
+        rows = text.split(title, 1)[1].split("\n### ", 1)[0].splitlines()
+        ours = next(line for line in rows if line.startswith("| contextstore "))
+        assert ours.rstrip(" |").rsplit("|", 1)[1].strip() == "6", ours
 
 
 def test_add_profile_smoke_prints_every_phase_of_an_add():
