@@ -187,21 +187,22 @@ def _anthropic_parts(item: ContextItem, where: str) -> list[dict[str, Any]]:
     return converted
 
 
-def _system_blocks(item: ContextItem) -> list[dict[str, Any]]:
-    """An item of Anthropic's system block as its text blocks."""
-    if role_of(item) == "context":
+def _system_blocks(item: ContextItem, role: str) -> list[dict[str, Any]]:
+    """An item of Anthropic's system block (in ``role``) as its text blocks."""
+    if role == "context":
         return [{"type": "text", "text": context_text(item)}]
     if isinstance(item.content, str):
         return [{"type": "text", "text": item.content}]
     return _anthropic_parts(item, "a system block")
 
 
-def _turns(ordered: Sequence[ContextItem], owned: dict[int, list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """Alternating user/assistant turns (adjacent same-role items merged, tool results first in a
-    user turn), starting with a user turn; ``owned`` gets each item's blocks (by ``id(item)``)."""
+def _turns(ordered: Sequence[tuple[ContextItem, str]], owned: dict[int, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Alternating user/assistant turns of (item, role) pairs (adjacent same-role items merged,
+    tool results first in a user turn), starting with a user turn; ``owned`` gets each item's
+    blocks (by ``id(item)``)."""
     turns: list[dict[str, Any]] = []
-    for item in ordered:
-        role, blocks = _blocks(item, role_of(item))
+    for item, item_role in ordered:
+        role, blocks = _blocks(item, item_role)
         owned[id(item)] = list(blocks)  # the turn may grow the list itself
         if turns and turns[-1]["role"] == role:
             turns[-1]["content"] += blocks
@@ -232,15 +233,20 @@ def has_conversation(ordered: Sequence[ContextItem], options: BuildOptions) -> b
 Clears = Callable[[ContextItem, "str | None"], bool]
 
 
-def anthropic(ordered: Sequence[ContextItem], options: BuildOptions, clears: Clears | None = None) -> dict[str, Any]:
+def anthropic(
+    ordered: Sequence[ContextItem],
+    options: BuildOptions,
+    clears: Clears | None = None,
+    roles: Sequence[str] | None = None,
+) -> dict[str, Any]:
     """``{"system": [...], "messages": [...]}`` for Anthropic's Messages API (``system`` left
     out when there is none); with ``cache_control=True``, cache breakpoints (see
     ``_breakpoints``; ``clears`` says which results a compaction may clear: any unpinned one
-    when not given)."""
+    when not given). ``roles``: the items', when known (``arrange``)."""
     in_system = _system_roles(options)
-    head = [i for i in ordered if role_of(i) in in_system]
-    system = [block for i in head for block in _system_blocks(i)]
-    conversation = [i for i in ordered if role_of(i) not in in_system]
+    paired = list(zip(ordered, roles if roles is not None else [role_of(i) for i in ordered], strict=True))
+    system = [block for i, role in paired if role in in_system for block in _system_blocks(i, role)]
+    conversation = [(i, role) for i, role in paired if role not in in_system]
     owned: dict[int, list[dict[str, Any]]] = {}
     turns = _turns(conversation, owned)
     if options.cache_control:
@@ -248,12 +254,12 @@ def anthropic(ordered: Sequence[ContextItem], options: BuildOptions, clears: Cle
     return {"system": system, "messages": turns} if system else {"messages": turns}
 
 
-def _cache_edges(conversation: Sequence[ContextItem], clears: Clears | None) -> list[ContextItem]:
+def _cache_edges(conversation: Sequence[tuple[ContextItem, str]], clears: Clears | None) -> list[ContextItem]:
     """The items a compaction's edit starts at, whose prefix a cache breakpoint keeps: the first
     tool result the latest clearing compaction cleared (the prompt before it is what the previous
     builds cached), and the oldest one it may clear and has not (where the next one starts)."""
-    tools = {c["id"]: c["function"]["name"] for i in conversation for c in calls_in(i)}
-    results = [(i, (i.metadata or {}).get(CLEARED_KEY)) for i in conversation if role_of(i) == "tool"]
+    tools = {c["id"]: c["function"]["name"] for i, role in conversation for c in calls_in(i, role)}
+    results = [(i, (i.metadata or {}).get(CLEARED_KEY)) for i, role in conversation if role == "tool"]
     by = [(i, m.get("compaction") if isinstance(m, dict) else None) for i, m in results]
     latest = max((n for _, n in by if isinstance(n, int)), default=None)
     edited = [i for i, n in by if latest is not None and n == latest]
