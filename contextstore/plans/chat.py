@@ -263,4 +263,4 @@ def _payload(
 ) -> list[dict[str, Any]] | dict[str, Any]:
     """The messages in the format asked for (``_check_conversation`` passed); ``roles``: the
     items' (``messages.arrange``)."""
-    return messages.openai(ordered, roles) if fmt == "openai" else messages.anthropic(ordered, options, clears, roles)
+    return messages.openai(ordered, roles) if fmt == "openai" else messages.anthropic(ordered, roles, options, clears)

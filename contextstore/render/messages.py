@@ -109,10 +109,10 @@ def arrange(
 _SEQ = operator.attrgetter("seq")
 
 
-def openai(ordered: Sequence[ContextItem], roles: Sequence[str] | None = None) -> list[dict[str, Any]]:
-    """OpenAI chat messages, in the order given (see ``arrange``; ``roles``: theirs, when known)."""
+def openai(ordered: Sequence[ContextItem], roles: Sequence[str]) -> list[dict[str, Any]]:
+    """OpenAI chat messages, in the order given, of items in these ``roles`` (see ``arrange``)."""
     out: list[dict[str, Any]] = []
-    for item, role in zip(ordered, roles if roles is not None else [role_of(i) for i in ordered], strict=True):
+    for item, role in zip(ordered, roles, strict=True):
         if role == "context":
             out.append({"role": "system", "content": context_text(item)})
         elif role == "system":
@@ -234,17 +234,14 @@ Clears = Callable[[ContextItem, "str | None"], bool]
 
 
 def anthropic(
-    ordered: Sequence[ContextItem],
-    options: BuildOptions,
-    clears: Clears | None = None,
-    roles: Sequence[str] | None = None,
+    ordered: Sequence[ContextItem], roles: Sequence[str], options: BuildOptions, clears: Clears | None = None
 ) -> dict[str, Any]:
     """``{"system": [...], "messages": [...]}`` for Anthropic's Messages API (``system`` left
     out when there is none); with ``cache_control=True``, cache breakpoints (see
     ``_breakpoints``; ``clears`` says which results a compaction may clear: any unpinned one
-    when not given). ``roles``: the items', when known (``arrange``)."""
+    when not given); ``roles``: the items' (see ``arrange``)."""
     in_system = _system_roles(options)
-    paired = list(zip(ordered, roles if roles is not None else [role_of(i) for i in ordered], strict=True))
+    paired = list(zip(ordered, roles, strict=True))
     system = [block for i, role in paired if role in in_system for block in _system_blocks(i, role)]
     conversation = [(i, role) for i, role in paired if role not in in_system]
     owned: dict[int, list[dict[str, Any]]] = {}
