@@ -11,6 +11,8 @@
 | ``agents.context.tokens_freed_total`` | counter | tokens freed by compactions |
 | ``agents.context.tokens_invalidated_total`` | counter | prompt tokens from each compaction's first change on |
 | ``agents.context.provider_tokens_total`` | counter | tokens ``record_usage`` reported (``kind``, ``model``) |
+| ``agents.context.turn_duration_ms`` | histogram | how long a turn held the lease (``outcome``) |
+| ``agents.context.turn_conflict_total`` | counter | turns that met a running one (``outcome``) |
 
 Every measurement carries the attribute ``window_id``. The gauges come from the counters every
 mutating script answers with (``wire.Counters``), never from scanning items, and are observed

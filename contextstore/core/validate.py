@@ -309,7 +309,8 @@ def _size(content_bytes: int, meta_bytes: int, source_ref: str | None, max_bytes
         raise InvalidItemError(f"{what} of the item are {size} bytes in UTF-8; the limit is {max_bytes}")
 
 
-def _from_context_item(item: ContextItem) -> dict[str, Any]:
+def item_keywords(item: ContextItem) -> dict[str, Any]:
+    """The ``add`` keywords that store ``item`` as it is (its ``token_count`` checked; 0: count it)."""
     if isinstance(item.token_count, bool) or not isinstance(item.token_count, int) or item.token_count < 0:
         raise InvalidItemError(f"token_count must be an int >= 0, not {item.token_count!r}")
     return {
@@ -335,7 +336,7 @@ def new_item(content_or_item: object, *, max_content_bytes: int, restoring: bool
         content_or_item = fields.pop("content")
     known_names("item keyword", fields, ITEM_KEYWORDS)
     given = (
-        _from_context_item(content_or_item)
+        item_keywords(content_or_item)
         if isinstance(content_or_item, ContextItem)
         else {**fields, "content": content_or_item}
     )

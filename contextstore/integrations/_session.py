@@ -16,7 +16,7 @@ from .. import AsyncContextStore, AsyncContextWindow, ContextStore, ContextWindo
 from ..core.keys import MAX_WINDOW_ID, is_window_id
 from ..core.layout import CLEARED_KEY
 from ..core.retry import RetryPolicy
-from ..core.validate import is_generated_id, is_model_name, is_request_id
+from ..core.validate import is_generated_id, is_model_name, is_request_id, item_keywords
 from ..errors import InvalidOptionsError, ToolCallLinkError, TurnLostError, VersionConflictError
 from ..turns import Turn
 from ..types import ContextItem
@@ -82,19 +82,9 @@ def stored_as_entry(item: ContextItem) -> dict[str, Any]:
     """``add_many`` keywords that store ``item`` again as it is (its caller id kept, a generated
     id made anew; a cleared tool result keeps its placeholder, without the store's mark)."""
     meta = {k: v for k, v in (item.metadata or {}).items() if k != CLEARED_KEY} or None
-    entry: dict[str, Any] = {
-        "content": item.content,
-        "type": item.type,
-        "priority": item.priority,
-        "pinned": item.pinned,
-        "role": item.role,
-        "source_ref": item.source_ref,
-        "metadata": meta,
-        "token_count": item.token_count or None,
-        "group": item.group,
-    }
-    if item.id and not is_generated_id(item.id):
-        entry["id"] = item.id
+    entry = {**item_keywords(item), "metadata": meta}
+    if not item.id or is_generated_id(item.id):
+        del entry["id"]
     return entry
 
 
