@@ -41,6 +41,16 @@ def test_public_docstrings_exist_and_carry_no_jargon():
         assert not re.search(r"\bseed \d|§|contract", doc, re.I), f"{name}: {doc}"
 
 
+def test_the_architecture_map_names_every_module_and_helper_file():
+    """docs/architecture.md is the map: every module of the package and every Lua helper file is
+    named in it (a new one that the map does not name fails here)."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    modules = {p.stem for p in (ROOT / "contextstore").rglob("*.py") if not p.stem.startswith("__")}
+    helpers = {p.stem for p in (ROOT / "lua" / "lib").glob("*.lua")}
+    unnamed = sorted(m for m in modules | helpers if not re.search(rf"\b_?{m}\b", text))
+    assert not unnamed, f"docs/architecture.md does not name {unnamed}"
+
+
 def test_the_hgetall_example_numbers_fields_as_redis_cli_does(store, r, prefix):
     """docs/redis-layout.md shows `HGETALL ctx:{agent-7}:meta` with redis-cli's numbering."""
     text = (ROOT / "docs" / "redis-layout.md").read_text()
