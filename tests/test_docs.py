@@ -51,6 +51,16 @@ def test_the_architecture_map_names_every_module_and_helper_file():
     assert not unnamed, f"docs/architecture.md does not name {unnamed}"
 
 
+def test_the_guides_error_table_names_every_exception_class():
+    """docs/guide.md's Errors table has a row for every exception class a call may raise."""
+    import contextstore.errors as errors
+
+    text = (ROOT / "docs" / "guide.md").read_text()
+    table = text[text.index("## Errors") :].split("\n\n")[1]
+    classes = {n for n, v in vars(errors).items() if isinstance(v, type) and issubclass(v, errors.ContextStoreError)}
+    assert classes and not {c for c in classes if f"| `{c}`" not in table}
+
+
 def test_the_hgetall_example_numbers_fields_as_redis_cli_does(store, r, prefix):
     """docs/redis-layout.md shows `HGETALL ctx:{agent-7}:meta` with redis-cli's numbering."""
     text = (ROOT / "docs" / "redis-layout.md").read_text()
