@@ -61,6 +61,24 @@ def test_the_guides_error_table_names_every_exception_class():
     assert classes and not {c for c in classes if f"| `{c}`" not in table}
 
 
+def test_the_event_table_names_every_kind_and_its_fields():
+    """docs/observability.md's table of events has a row for every kind, naming each field the
+    event carries besides those every event has."""
+    import msgspec
+
+    import contextstore.events as events
+
+    rows = [line for line in (ROOT / "docs" / "observability.md").read_text().splitlines() if line.startswith("| `")]
+    tagged = events.AnyEvent.__args__
+    assert len(tagged) == len(events.KINDS) > 20
+    for cls in tagged:
+        tag = f"`{cls.__struct_config__.tag}`"
+        row = next((r for r in rows if tag in r.split("|")[1]), None)
+        assert row is not None, f"no row for {tag}"
+        fields = {f.name for f in msgspec.structs.fields(cls)} - {"id", "window_id", "at"}
+        assert not {f for f in fields if f"`{f}`" not in row}, (tag, row)
+
+
 def test_the_hgetall_example_numbers_fields_as_redis_cli_does(store, r, prefix):
     """docs/redis-layout.md shows `HGETALL ctx:{agent-7}:meta` with redis-cli's numbering."""
     text = (ROOT / "docs" / "redis-layout.md").read_text()
