@@ -79,6 +79,27 @@ def test_the_event_table_names_every_kind_and_its_fields():
         assert not {f for f in fields if f"`{f}`" not in row}, (tag, row)
 
 
+def test_the_log_table_names_every_message():
+    """docs/observability.md's table of log messages has a row for every message ``logs.py``
+    writes (its text up to the first placeholder)."""
+    import ast
+
+    import contextstore.logs as logs
+
+    rows = [line for line in (ROOT / "docs" / "observability.md").read_text().splitlines() if line.startswith("| ")]
+    tree = ast.parse(Path(logs.__file__).read_text())
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "attr", "") in LEVELS]
+    assert len(calls) >= 10
+    for call in calls:
+        assert isinstance(call.args[0], ast.Constant), ast.unparse(call)
+        lead = call.args[0].value.split("%")[0].strip()
+        level = LEVELS[call.func.attr]  # type: ignore[attr-defined]
+        assert any(r.startswith(f"| {level} | `{lead}") for r in rows), (level, lead)
+
+
+LEVELS = {"debug": "DEBUG", "info": "INFO", "warning": "WARNING", "error": "ERROR"}
+
+
 def test_the_hgetall_example_numbers_fields_as_redis_cli_does(store, r, prefix):
     """docs/redis-layout.md shows `HGETALL ctx:{agent-7}:meta` with redis-cli's numbering."""
     text = (ROOT / "docs" / "redis-layout.md").read_text()
