@@ -100,6 +100,19 @@ def test_the_log_table_names_every_message():
 LEVELS = {"debug": "DEBUG", "info": "INFO", "warning": "WARNING", "error": "ERROR"}
 
 
+def test_the_layout_page_names_every_key_and_meta_field():
+    """docs/redis-layout.md names every key of a window and every field of its ``:meta`` hash
+    (a per-type counter as ``tokens:<type>``)."""
+    from contextstore.core.keys import KEY_NAMES
+    from contextstore.core.layout import Meta
+
+    text = (ROOT / "docs" / "redis-layout.md").read_text()
+    fields = [v for n, v in vars(Meta).items() if n.isupper() and isinstance(v, str)]
+    assert len(fields) > 30
+    assert not [k for k in KEY_NAMES if f":{k}" not in text]
+    assert not [f for f in fields if f"`{f}`" not in text and f"`{f}<type>`" not in text]
+
+
 def test_the_hgetall_example_numbers_fields_as_redis_cli_does(store, r, prefix):
     """docs/redis-layout.md shows `HGETALL ctx:{agent-7}:meta` with redis-cli's numbering."""
     text = (ROOT / "docs" / "redis-layout.md").read_text()
