@@ -113,6 +113,16 @@ def test_the_layout_page_names_every_key_and_meta_field():
     assert not [f for f in fields if f"`{f}`" not in text and f"`{f}<type>`" not in text]
 
 
+def test_the_docs_name_every_public_method_and_property():
+    """Every public method and property of the stores and windows is named somewhere in the docs
+    or the README (the reference pages render docstrings, but a reader finds a name by the pages)."""
+    text = "\n".join(p.read_text() for p in DOCS if p.name != "CHANGELOG.md")
+    shells = (cs.ContextStore, cs.ContextWindow, cs.AsyncContextStore, cs.AsyncContextWindow)
+    names = {n for shell in shells for n in dir(shell) if not n.startswith("_")}
+    assert len(names) > 50
+    assert not sorted(n for n in names if not re.search(rf"[`.]{n}\b", text))
+
+
 def test_the_hgetall_example_numbers_fields_as_redis_cli_does(store, r, prefix):
     """docs/redis-layout.md shows `HGETALL ctx:{agent-7}:meta` with redis-cli's numbering."""
     text = (ROOT / "docs" / "redis-layout.md").read_text()
