@@ -1,18 +1,7 @@
 """OpenTelemetry metrics under the names of the original specification.
 
-| metric | kind | what |
-|---|---|---|
-| ``agents.context.items`` | gauge | items in the window after each change |
-| ``agents.context.tokens`` | gauge | tokens in the window after each change |
-| ``agents.context.usage_percent`` | gauge | tokens as a share of ``max_tokens``, calibrated (0 without one) |
-| ``agents.context.add_latency_ms`` | histogram | one ``add`` / ``add_many`` call, wall time |
-| ``agents.context.build_latency_ms`` | histogram | one build (text or messages), wall time |
-| ``agents.context.compaction_total`` | counter | compactions run |
-| ``agents.context.tokens_freed_total`` | counter | tokens freed by compactions |
-| ``agents.context.tokens_invalidated_total`` | counter | prompt tokens from each compaction's first change on |
-| ``agents.context.provider_tokens_total`` | counter | tokens ``record_usage`` reported (``kind``, ``model``) |
-| ``agents.context.turn_duration_ms`` | histogram | how long a turn held the lease (``outcome``) |
-| ``agents.context.turn_conflict_total`` | counter | turns that met a running one (``outcome``) |
+The instruments (three gauges, the latency histograms, the compaction, usage and turn counters)
+and what each measures are listed in ``docs/observability.md`` (Metrics).
 
 Every measurement carries the attribute ``window_id``. The gauges come from the counters every
 mutating script answers with (``wire.Counters``), never from scanning items, and are observed

@@ -79,6 +79,21 @@ def test_the_event_table_names_every_kind_and_its_fields():
         assert not {f for f in fields if f"`{f}`" not in row}, (tag, row)
 
 
+def test_the_metric_table_names_every_instrument():
+    """docs/observability.md's table of metrics (their one record) has a row for every
+    instrument ``metrics.py`` creates."""
+    import contextstore.metrics as metrics
+
+    text = (ROOT / "docs" / "observability.md").read_text()
+    names = set(re.findall(r'"(agents\.context\.[a-z_]+)"', Path(metrics.__file__).read_text()))
+    assert len(names) >= 11
+    assert not sorted(n for n in names if f"| `{n}` |" not in text)
+
+
+#: logging's method for each level -> the level as the log table names it
+LEVELS = {"debug": "DEBUG", "info": "INFO", "warning": "WARNING", "error": "ERROR"}
+
+
 def test_the_log_table_names_every_message():
     """docs/observability.md's table of log messages has a row for every message ``logs.py``
     writes (its text up to the first placeholder)."""
@@ -95,9 +110,6 @@ def test_the_log_table_names_every_message():
         lead = call.args[0].value.split("%")[0].strip()
         level = LEVELS[call.func.attr]  # type: ignore[attr-defined]
         assert any(r.startswith(f"| {level} | `{lead}") for r in rows), (level, lead)
-
-
-LEVELS = {"debug": "DEBUG", "info": "INFO", "warning": "WARNING", "error": "ERROR"}
 
 
 def test_the_layout_page_names_every_key_and_meta_field():
