@@ -49,12 +49,12 @@ def question(seed: int = 0) -> list[dict]:
 
 def blob_keys(r, prefix: str) -> list[str]:
     """The blobs' payload keys under ``prefix`` (not their indexes)."""
-    return sorted(k.decode() for k in r.scan_iter(f"{prefix}:{{#blobs:*}}:*") if not k.endswith(b":index"))
+    return sorted(k.decode() for k in r.scan_iter(f"{prefix}:{{*#blobs:*}}:*") if not k.endswith(b":index"))
 
 
 def sweep(store) -> int:
     """One sweep now, as the store's background sweep runs it."""
-    return store._run(blob_plans.sweep(store._settings))
+    return store._run(blob_plans.sweep(store._settings, ""))
 
 
 @pytest.fixture
@@ -306,7 +306,7 @@ def test_a_blob_a_sweep_took_before_its_add_is_stored_again(make_store, r, prefi
     w = store.window("late", max_tokens=100_000)
     payload = image_url()["image_url"]["url"]
     sha = blobs.sha_of(payload)
-    keys = blobs.blob_keys(prefix, sha)
+    keys = blobs.blob_keys(prefix, "", sha)
     store._run(blob_plans.put(store._settings, w._state, {sha: payload}))
     r.delete(keys.data)  # a sweep took it before the add ran
     store._run(blob_plans.noted(store._settings, w._state, {sha: payload}))
@@ -388,3 +388,29 @@ def test_a_screenshot_the_store_has_seen_is_not_sent_again(make_store, r, prefix
     r.delete(*blob_keys(r, prefix))  # gone meanwhile
     w.add(question(), role="user")  # sent again
     assert [i.content for i in w.items()] == [question()] * 3
+
+
+def test_blobs_a_tenants_windows_stored_in_the_shared_keys_are_moved_into_its_own(make_store, r, prefix, monkeypatch):
+    """Windows of a tenant (``a:…``) that stored blobs before blobs had scopes have them in the
+    prefix's shared keys, where a tenant's user cannot read them: their reads fail until the
+    operator's ``move_blobs_to_tenants``, which copies each into its holders' scopes and drops a
+    shared blob no window of no tenant still holds."""
+    store = make_store(blob_threshold_bytes=THRESHOLD)
+    with monkeypatch.context() as old:
+        old.setattr(blobs, "scope_of", lambda window_id: "")  # how blobs were kept before
+        store.window("a:old", max_tokens=100_000).add(question(1), role="user")
+        store.window("b:old", max_tokens=100_000).add(question(1), role="user")
+        store.window("plain", max_tokens=100_000).add(question(2), role="user")
+        store.window("c:old", max_tokens=100_000).add(question(2), role="user")
+    shared = lambda: sorted(k for k in blob_keys(r, prefix) if k.startswith(f"{prefix}:{{#blobs"))  # noqa: E731
+    assert len(shared()) == 2 and len(blob_keys(r, prefix)) == 2
+    with pytest.raises(cs.CorruptWindowError, match="missing"):
+        make_store(blob_threshold_bytes=THRESHOLD).window("a:old").items()
+    assert store.move_blobs_to_tenants() == 3
+    fresh = make_store(blob_threshold_bytes=THRESHOLD)
+    assert [fresh.window(w).items()[0].content for w in ("a:old", "b:old", "plain", "c:old")] == [
+        question(1), question(1), question(2), question(2)
+    ]  # fmt: skip
+    assert len(shared()) == 1  # the one "plain" still holds
+    assert {k.split("{")[1].split("#")[0] for k in blob_keys(r, prefix)} == {"a:", "b:", "c:", ""}
+    assert store.move_blobs_to_tenants() == 0

@@ -148,7 +148,7 @@ def test_data_contents_are_content_parts_stored_once(any_store, r, prefix, redis
     assert stored[2].token_count < 1_000 < len(png) // 3  # the image counted by its size
     assert stored[4].type is cs.ItemType.TOOL_RESULT and [p["type"] for p in stored[4].content] == ["text", "image_url"]
     assert stored[4].content[0]["text"] == "the form" and stored[4].token_count < 1_000
-    blobs = [k for k in r.scan_iter(f"{prefix}:{{#blobs:*}}:*") if not k.endswith(b":index")]
+    blobs = [k for k in r.scan_iter(f"{prefix}:{{*#blobs:*}}:*") if not k.endswith(b":index")]
     assert len(blobs) == 2  # the screenshot (three times) and the PDF, once each
 
 

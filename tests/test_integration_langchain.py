@@ -162,7 +162,7 @@ def test_image_and_file_blocks_are_content_parts_stored_once(any_store, r, prefi
     assert [p["type"] for p in stored[0].content] == ["text", "image_url", "image", "document"]
     # the PDF counts a token per 4 bytes, each 320x200 image a few hundred (not its base64)
     assert stored[0].token_count < 20_009 // 4 + 1_000 < (len(url) + len(png)) // 4
-    blobs = [k for k in r.scan_iter(f"{prefix}:{{#blobs:*}}:*") if not k.endswith(b":index")]
+    blobs = [k for k in r.scan_iter(f"{prefix}:{{*#blobs:*}}:*") if not k.endswith(b":index")]
     assert len(blobs) == 3  # the data URL, the base64 PNG and the PDF, each once
 
 

@@ -213,5 +213,5 @@ def test_image_and_document_blocks_are_content_parts_stored_once(any_store, r, p
         stored = plain.window("vision").items()
     assert [p["type"] for p in stored[0].content] == ["text", "image", "document"]
     assert stored[2].token_count < 1_000 < len(png) // 3  # the image counted by its size
-    blobs = [k for k in r.scan_iter(f"{prefix}:{{#blobs:*}}:*") if not k.endswith(b":index")]
+    blobs = [k for k in r.scan_iter(f"{prefix}:{{*#blobs:*}}:*") if not k.endswith(b":index")]
     assert len(blobs) == 2  # the screenshot (twice) and the PDF, once each

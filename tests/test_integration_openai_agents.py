@@ -336,7 +336,7 @@ def test_images_and_files_are_content_parts_stored_once_and_come_back_exactly(an
     assert stored[5].type is cs.ItemType.TOOL_RESULT and stored[5].content == [
         {"type": "text", "text": "the login page"}, {"type": "image_url", "image_url": {"url": url}}
     ]  # fmt: skip
-    blobs = [k for k in r.scan_iter(f"{prefix}:{{#blobs:*}}:*") if not k.endswith(b":index")]
+    blobs = [k for k in r.scan_iter(f"{prefix}:{{*#blobs:*}}:*") if not k.endswith(b":index")]
     assert len(blobs) == 2  # the screenshot (three times) and the PDF, once each
     raw = r.hget(key(prefix, "vision", "items"), stored[3].id)
     assert len(raw) < 1_000  # the item refers to the screenshot; its metadata does not repeat it

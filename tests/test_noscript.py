@@ -327,6 +327,6 @@ def test_each_server_runs_blobs_and_reported_usage(each_server, prefix, monkeypa
         _lose_scripts(r)
         assert store.window("blobs-here").items()[0].content == question()
         w.delete()
-        assert store._run(blob_plans.sweep(store._settings)) == 1
-    assert not [k for k in r.scan_iter(f"{prefix}:{{#blobs:*}}:*") if not k.endswith(b":index")]
+        assert store._run(blob_plans.sweep(store._settings, "")) == 1
+    assert not [k for k in r.scan_iter(f"{prefix}:{{*#blobs:*}}:*") if not k.endswith(b":index")]
     r.close()

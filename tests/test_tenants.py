@@ -9,6 +9,7 @@ operator's ``check_user`` names it)."""
 
 from __future__ import annotations
 
+import base64
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -214,3 +215,70 @@ def test_the_cli_prints_the_rules_loads_and_checks(tenants, capsys):
     assert "zadd" in capsys.readouterr().out
     assert cli.main(["--url", url, "admin", "load"]) == 0
     assert "scripts for EVALSHA" in capsys.readouterr().out
+
+
+def _image(seed: int, kb: int = 300) -> list[dict]:
+    from test_blobs import screenshot
+
+    data = base64.b64encode(screenshot(seed, kb=kb)).decode()
+    url = f"data:image/png;base64,{data}"
+    return [{"type": "text", "text": "what is on it?"}, {"type": "image_url", "image_url": {"url": url}}]
+
+
+def test_a_tenant_stores_an_image_and_every_key_of_another_tenant_refuses_it(tenants):
+    """Under exactly the rules ``tenant_acl`` prints, tenant A stores and builds a 300 KB image
+    (its blob lies under A's own pattern); every key of tenant B that the operator finds by SCAN,
+    its blob and the blob's index included, refuses A's GET, HGETALL, TYPE, EXISTS and DEL with
+    NOPERM, and B reads its image back unchanged."""
+    proc, admin, _ = tenants
+    with _as(proc, "tenant-b") as b:
+        win_b = b.window("tenant-b:chat", max_tokens=50_000)
+        win_b.add(_image(1), role="user")
+        with win_b.turn():
+            pass
+    before = dump_window(admin, "ctx", "tenant-b:chat")
+    with _as(proc, "tenant-a") as a:
+        win_a = a.window("tenant-a:shot", max_tokens=50_000)
+        win_a.add(_image(2), role="user")
+        [message] = win_a.build_messages(cs.BuildOptions(reserve_for_response=0))
+        assert message["content"] == _image(2)
+        assert win_a.verify().ok
+    keys_b = sorted(k.decode() for k in admin.scan_iter() if k.startswith(b"ctx:{tenant-b:"))
+    assert any("#blobs:" in k and not k.endswith(":index") for k in keys_b), keys_b
+    assert any(k.endswith(":index") for k in keys_b) and any(k.endswith(":events") for k in keys_b)
+    assert all(k.startswith((b"ctx:{tenant-a:", b"ctx:{tenant-b:")) for k in admin.scan_iter())
+    as_a = redis.Redis(port=proc.port, username="tenant-a", password="tenant-a-pw")
+    for k in keys_b:
+        for command in (("GET", k), ("HGETALL", k), ("TYPE", k), ("EXISTS", k), ("DEL", k)):
+            with pytest.raises(redis.exceptions.NoPermissionError, match=r"(?i)no permissions"):
+                as_a.execute_command(*command)
+    as_a.close()
+    assert dump_window(admin, "ctx", "tenant-b:chat") == before
+    with _as(proc, "tenant-b") as b:
+        assert b.window("tenant-b:chat").items()[0].content == _image(1)
+
+
+def test_check_user_checks_every_kind_of_key_a_tenants_calls_touch(tenants):
+    """``check_user`` asks the server (``ACL DRYRUN``, Redis 7+ and Valkey) to read and write every
+    kind of key the tenant's calls touch, and to reach keys outside the tenant: the rules of
+    ``tenant_acl`` pass; a user granted the shared blobs too is named for them; a user granted
+    only the items of its windows is named for its events, turns, usage records and blobs."""
+    proc, admin, functions = tenants
+    with _operator(proc) as op:
+        assert op.check_user("tenant-a") == []
+        rules = op.tenant_acl("tenant-a")
+        admin.execute_command("ACL", "SETUSER", "wide", "reset", "on", ">x", *rules, "~ctx:{#blobs*")
+        admin.execute_command(
+            "ACL", "SETUSER", "narrow", "reset", "on", ">x", *rules, "resetkeys", "~ctx:{tenant-a:*}:items"
+        )
+        wide, narrow = op.check_user("wide", tenant="tenant-a"), op.check_user("narrow", tenant="tenant-a")
+    if not functions:  # 6.2 has no ACL DRYRUN: the commands alone
+        assert wide == narrow == []
+        return
+    assert wide == [
+        "not refused: read the blobs of no tenant (ctx:{#blobs:0}:<sha>)",
+        "not refused: write the blobs of no tenant (ctx:{#blobs:0}:<sha>)",
+    ]
+    for kind in (":events", ":lease", ":turn", ":requests", ":replies", "its blobs (", "its blobs' index"):
+        assert any(kind in finding for finding in narrow), (kind, narrow)
+    assert not any(":items of its windows" in finding for finding in narrow)

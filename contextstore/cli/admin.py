@@ -61,19 +61,31 @@ def admin_acl(env: Env, tenant: str, user: str | None) -> None:
     click.echo(" ".join(["ACL", "SETUSER", user or tenant, "on", ">PASSWORD", *rules]))
 
 
+@admin.command("move-blobs")
+@pass_env
+def admin_move_blobs(env: Env) -> None:
+    """Move tenants' blobs out of the prefix's shared keys (once, after upgrading).
+
+    Before blobs were kept per tenant, every window's lay in the prefix's shared keys, which no
+    tenant's user may reach. Run it once as an operator's user."""
+    click.echo(f"moved {env.store().move_blobs_to_tenants()} blob copies into their tenants' keys")
+
+
 @admin.command("check-user")
 @click.argument("user")
+@click.option("--tenant", help="the tenant whose windows the user reaches (default: the user's name)")
 @pass_env
-def admin_check_user(env: Env, user: str) -> int:
-    """Check that ACL user USER may run every command contextstore runs.
+def admin_check_user(env: Env, user: str, tenant: str | None) -> int:
+    """Check that ACL user USER may do what contextstore does for its tenant, and no more.
 
-    Exit status 1 naming the commands it lacks (a script would be stopped part-way on Redis
-    6.2, which cannot check a user itself; 7+ refuses the write before it starts)."""
-    lacking = env.store().check_user(user)
-    if lacking:
-        click.echo(f"user {user!r} lacks {', '.join(lacking)}: grant them (contextstore admin acl prints the rules)")
+    Names every command the scripts run that USER lacks and, on Redis 7+ and Valkey (ACL DRYRUN),
+    every kind of the tenant's keys (windows' items, events, turns, usage records, blobs) it may
+    not read or write, and keys outside the tenant it is not refused: exit status 1 if any."""
+    findings = env.store().check_user(user, tenant=tenant)
+    if findings:
+        click.echo(f"user {user!r} lacks {', '.join(findings)}: grant them (contextstore admin acl prints the rules)")
         return 1
-    click.echo(f"user {user!r} may run every command contextstore runs")
+    click.echo(f"user {user!r} may run every command contextstore runs, on every kind of its tenant's keys, no other")
     return 0
 
 

@@ -1,9 +1,12 @@
 """Large content parts, stored once per prefix by reference (§18): the pure half.
 
 A content part whose payload (a ``data:`` URL, base64 data) is at least the store's
-``blob_threshold_bytes`` is a *blob*: its payload is stored once under the prefix, named by its
-SHA-256 (``<prefix>:{#blobs:<g>}:<sha>``, ``g`` the sha's first hex digit: sixteen slots on a
-cluster), and the item's stored JSON holds the token ``"cs-blob:<sha>#<media type>,<bytes>,
+``blob_threshold_bytes`` is a *blob*: its payload is stored once per *scope* of the prefix, named
+by its SHA-256 (``<prefix>:{<scope>#blobs:<g>}:<sha>``, ``g`` the sha's first hex digit: sixteen
+slots on a cluster). A window's scope is its tenant, the id up to its first ``:`` with the colon
+(``tenant-a:`` for ``tenant-a:chat``; ``core/tenants.py``), or nothing for an id without one: so
+a tenant's blobs lie under its own ACL pattern (``<prefix>:{<tenant>:*}*``) and are shared only
+among its windows. The item's stored JSON holds the token ``"cs-blob:<sha>#<media type>,<bytes>,
 <width>x<height>,<tokens>"`` in its place (what the part is, readable without the payload: a
 part that is no image has no size there), with the tokens' tails (the reference: sha and what
 it is) first in its body (``{"added_at_us":…,"blobs":["<sha>#…",…],"content":…}``, where no
@@ -60,20 +63,36 @@ class BlobKeys(NamedTuple):
     registry: str
 
 
-def group_tag(prefix: str, group: str) -> str:
-    """The key head of one slot of blobs: ``<prefix>:{#blobs:<g>}:`` ('#' is in no window id)."""
-    return f"{prefix}:{{#blobs:{group}}}:"
+def scope_of(window_id: str) -> str:
+    """The blob scope of ``window_id``: its tenant and the colon (``a:`` for ``a:chat``), or ''
+    for an id without a colon. Its windows share their blobs; no other window sees them."""
+    tenant, colon, _ = window_id.partition(":")
+    return tenant + colon if colon else ""
 
 
-def blob_keys(prefix: str, sha: str) -> BlobKeys:
-    """The keys of blob ``sha``."""
-    head = group_tag(prefix, sha[0])
+def scope_of_key(key: str) -> str:
+    """The blob scope of a window's key or a blob's key (by what its hash tag holds)."""
+    tag = key[key.index("{") + 1 : key.index("}")]
+    blob_at = tag.find("#")  # in no window id: a blob's key
+    return tag[:blob_at] if blob_at >= 0 else scope_of(tag)
+
+
+def group_tag(prefix: str, scope: str, group: str) -> str:
+    """The key head of one slot of ``scope``'s blobs: ``<prefix>:{<scope>#blobs:<g>}:`` ('#' is
+    in no window id, so no window's keys look like these)."""
+    return f"{prefix}:{{{scope}#blobs:{group}}}:"
+
+
+def blob_keys(prefix: str, scope: str, sha: str) -> BlobKeys:
+    """The keys of blob ``sha`` of ``scope``."""
+    head = group_tag(prefix, scope, sha[0])
     return BlobKeys(head + sha, head + "index")  # the index: one per slot
 
 
-def sweep_lock(prefix: str) -> str:
-    """The key a sweeping store holds for ``SWEEP_EVERY_S`` (one sweep at a time per prefix)."""
-    return f"{prefix}:{{#blobs}}:sweep"
+def sweep_lock(prefix: str, scope: str) -> str:
+    """The key a store sweeping ``scope``'s blobs holds for ``SWEEP_EVERY_S`` (one sweep at a
+    time per scope)."""
+    return f"{prefix}:{{{scope}#blobs}}:sweep"
 
 
 def split(content: Any, threshold: int) -> tuple[Any, dict[str, str]]:
@@ -162,19 +181,25 @@ def wanted(reply: Any) -> set[str]:
     return found
 
 
-def checked_payload(prefix: str, sha: str, raw: object) -> str:
-    """A blob's payload as read: ``CorruptWindowError`` naming its key when it is missing (an
-    item refers to it), not UTF-8, or not what its sha names."""
-    key = blob_keys(prefix, sha).data
+def payload_problem(sha: str, raw: object) -> str | None:
+    """What is wrong with a blob's payload as read (None: nothing): missing (an item refers to
+    it), not UTF-8, or not what its sha names."""
     if raw is None:
-        raise corrupt_value(key, "", "missing: an item refers to it")
+        return "missing: an item refers to it"
     try:
         text = raw.decode() if isinstance(raw, bytes) else str(raw)
     except UnicodeDecodeError:
-        raise corrupt_value(key, "", "bytes that are not UTF-8") from None
-    if sha_of(text) != sha:
-        raise corrupt_value(key, "", "a payload whose SHA-256 is not its name")
-    return text
+        return "bytes that are not UTF-8"
+    return None if sha_of(text) == sha else "a payload whose SHA-256 is not its name"
+
+
+def checked_payload(key: str, sha: str, raw: object) -> str:
+    """A blob's payload as read from ``key``: ``CorruptWindowError`` naming the key and what is
+    wrong (``payload_problem``)."""
+    problem = payload_problem(sha, raw)
+    if problem is not None:
+        raise corrupt_value(key, "", problem)
+    return raw.decode() if isinstance(raw, bytes) else str(raw)
 
 
 def inlined(reply: Any, payloads: Mapping[str, str]) -> Any:

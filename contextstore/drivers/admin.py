@@ -3,8 +3,9 @@ docs/reliability.md): ``load_scripts`` loads contextstore's scripts on a server 
 cluster): the function library to every primary of a server that has functions (a replica gets
 it by replication), every script for ``EVALSHA`` to every node (``SCRIPT LOAD`` is neither
 replicated nor persisted). ``tenant_acl`` gives a tenant user's ACL rules for the server, and
-``check_user`` what a user lacks of the commands contextstore runs (``core/tenants.py``). The
-sync and asyncio forms differ only in awaiting."""
+``check_user`` what a user lacks of the commands contextstore runs, and (Redis 7+, Valkey: ``ACL
+DRYRUN``) of the keys its tenant's calls touch, and which keys outside its tenant it reaches
+(``core/tenants.py``). The sync and asyncio forms differ only in awaiting."""
 
 from __future__ import annotations
 
@@ -30,9 +31,13 @@ def _where(client: Any, nodes: str) -> dict[str, Any]:
     return {"target_nodes": nodes} if is_cluster(client) else {}
 
 
-def _no_functions(exc: rx.ResponseError) -> bool:
-    """6.2 has no functions; a read-only replica gets the library from its primary."""
-    return "unknown command" in str(exc) or isinstance(exc, rx.ReadOnlyError) or "READONLY" in str(exc)
+def _no_functions(exc: rx.RedisError) -> bool:
+    """6.2 has no functions (a cluster client says so itself: the command is not in its table); a
+    read-only replica gets the library from its primary."""
+    said = str(exc)
+    return any(s in said for s in ("unknown command", "doesn't exist in Redis commands", "READONLY")) or isinstance(
+        exc, rx.ReadOnlyError
+    )
 
 
 def _loaded(functions: bool) -> list[str]:
@@ -43,7 +48,7 @@ def _load(client: Any) -> list[str]:
     try:
         client.execute_command("FUNCTION", "LOAD", "REPLACE", library()[0], **_where(client, "primaries"))
         functions = True
-    except rx.ResponseError as exc:
+    except rx.RedisError as exc:
         if not _no_functions(exc):
             raise
         functions = False
@@ -62,7 +67,7 @@ async def _aload(client: Any) -> list[str]:
     try:
         await client.execute_command("FUNCTION", "LOAD", "REPLACE", library()[0], **_where(client, "primaries"))
         functions = True
-    except rx.ResponseError as exc:
+    except rx.RedisError as exc:
         if not _no_functions(exc):
             raise
         functions = False
@@ -85,9 +90,9 @@ def _text(v: Any) -> str:
 def _functions(client: Any) -> bool:
     """Whether the server has functions (Redis 7+, Valkey): ``FUNCTION STATS`` answers."""
     try:
-        client.execute_command("FUNCTION", "STATS")
-    except rx.ResponseError as exc:
-        if "unknown command" in str(exc):
+        client.execute_command("FUNCTION", "STATS", **_where(client, "random"))
+    except rx.RedisError as exc:
+        if _no_functions(exc):
             return False
         raise
     return True
@@ -95,9 +100,9 @@ def _functions(client: Any) -> bool:
 
 async def _afunctions(client: Any) -> bool:
     try:
-        await client.execute_command("FUNCTION", "STATS")
-    except rx.ResponseError as exc:
-        if "unknown command" in str(exc):
+        await client.execute_command("FUNCTION", "STATS", **_where(client, "random"))
+    except rx.RedisError as exc:
+        if _no_functions(exc):
             return False
         raise
     return True
@@ -114,7 +119,15 @@ def _everything(commands: Any, categories: dict[str, list[str]]) -> set[str]:
     return {_text(c).lower() for c in commands} | {n for members in categories.values() for n in members}
 
 
-def _check(client: Any, user: str) -> list[str]:
+def _key_findings(user: str, own: list[Any], outside: list[Any], replies: list[Any]) -> list[str]:
+    """What ``ACL DRYRUN``'s replies (to ``own`` then ``outside``) say is wrong."""
+    found = [what for (what, _), r in zip(own, replies, strict=False) if _text(r) != "OK"]
+    reached = zip(outside, replies[len(own) :], strict=True)
+    found += [f"not refused: {what}" for (what, _), r in reached if _text(r) == "OK"]
+    return found
+
+
+def _check(client: Any, user: str, tenant: str, prefix: str) -> list[str]:
     getuser = client.execute_command("ACL", "GETUSER", user)
     if getuser is None:
         raise InvalidOptionsError(f"the server has no ACL user {user!r}")
@@ -122,13 +135,22 @@ def _check(client: Any, user: str) -> list[str]:
     categories = {c: [_text(x).lower() for x in client.execute_command("ACL", "CAT", c)] for c in names}
     functions = _functions(client)
     everything = _everything(client.command(), categories)
-    return tenants.lacking(_user_rules(getuser), categories, everything, functions)
+    lacking = tenants.lacking(_user_rules(getuser), categories, everything, functions)
+    if not functions:  # 6.2 has no ACL DRYRUN
+        return lacking
+    own, outside = tenants.key_checks(prefix, tenant)
+    replies = [client.execute_command("ACL", "DRYRUN", user, *cmd) for _, cmd in (*own, *outside)]
+    return lacking + _key_findings(user, own, outside, replies)
 
 
-def check_user(driver: SyncDriver, user: str) -> list[str]:
-    """The commands contextstore runs that ACL user ``user`` may not (needs ACL GETUSER)."""
+def check_user(driver: SyncDriver, user: str, tenant: str | None = None) -> list[str]:
+    """What ACL user ``user`` lacks of the commands contextstore runs and (Redis 7+, Valkey) of the
+    keys ``tenant``'s calls touch (default: the tenant named as the user), and which keys outside
+    the tenant it reaches ("not refused: ..."); needs ACL GETUSER and ACL DRYRUN."""
+    tenant = tenants.checked_tenant(user if tenant is None else tenant)
     driver.start()
-    return retried(driver, READ_ACL, lambda: _check(driver.client(), user))  # type: ignore[no-any-return]
+    prefix = driver.settings.prefix
+    return retried(driver, READ_ACL, lambda: _check(driver.client(), user, tenant, prefix))  # type: ignore[no-any-return]
 
 
 def tenant_acl(driver: SyncDriver, tenant: str) -> list[str]:
@@ -138,7 +160,7 @@ def tenant_acl(driver: SyncDriver, tenant: str) -> list[str]:
     return tenants.tenant_rules(driver.settings.prefix, tenant, functions)
 
 
-async def _acheck(client: Any, user: str) -> list[str]:
+async def _acheck(client: Any, user: str, tenant: str, prefix: str) -> list[str]:
     getuser = await client.execute_command("ACL", "GETUSER", user)
     if getuser is None:
         raise InvalidOptionsError(f"the server has no ACL user {user!r}")
@@ -146,14 +168,20 @@ async def _acheck(client: Any, user: str) -> list[str]:
     categories = {c: [_text(x).lower() for x in await client.execute_command("ACL", "CAT", c)] for c in names}
     functions = await _afunctions(client)
     everything = _everything(await client.command(), categories)
-    return tenants.lacking(_user_rules(getuser), categories, everything, functions)
+    lacking = tenants.lacking(_user_rules(getuser), categories, everything, functions)
+    if not functions:
+        return lacking
+    own, outside = tenants.key_checks(prefix, tenant)
+    replies = [await client.execute_command("ACL", "DRYRUN", user, *cmd) for _, cmd in (*own, *outside)]
+    return lacking + _key_findings(user, own, outside, replies)
 
 
-async def acheck_user(driver: AsyncDriver, user: str) -> list[str]:
+async def acheck_user(driver: AsyncDriver, user: str, tenant: str | None = None) -> list[str]:
     """``check_user`` for the asyncio store."""
+    tenant = tenants.checked_tenant(user if tenant is None else tenant)
     driver.start()
-    client = await driver.client()
-    return await aretried(driver, READ_ACL, lambda: _acheck(client, user))  # type: ignore[no-any-return]
+    client, prefix = await driver.client(), driver.settings.prefix
+    return await aretried(driver, READ_ACL, lambda: _acheck(client, user, tenant, prefix))  # type: ignore[no-any-return]
 
 
 async def atenant_acl(driver: AsyncDriver, tenant: str) -> list[str]:

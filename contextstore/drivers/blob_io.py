@@ -1,7 +1,8 @@
 """The I/O of blobs (``core/blobs.py``): the payloads a reply refers to, put back before its plan
-reads it, and the sweep of the prefix's blobs that every store which stored or read one runs in
-the background while it is open (a thread; a task of the loop on the asyncio store), one sweep
-at a time per prefix (``blobs.sweep_lock``), every ``SWEEP_EVERY_S``."""
+reads it, and the sweep of the blobs of each scope (a tenant's: ``blobs.scope_of``) in which a
+store stored or read one, run in the background while the store is open (a thread; a task of the
+loop on the asyncio store), one sweep at a time per scope (``blobs.sweep_lock``), every
+``SWEEP_EVERY_S``."""
 
 from __future__ import annotations
 
@@ -22,29 +23,37 @@ log = logging.getLogger("contextstore")
 _LOCK_MS = int(blobs.SWEEP_EVERY_S * 1000)
 
 
+def _scope(request: ScriptCall | PlainRead) -> str:
+    """The blob scope of the window (or blob) ``request`` reads or writes: its first key's."""
+    return blobs.scope_of_key(request.keys[0] if isinstance(request, ScriptCall) else request.commands[0][1])
+
+
 def _wanted(driver: StoreDriver, sweeper: Sweeper | AsyncSweeper, request: ScriptCall | PlainRead, reply: Any) -> Any:
-    """The payloads ``reply`` refers to that the store holds, and the shas it must read (None:
-    it refers to none); starts the store's sweeper when it stores or reads a blob."""
+    """The payloads ``reply`` refers to that the store holds, the keys of those it must read,
+    by sha (None: it refers to none); starts the store's sweep of the request's scope when it
+    stores or reads a blob there."""
     shas = blobs.wanted(reply)
-    if shas or (isinstance(request, ScriptCall) and request.name == "blob_put"):
-        sweeper.start()
+    if not shas and not (isinstance(request, ScriptCall) and request.name == "blob_put"):
+        return None
+    scope = _scope(request)
+    sweeper.start(scope)
     if not shas:
         return None
     have = driver.settings.blob_cache.held(shas)
-    return have, sorted(shas - have.keys())
+    return have, {sha: blobs.blob_keys(driver.settings.prefix, scope, sha).data for sha in sorted(shas - have.keys())}
 
 
-def _gets(driver: StoreDriver, client: Any, missing: list[str]) -> Any:
+def _gets(client: Any, missing: dict[str, str]) -> Any:
     pipe = client.pipeline(transaction=False)
-    for sha in missing:
-        pipe.get(blobs.blob_keys(driver.settings.prefix, sha).data)
+    for key in missing.values():
+        pipe.get(key)
     return pipe
 
 
-def _inlined(driver: StoreDriver, reply: Any, have: dict[str, str], missing: list[str], raws: list[Any]) -> Any:
+def _inlined(driver: StoreDriver, reply: Any, have: dict[str, str], missing: dict[str, str], raws: list[Any]) -> Any:
     settings = driver.settings
-    for sha, raw in zip(missing, raws, strict=True):
-        have[sha] = blobs.checked_payload(settings.prefix, sha, raw)
+    for (sha, key), raw in zip(missing.items(), raws, strict=True):
+        have[sha] = blobs.checked_payload(key, sha, raw)
         settings.blob_cache.put(sha, have[sha])
     return blobs.inlined(reply, have)
 
@@ -57,7 +66,7 @@ def inline(driver: StoreDriver, sweeper: Sweeper, request: ScriptCall | PlainRea
         return reply
     have, missing = found
     try:
-        raws = _gets(driver, driver.client(), missing).execute() if missing else []
+        raws = _gets(driver.client(), missing).execute() if missing else []
     except REDIS_EXCEPTIONS as exc:
         raise from_redis(exc, driver.where) from exc
     return _inlined(driver, reply, have, missing, raws)
@@ -72,22 +81,25 @@ async def ainline(
         return reply
     have, missing = found
     try:
-        raws = (await _gets(driver, client, missing).execute()) if missing else []
+        raws = (await _gets(client, missing).execute()) if missing else []
     except REDIS_EXCEPTIONS as exc:
         raise from_redis(exc, driver.where) from exc
     return _inlined(driver, reply, have, missing, raws)
 
 
 class Sweeper:
-    """The background sweep of a blocking store: a daemon thread, stopped by ``stop``."""
+    """The background sweep of a blocking store: a daemon thread, stopped by ``stop``, that
+    sweeps each scope the store stored or read a blob in."""
 
     def __init__(self, driver: StoreDriver) -> None:
         self._driver, self._stop = driver, threading.Event()
         self._thread: threading.Thread | None = None
         self._token = secrets.token_hex(8)
+        self._scopes: set[str] = set()
 
-    def start(self) -> None:
-        """Start sweeping (once)."""
+    def start(self, scope: str) -> None:
+        """Sweep ``scope`` too (the thread starts once)."""
+        self._scopes.add(scope)
         if self._thread is None:
             thread = threading.Thread(target=self._loop, name="contextstore-blob-sweep", daemon=True)
             self._thread = thread
@@ -95,13 +107,13 @@ class Sweeper:
 
     def _loop(self) -> None:
         driver, settings = self._driver, self._driver.settings
-        lock = blobs.sweep_lock(settings.prefix)
         while not self._stop.wait(blobs.SWEEP_EVERY_S):
-            try:
-                if driver.client().set(lock, self._token, nx=True, px=_LOCK_MS):
-                    driver.run(blob_plans.sweep(settings))
-            except (ContextStoreError, *REDIS_EXCEPTIONS) as exc:
-                log.debug("blob sweep of prefix %s failed: %s", settings.prefix, exc)
+            for scope in sorted(self._scopes):
+                try:
+                    if driver.client().set(blobs.sweep_lock(settings.prefix, scope), self._token, nx=True, px=_LOCK_MS):
+                        driver.run(blob_plans.sweep(settings, scope))
+                except (ContextStoreError, *REDIS_EXCEPTIONS) as exc:
+                    log.debug("blob sweep of prefix %s scope %r failed: %s", settings.prefix, scope, exc)
 
     def stop(self) -> None:
         """Stop sweeping (the thread ends within a second)."""
@@ -109,28 +121,32 @@ class Sweeper:
 
 
 class AsyncSweeper:
-    """The background sweep of an asyncio store: a task of the loop it was started on."""
+    """The background sweep of an asyncio store: a task of the loop it was started on, that
+    sweeps each scope the store stored or read a blob in."""
 
     def __init__(self, driver: StoreDriver) -> None:
         self._driver = driver
         self._task: asyncio.Task[None] | None = None
         self._token = secrets.token_hex(8)
+        self._scopes: set[str] = set()
 
-    def start(self) -> None:
-        """Start sweeping on the running loop (once)."""
+    def start(self, scope: str) -> None:
+        """Sweep ``scope`` too (the task starts once, on the running loop)."""
+        self._scopes.add(scope)
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._loop())
 
     async def _loop(self) -> None:
         driver, settings = self._driver, self._driver.settings
-        lock = blobs.sweep_lock(settings.prefix)
         while True:
             await asyncio.sleep(blobs.SWEEP_EVERY_S)
-            try:
-                if await (await driver.client()).set(lock, self._token, nx=True, px=_LOCK_MS):
-                    await driver.run(blob_plans.sweep(settings))
-            except (ContextStoreError, *REDIS_EXCEPTIONS) as exc:
-                log.debug("blob sweep of prefix %s failed: %s", settings.prefix, exc)
+            for scope in sorted(self._scopes):
+                try:
+                    client = await driver.client()
+                    if await client.set(blobs.sweep_lock(settings.prefix, scope), self._token, nx=True, px=_LOCK_MS):
+                        await driver.run(blob_plans.sweep(settings, scope))
+                except (ContextStoreError, *REDIS_EXCEPTIONS) as exc:
+                    log.debug("blob sweep of prefix %s scope %r failed: %s", settings.prefix, scope, exc)
 
     def stop(self) -> None:
         """Stop sweeping."""

@@ -19,6 +19,7 @@ from ..core import streams
 from ..core.streams import EventBatch
 from ..core.verify import VerifyReport
 from ..events import Event, OtherEvent
+from ..plans import blobs as blob_plans
 from ..plans import build as build_plans
 from ..plans import chat as chat_plans
 from ..plans import compaction as compaction_plans
@@ -131,16 +132,25 @@ class ContextStore(StoreBase):
         loaded. Stores load what they lack by themselves where their user may."""
         return admin.load_scripts(self._driver)
 
+    def move_blobs_to_tenants(self) -> int:
+        """Move the blobs that tenants' windows (ids ``<tenant>:...``) stored in the prefix's shared
+        keys before blobs had scopes into their tenant's keys: an operator's step, once after the
+        upgrade, as a user who reaches every key. How many blobs were copied."""
+        return self._run(blob_plans.moved_to_tenants(self._settings))
+
     def tenant_acl(self, tenant: str) -> list[str]:
         """The ACL rules that confine a user to ``tenant``'s windows (ids ``<tenant>:...``) on
         this server and deny it every way to change the code other tenants run: for
         ``ACL SETUSER <user> on ><password> <rules>``."""
         return admin.tenant_acl(self._driver, tenant)
 
-    def check_user(self, user: str) -> list[str]:
-        """The commands contextstore runs that the server's ACL user ``user`` may not run (an
-        operator's check: it reads ``ACL GETUSER``); empty when it may run them all."""
-        return admin.check_user(self._driver, user)
+    def check_user(self, user: str, *, tenant: str | None = None) -> list[str]:
+        """What the server's ACL user ``user`` lacks of what contextstore needs (an operator's
+        check): the commands the scripts run (``ACL GETUSER``) and, on Redis 7+ and Valkey
+        (``ACL DRYRUN``), a read and a write of every kind of key ``tenant``'s calls touch
+        (default: the tenant of the user's name); a key outside the tenant that it may reach is
+        named "not refused: ...". Empty when all is as ``tenant_acl`` says."""
+        return admin.check_user(self._driver, user, tenant)
 
     def consume(
         self, window_ids: str | Sequence[str], group: str, consumer: str, *, block_ms: int | None = None,
