@@ -5,6 +5,7 @@ in this process; the terminal's run the installed console script in a pty."""
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import shutil
@@ -99,10 +100,12 @@ def test_export_refuses_to_overwrite_unless_forced(command, redis_url, prefix, m
 
 # -- stored control characters never reach the terminal raw ---------------------------------------
 
-HOSTILE = "hello \x1b]52;c;ZXZpbA==\x07 world \x1b[2J end \x1b]52;c;ZXZpbA==\x1b\\ c1 \x9b31m bidi \u202e"
+HOSTILE = (
+    "hello \x1b]52;c;ZXZpbA==\x07 world \x1b[2J end \x1b]52;c;ZXZpbA==\x1b\\ c1 \x9b31m bidi \u202e iso \u2066 del \x7f"
+)
 EVIL_ID = "evil\x1b[2Jid"
 #: what a terminal would act on: OSC 52 (writes the clipboard), BEL, clear screen, CSI as C1, an override
-RAW = ("\x1b]52", "\x07", "\x1b[2J", "\x9b", "\u202e")
+RAW = ("\x1b]52", "\x07", "\x1b[2J", "\x9b", "\u202e", "\u2066", "\x7f")
 
 
 def _rename(r, prefix: str, window: str, old: str, new: str) -> None:
@@ -160,6 +163,29 @@ def test_snapshot_json_keeps_the_exact_text(command, redis_url, prefix, hostile)
     snap = json.loads(command(redis_url, prefix, "snapshot", "hx").stdout)
     assert {i["content"] for i in snap["items"]} == {HOSTILE, "second " + HOSTILE}
     assert EVIL_ID in {i["id"] for i in snap["items"]}
+
+
+def test_export_files_follow_the_one_escaping_rule_and_import_gives_the_exact_text(
+    command, redis_url, prefix, hostile, tmp_path, r
+):
+    """``export`` writes its files as every JSON the project writes (``core/jsontext``): no stored
+    C1, bidi override or isolate reaches the file raw, ``write_snapshot`` the same, and
+    ``import`` gives back the exact text."""
+    assert hostile.remove(EVIL_ID)  # a caller's id with a control character: import refuses it
+    hostile.add("third " + HOSTILE, type="text", metadata={"note": HOSTILE})
+    done = command(redis_url, prefix, "export", str(tmp_path), "hx")
+    assert done.returncode == 0, done.stderr
+    written = (tmp_path / "hx.json").read_bytes()
+    _assert_shown_escaped(written.decode())
+    assert written.count(b"\\u009b") >= 3 and b"\\u2066" in written
+    buffer = io.BytesIO()
+    hostile.write_snapshot(buffer)
+    _assert_shown_escaped(buffer.getvalue().decode())
+    assert json.loads(buffer.getvalue())["items"] == json.loads(written)["items"]
+    r.delete(*r.scan_iter(f"{prefix}:{{hx}}:*"))
+    assert command(redis_url, prefix, "import", str(tmp_path)).returncode == 0
+    with cs.ContextStore.from_url(redis_url, prefix=prefix) as store:
+        assert {i.content for i in store.window("hx").items()} == {HOSTILE, "third " + HOSTILE}
 
 
 def _on_a_terminal(url: str, prefix: str, *argv: str, lines: int | None = None) -> str:

@@ -151,8 +151,25 @@ def test_a_fork_at_a_version_holds_the_items_of_that_version(store):
     assert [i.content for i in child.items()] == ["first", "second"]
     assert child.lineage().fork_point == then.id
     w.remove(then.id or "")  # a removal by hand: that version cannot be gone back to
-    with pytest.raises(cs.InvalidOptionsError, match="nor one of its versions"):
+    with pytest.raises(cs.InvalidOptionsError, match="items were removed by hand since it"):
         w.fork("src-v-late", at=version)
+
+
+def test_a_fork_at_a_version_that_cannot_be_gone_back_to_names_the_real_cause(store):
+    """A version from the future, of another lifetime, or malformed: each refusal says which."""
+    w = store.window("src-why", max_tokens=10_000)
+    w.add("first", role="user")
+    created, seq, removed = w.stats().version.split(".")
+    causes = {
+        f"{created}.{int(seq) + 5}.{removed}": "from the future: the window has reached seq 1, the version names seq 6",
+        f"{int(created) + 1}.{seq}.{removed}": "another lifetime of the window",
+        "1.2": "malformed",
+    }
+    for version, cause in causes.items():
+        with pytest.raises(cs.InvalidOptionsError, match=cause) as refused:
+            w.fork("src-why-2", at=version)
+        assert "removed by hand" not in str(refused.value)
+    assert not store.window("src-why-2").items()
 
 
 @pytest.mark.parametrize(
@@ -260,7 +277,7 @@ def test_a_fork_refuses_a_foreign_version_and_a_bad_id_with_nothing_written(stor
     other.add("hello", role="user")
     foreign = other.stats().version  # another window's version: another lifetime
     before = dump_window(r, prefix, "src-ids")
-    with pytest.raises(cs.InvalidOptionsError, match="nor one of its versions"):
+    with pytest.raises(cs.InvalidOptionsError, match="no item id of the window, and as a version it is"):
         w.fork("fresh", at=foreign)
     with pytest.raises(cs.InvalidWindowIdError):
         w.fork("two words")

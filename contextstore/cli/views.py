@@ -18,6 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .. import Prices
+from ..core import jsontext
 from ..core.parts import text_of
 from ..turns import TurnStatus
 from ..types import ContextItem, ContextWindowStats, ItemType
@@ -71,8 +72,6 @@ def summary_of(item: ContextItem) -> str:
 #: what a terminal would act on instead of showing: C0 controls but tab and newline, DEL, C1, and
 #: the bidirectional overrides and isolates (text that reads other than it is stored)
 _UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
-#: what JSON leaves raw that a terminal acts on (JSON escapes C0 itself)
-_UNSAFE_IN_JSON = re.compile("[\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
 
 def visible(text: str) -> str:
@@ -83,9 +82,9 @@ def visible(text: str) -> str:
 
 
 def json_text(value: object) -> str:
-    """``value`` as JSON with C0 and C1 controls escaped (``\\u009b``): safe on a terminal."""
-    encoded = msgspec.json.encode(value).decode()
-    return _UNSAFE_IN_JSON.sub(lambda m: f"\\u{ord(m.group()):04x}", encoded)
+    """``value`` as JSON with C0 and C1 controls escaped (``\\u009b``): safe on a terminal
+    (``jsontext``, the rule every JSON the project writes follows)."""
+    return jsontext.encode(value).decode()
 
 
 def json_array(values: Iterable[object]) -> Iterator[str]:

@@ -60,18 +60,26 @@ def _at_version(items: list[ContextItem], version: str, meta: Mapping[str, str])
     """The items of version ``version`` still in the window: those of seq up to its seq, when the
     window is in the same lifetime and nothing was removed by hand since."""
     now, then = window_version(meta).split("."), version.split(".")
-    if (
-        len(then) != len(Meta.VERSION)
-        or not all(part.isdigit() for part in then)
-        or (then[0], then[2]) != (now[0], now[2])
-        or int(then[1]) > int(now[1])
-    ):
+    problem = _version_problem(now, then)
+    if problem:
         raise InvalidOptionsError(
-            f"{version!r} is no item id of the window, nor one of its versions a fork can go back to "
-            f"(one since which items were removed by hand, or of an earlier lifetime): fork at an item id"
+            f"{version!r} is no item id of the window, and as a version {problem}: fork at an item id"
         )
     kept = [i for i in items if i.seq <= int(then[1])]
     return kept, (kept[-1].id or "") if kept else ""
+
+
+def _version_problem(now: list[str], then: list[str]) -> str:
+    """Why a fork cannot go back to version ``then`` of a window now at ``now`` ('' : it can)."""
+    if len(then) != len(Meta.VERSION) or not all(part.isdigit() for part in then):
+        return "it is malformed (a version is three numbers joined by '.', as stats() and builds report it)"
+    if then[0] != now[0]:
+        return "it is of another lifetime of the window (it was deleted or expired and made again since)"
+    if int(then[1]) > int(now[1]):
+        return f"it is from the future: the window has reached seq {now[1]}, the version names seq {then[1]}"
+    if then[2] != now[2]:
+        return "items were removed by hand since it (what it held is no longer all there)"
+    return ""
 
 
 def lineage(state: WindowState) -> Plan[Lineage]:

@@ -10,7 +10,7 @@ from typing import Protocol
 
 import msgspec
 
-from ..core import blobs, validate, wire
+from ..core import blobs, jsontext, validate, wire
 from ..core.config import config_values, creation_config
 from ..core.keys import STAGED, staged_keys
 from ..core.layout import MAX_SEQ
@@ -80,7 +80,8 @@ _ITEMS = b'"items":[]'
 
 
 def write_snapshot(state: WindowState, sink: SnapshotSink) -> Plan[int]:
-    """``snapshot()``'s JSON (``msgspec.json.encode``), written to ``sink`` a page of items at a
+    """``snapshot()``'s JSON (``jsontext.encode``: the escaping rule of every JSON the project
+    writes, so a file's bytes never drive a terminal), written to ``sink`` a page of items at a
     time, so a window of any size is written in bounded memory; returns how many items. The pages
     count when each saw the (epoch, seq, item count) of the window's meta read first, else the
     sink starts again; after ``ATTEMPTS`` such races, the snapshot is read whole and written."""
@@ -89,7 +90,7 @@ def write_snapshot(state: WindowState, sink: SnapshotSink) -> Plan[int]:
             sink.restart()
         head = wire.decode_read(raise_for_reply((yield ScriptCall("peek", state.keys, ["meta"]))))
         base = _snapshot_of(state, head.config(state.config), [], [])
-        sink.write(msgspec.json.encode(base).partition(_ITEMS)[0] + b'"items":[')
+        sink.write(jsontext.encode(base).partition(_ITEMS)[0] + b'"items":[')
         ids: set[str] = set()
         after = 0
         while after >= 0:
@@ -97,15 +98,15 @@ def write_snapshot(state: WindowState, sink: SnapshotSink) -> Plan[int]:
             if stamp(found.meta) != stamp(head.meta):
                 break
             for item in found.items():
-                sink.write((b"," if ids else b"") + msgspec.json.encode(item))
+                sink.write((b"," if ids else b"") + jsontext.encode(item))
                 ids.add(item.id or "")
         else:
             archive = yield from _archive(state, ids)
-            sink.write(b"]" + msgspec.json.encode(msgspec.structs.replace(base, archive=archive)).partition(_ITEMS)[2])
+            sink.write(b"]" + jsontext.encode(msgspec.structs.replace(base, archive=archive)).partition(_ITEMS)[2])
             return len(ids)
     sink.restart()
     whole = yield from snapshot(state)
-    sink.write(msgspec.json.encode(whole))
+    sink.write(jsontext.encode(whole))
     return len(whole.items)
 
 
