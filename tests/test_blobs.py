@@ -414,3 +414,21 @@ def test_blobs_a_tenants_windows_stored_in_the_shared_keys_are_moved_into_its_ow
     assert len(shared()) == 1  # the one "plain" still holds
     assert {k.split("{")[1].split("#")[0] for k in blob_keys(r, prefix)} == {"a:", "b:", "c:", ""}
     assert store.move_blobs_to_tenants() == 0
+
+
+def test_verify_reads_the_blobs_the_server_holds_and_reports_each_problem(make_store, r, prefix):
+    """``verify()`` reads what the server holds, never the store's cache: a blob that disappeared
+    or holds other bytes is a finding (naming its key) for a store that had read the item and for
+    a fresh one; neither raises."""
+    store = make_store(blob_threshold_bytes=THRESHOLD)
+    w = store.window("seen", max_tokens=100_000)
+    w.add(question(1), role="user")
+    w.add(question(2), role="user")
+    assert [i.content for i in w.items()] == [question(1), question(2)] and w.verify().ok  # cached now
+    one, two = (blobs.blob_keys(prefix, "", blobs.sha_of(image_url(s)["image_url"]["url"])).data for s in (1, 2))
+    r.delete(one)
+    r.set(two, "data:image/png;base64,AAAA")
+    for report in (w.verify(), make_store(blob_threshold_bytes=THRESHOLD).window("seen").verify()):
+        assert not report.ok and report.exists
+        assert f"blob {one}: missing: an item refers to it" in report.problems
+        assert f"blob {two}: a payload whose SHA-256 is not its name" in report.problems

@@ -257,6 +257,9 @@ def test_a_tenants_blobs_live_under_its_pattern_on_a_cluster(modern_cluster_port
         [blob] = stored()
         assert blob.startswith(f"{prefix}:{{tenant-a:#blobs:".encode())
         assert all(store.window(wid).items()[0].content == question() for wid in ids)
+        assert store.window(ids[0]).verify().ok  # its blob read by commands.lua on the blob's slot
+        admin.delete(blob)
+        assert f"blob {blob.decode()}: missing: an item refers to it" in store.window(ids[1]).verify().problems
         for wid in ids:
             store.window(wid).delete()
         assert store._run(blob_plans.sweep(store._settings, "tenant-a:")) == 1 and stored() == []

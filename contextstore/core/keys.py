@@ -94,6 +94,11 @@ def window_id_from_meta_key(prefix: str, key: str) -> str | None:
     return None
 
 
+def prefix_of(keys: WindowKeys) -> str:
+    """The prefix of a window's keys (what comes before ``:{<window id>}:``)."""
+    return keys.meta[: keys.meta.rindex(":{", 0, keys.meta.rindex("}"))]
+
+
 def window_id_of(keys: Sequence[str]) -> str:
     """The window id of a window's keys (what the hash tag of the first, ``:meta``, holds)."""
     return keys[0][keys[0].index("{") + 1 : keys[0].rindex("}")]

@@ -313,6 +313,33 @@ def _check_side_keys(turn: dict[str, str], replies: dict[str, Any], archive: dic
 def _check_blob_counts(raw_items: dict[str, Any], archive: dict[str, str], counts: dict[str, str], say: Say) -> None:
     """``:blobs`` counts, for each blob, the items and archived rows whose stored JSON refers to
     it (what a sweep of the prefix's blobs trusts: a count too low loses a blob)."""
+    refs = _blob_refs(raw_items, archive)
+    if counts != {sha: str(n) for sha, n in refs.items()}:
+        say(f":blobs counts {dict(sorted(counts.items()))} blob references, the items and archive hold {dict(refs)}")
+
+
+def referenced_blobs(reply: Sequence[Any]) -> list[str]:
+    """The shas of the blobs that the items and archived rows of dump.lua's ``reply`` refer to."""
+    return sorted(_blob_refs(_pairs(reply[2], raw_values=True), _pairs(reply[13])))
+
+
+def checked_blobs(keys: Sequence[str], shas: Sequence[str], raws: Sequence[Any]) -> tuple[dict[str, str], list[str]]:
+    """The blobs an item refers to as the server holds them (``raws``: ``GET`` of ``keys``): the
+    payloads that are sound, by sha, and what is wrong with each other one (missing, not UTF-8,
+    or not what its sha names)."""
+    payloads: dict[str, str] = {}
+    problems: list[str] = []
+    for key, sha, raw in zip(keys, shas, raws, strict=True):
+        problem = blobs.payload_problem(sha, raw)
+        if problem:
+            problems.append(f"blob {key}: {problem}")
+        else:
+            payloads[sha] = raw.decode() if isinstance(raw, bytes) else str(raw)
+    return payloads, problems
+
+
+def _blob_refs(raw_items: dict[str, Any], archive: dict[str, str]) -> Counter[str]:
+    """How many items and archived rows refer to each blob."""
     refs: Counter[str] = Counter()
     for raw in raw_items.values():
         refs.update(blobs.refs_of(raw if isinstance(raw, bytes) else str(raw).encode()))
@@ -324,8 +351,7 @@ def _check_blob_counts(raw_items: dict[str, Any], archive: dict[str, str], count
             refs.update(sha for row in rows for sha in blobs.refs_of(str(row[0]).encode()))
         except (msgspec.DecodeError, RecursionError, AttributeError, IndexError, TypeError):
             continue  # _check_side_keys reports it
-    if counts != {sha: str(n) for sha, n in refs.items()}:
-        say(f":blobs counts {dict(sorted(counts.items()))} blob references, the items and archive hold {dict(refs)}")
+    return refs
 
 
 def _archived_row(row: object) -> bool:

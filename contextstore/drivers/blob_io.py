@@ -32,6 +32,8 @@ def _wanted(driver: StoreDriver, sweeper: Sweeper | AsyncSweeper, request: Scrip
     """The payloads ``reply`` refers to that the store holds, the keys of those it must read,
     by sha (None: it refers to none); starts the store's sweep of the request's scope when it
     stores or reads a blob there."""
+    if isinstance(request, ScriptCall) and not request.inline:
+        return None
     shas = blobs.wanted(reply)
     if not shas and not (isinstance(request, ScriptCall) and request.name == "blob_put"):
         return None

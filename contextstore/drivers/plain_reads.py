@@ -58,6 +58,7 @@ def _pairs(flat: list[Any]) -> dict[Any, Any]:
 
 #: a reply of commands.lua -> the reply as redis-py parses the command's own (in a MULTI too)
 _SHAPES: dict[str, Callable[[Any], Any]] = {
+    "GET": lambda r: r,
     "HGETALL": _pairs,
     "SMEMBERS": set,
     "HSCAN": lambda r: (int(r[0]), _pairs(r[1])),

@@ -52,6 +52,9 @@ class ScriptCall:
     #: whether the store's retry policy applies (False: one attempt, as ending a turn whose body
     #: already waited out an outage)
     retries: bool = True
+    #: whether the store puts back the payloads of the blobs the reply refers to (False: the
+    #: reply as the server holds it, blob tokens and all: verify's reads)
+    inline: bool = True
 
     def argv(self) -> list[str | bytes]:
         """ARGV as sent: the request ("<request>|<fingerprint of args>"), then the args."""

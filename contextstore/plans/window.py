@@ -4,16 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
 from .. import logs
-from ..core import wire
+from ..core import blobs, wire
 from ..core.config import config_values, creation_config
-from ..core.keys import validate_window_id, window_keys
+from ..core.keys import prefix_of, validate_window_id, window_keys
 from ..core.layout import Meta, calibrated, calibration_of, window_version
 from ..core.validate import flag
-from ..core.verify import VerifyReport, inspect_window
+from ..core.verify import VerifyReport, checked_blobs, inspect_window, referenced_blobs
 from ..errors import ConfigConflictError, InvalidOptionsError, WindowNotFoundError, raise_for_reply
 from ..types import ContextWindowStats, ItemType, WindowConfig
-from .base import Plan, ScriptCall, Settings, WindowState, new_request
+from .base import PlainRead, Plan, ScriptCall, Settings, WindowState, new_request
 from .reads import ATTEMPTS, raw_stamp, read
 from .usage import totals_of
 
@@ -108,32 +110,60 @@ def stats(state: WindowState) -> Plan[ContextWindowStats]:
 
 #: entries per call of a paged verify read (dump.lua's parts): a few ms of the shard each
 VERIFY_PAGE = 1000
+#: most blobs one of verify's reads of blobs takes (their payloads may be large)
+BLOBS_PER_READ = 16
 #: where each paged key's entries go in dump.lua's whole reply (and its scores, for :attrs)
 _PARTS = {"items": 2, "fifo": 3, "order": 4, "pinned": 5, "attrs": 6}
 
 
 def verify(state: WindowState) -> Plan[VerifyReport]:
-    """Read every key of the window and report each broken invariant: the small keys in one
-    call, the five that grow with the window in pages (``_paged_dump``), so no call holds the
-    shard long; read again when the window changed between the calls, and after ``ATTEMPTS``
-    such races in one call."""
+    """Read every key of the window as the server holds it (no cache) and report each broken
+    invariant: the small keys in one call, the five that grow with the window in pages
+    (``_paged_dump``), so no call holds the shard long; read again when the window changed
+    between the calls, and after ``ATTEMPTS`` such races in one call. Each blob its items refer
+    to is read from the server and checked against its sha (``_blobs_read``); the items are
+    checked with the payloads that are sound put back."""
     for _ in range(ATTEMPTS):
         reply = yield from _paged_dump(state)
         if reply is not None:
-            return inspect_window(state.window_id, reply)
-    reply = raise_for_reply((yield ScriptCall("dump", state.keys, [])))
-    return inspect_window(state.window_id, reply)
+            break
+    else:
+        reply = raise_for_reply((yield ScriptCall("dump", state.keys, [], inline=False)))
+    payloads, found = yield from _blobs_read(state, referenced_blobs(reply))
+    report = inspect_window(state.window_id, blobs.inlined(reply, payloads) if payloads else reply)
+    return msgspec.structs.replace(report, problems=[*report.problems, *found]) if found else report
+
+
+def _blobs_read(state: WindowState, shas: list[str]) -> Plan[tuple[dict[str, str], list[str]]]:
+    """The payloads of the blobs of ``shas`` that are sound as the server holds them, and what is
+    wrong with the others; read in calls of at most ``BLOBS_PER_READ`` blobs of one slot."""
+    scope, prefix = blobs.scope_of(state.window_id), prefix_of(state.keys)
+    by_slot: dict[str, list[str]] = {}
+    for sha in shas:
+        by_slot.setdefault(sha[0], []).append(sha)
+    payloads: dict[str, str] = {}
+    found: list[str] = []
+    for group in by_slot.values():
+        for at in range(0, len(group), BLOBS_PER_READ):
+            part = group[at : at + BLOBS_PER_READ]
+            keys = [blobs.blob_keys(prefix, scope, sha).data for sha in part]
+            sound, said = checked_blobs(keys, part, (yield PlainRead(tuple(("GET", key) for key in keys))))
+            payloads.update(sound)
+            found += said
+    return payloads, found
 
 
 def _paged_dump(state: WindowState) -> Plan[list[Any] | None]:
     """dump.lua's whole reply put together from its head and the pages of each large key; None
     when a page's stamp (epoch, seq, item count) is not the first page's: the window changed."""
-    reply = list(raise_for_reply((yield ScriptCall("dump", state.keys, ["head"]))))
+    reply = list(raise_for_reply((yield ScriptCall("dump", state.keys, ["head"], inline=False))))
     head = raw_stamp(dict(zip(reply[0][::2], reply[0][1::2], strict=True)))
     for name, at in _PARTS.items():
         entries, cursor = [], "0"
         while True:
-            page = raise_for_reply((yield ScriptCall("dump", state.keys, [name, cursor, str(VERIFY_PAGE)])))
+            page = raise_for_reply(
+                (yield ScriptCall("dump", state.keys, [name, cursor, str(VERIFY_PAGE)], inline=False))
+            )
             if tuple(page[0]) != head:
                 return None
             entries += page[2]
