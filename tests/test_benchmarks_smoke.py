@@ -150,3 +150,11 @@ def test_blobs_smoke_stores_screenshots_in_a_fraction_of_the_memory():
     text = smoke("blobs.py", 120)
     ratio = int(text.split("memory: inline parts take ", 1)[1].split("x", 1)[0])
     assert ratio >= 5, text
+
+
+def test_image_checks_smoke_prints_a_row_per_format():
+    """benchmarks/image_checks.py --smoke: a row per image format, each with a cost per MB."""
+    text = smoke("image_checks.py", 120)
+    for fmt in ("PNG", "JPEG", "GIF", "WEBP"):
+        row = next(line for line in text.splitlines() if line.startswith(f"| {fmt} "))
+        assert row.rstrip(" |").split("|")[-1].strip().replace(",", "").isdigit(), row

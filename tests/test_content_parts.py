@@ -380,3 +380,54 @@ def test_a_copy_of_a_json_value_equals_it_and_shares_no_container(value):
     assert got == value
     mine = {id(c) for c in _containers(value)}
     assert not any(id(c) in mine for c in _containers(got))
+
+
+def _real_images() -> dict[str, bytes]:
+    """A small photo-like image in each format whose wholeness is checked, made by Pillow."""
+    import io
+    import random
+
+    from PIL import Image
+
+    noise = random.Random(7).randbytes(96 * 64 * 3)
+    image, made = Image.frombytes("RGB", (96, 64), noise), {}
+    for fmt, media_type in (("PNG", "image/png"), ("JPEG", "image/jpeg"), ("GIF", "image/gif"), ("WEBP", "image/webp")):
+        out = io.BytesIO()
+        image.save(out, fmt)
+        made[media_type] = out.getvalue()
+    return made
+
+
+def _flipped(data: bytes, at: int) -> bytes:
+    return data[:at] + bytes([data[at] ^ 0x01]) + data[at + 1 :]
+
+
+IMAGES = _real_images()
+BROKEN_IMAGES = {
+    "a PNG cut to its first 2,000 bytes": ("image/png", IMAGES["image/png"][:2000], "cut short"),
+    "a PNG with one data byte flipped": ("image/png", _flipped(IMAGES["image/png"], 100), "fails its CRC"),
+    "a PNG without IEND": ("image/png", IMAGES["image/png"][:-12], "no IEND"),
+    "a JPEG cut in its scan": ("image/jpeg", IMAGES["image/jpeg"][:-400], "no end of image"),
+    "a GIF without its trailer": ("image/gif", IMAGES["image/gif"][:-1], "no trailer"),
+    "a WebP shorter than its RIFF length": ("image/webp", IMAGES["image/webp"][:-100], "RIFF header says"),
+}
+
+
+@pytest.mark.parametrize("name", list(BROKEN_IMAGES))
+def test_an_image_is_checked_whole_and_a_broken_one_refused_naming_the_part(store, r, prefix, name):
+    """What a provider refuses is refused at ``add`` (in either format's shape), naming the part
+    and what is wrong, with nothing written; the same image whole is taken."""
+    media_type, data, cause = BROKEN_IMAGES[name]
+    shapes = [
+        lambda d: {"type": "image_url", "image_url": {"url": f"data:{media_type};base64,{b64(d)}"}},
+        lambda d: {"type": "image", "source": {"type": "base64", "media_type": media_type, "data": b64(d)}},
+    ]
+    w = store.window("whole", max_tokens=50_000)
+    for shape in shapes:
+        w.add([{"type": "text", "text": "look"}, shape(IMAGES[media_type])], role="user")
+        before = dump_window(r, prefix, "whole")
+        with pytest.raises(
+            cs.InvalidItemError, match=rf"content part 1 \('image(_url)?'\) is an image .* not whole: .*{cause}"
+        ):
+            w.add([{"type": "text", "text": "look"}, shape(data)], role="user")
+        assert dump_window(r, prefix, "whole") == before

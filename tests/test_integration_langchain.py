@@ -166,6 +166,31 @@ def test_image_and_file_blocks_are_content_parts_stored_once(any_store, r, prefi
     assert len(blobs) == 3  # the data URL, the base64 PNG and the PDF, each once
 
 
+def test_an_image_block_the_store_would_refuse_is_kept_verbatim(any_store, redis_url, prefix):
+    """A block whose data is no image (or a PNG cut short) is stored all the same and comes back
+    exactly; the window item says it was left out, so no build sends it."""
+    import base64
+
+    from test_blobs import screenshot
+
+    cut = base64.b64encode(screenshot(8)[:2000]).decode()
+    messages = [
+        HumanMessage(content=[
+            {"type": "text", "text": "What is this?"},
+            {"type": "image", "source_type": "base64", "data": cut, "mime_type": "image/png"},
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,completed"}},
+        ]),
+    ]  # fmt: skip
+    history = ContextStoreChatMessageHistory("lc-strict", any_store, max_tokens=100_000)
+    history.add_messages(messages)
+    assert history.messages == messages
+    with cs.ContextStore.from_url(redis_url, prefix=prefix) as plain:
+        [item] = plain.window("lc-strict").items()
+        sent = str(plain.window("lc-strict").build_messages(cs.BuildOptions(reserve_for_response=0)))
+    assert [p["type"] for p in item.content] == ["text", "text", "text"]
+    assert sent.count("[image data left out:") == 2 and cut not in sent and "base64,completed" not in sent
+
+
 def _reply(text: str, prompt: int, msg_id: str | None, model: str = "claude-x") -> AIMessage:
     """An AI message as a chat model returns it: LangChain's ``input_tokens`` counts every
     prompt token, of which 20 were read from the cache and 10 written to it."""

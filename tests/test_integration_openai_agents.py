@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 
 import pytest
 
@@ -364,3 +365,39 @@ def test_what_a_run_cost_is_recorded_from_its_usage_once_per_request_id(any_stor
         assert plain.window("paid").stats().usage == cs.UsageTotals(
             input_tokens=20, output_tokens=9, cache_read_tokens=100, cache_write_tokens=10, records=1
         )
+
+
+def test_a_part_the_store_would_refuse_is_kept_verbatim_never_dropped(any_store, redis_url, prefix):
+    """openai-agents hands a session what its tools made: a computer tool's screenshot whose data
+    is not a real PNG (``data:image/png;base64,completed``, as its own tests send), a cut PNG.
+    The session stores every item and gives each back exactly (the framework's protocol wins);
+    such data stays in the item's kept form, not a content part, and the built item says it was
+    left out."""
+    from test_blobs import screenshot
+
+    cut = "data:image/png;base64," + base64.b64encode(screenshot(3)[:2000]).decode()
+    items = [
+        {"type": "computer_call", "call_id": "cu_1", "action": {"type": "screenshot"}, "status": "completed"},
+        {"type": "computer_call_output", "call_id": "cu_1",
+         "output": {"type": "computer_screenshot", "image_url": "data:image/png;base64,completed"}},
+        {"role": "user", "content": [{"type": "input_text", "text": "and this?"},
+                                     {"type": "input_image", "image_url": cut, "detail": "high"}]},
+    ]  # fmt: skip
+    session = _session(any_store, "strict", max_tokens=100_000)
+    run(session.add_items(items))
+    assert run(session.get_items()) == items
+    with cs.ContextStore.from_url(redis_url, prefix=prefix) as plain:
+        stored = plain.window("strict").items()
+        messages = plain.window("strict").build_messages(cs.BuildOptions(reserve_for_response=0))
+    assert [i.type for i in stored] == [
+        cs.ItemType.ASSISTANT_MESSAGE,
+        cs.ItemType.TOOL_RESULT,
+        cs.ItemType.USER_MESSAGE,
+    ]
+    assert stored[1].content == [{"type": "text", "text": "[image data left out: holds data that is not valid base64]"}]
+    assert (
+        stored[2].content[1]["text"].startswith("[image data left out: is an image (image/png) that is not whole: its")
+    )
+    sent = json.dumps(messages)
+    assert "completed" not in sent.replace('"status": "completed"', "") and cut not in sent
+    assert "image data left out" in sent

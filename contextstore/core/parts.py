@@ -14,19 +14,17 @@ import binascii
 import hashlib
 import math
 import re
-import struct
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..errors import InvalidItemError
+from .images import IMAGE_TYPES, broken, dimensions, header
 
 #: the part types of each format ("text" is both)
 OPENAI_TYPES = frozenset({"text", "image_url", "input_audio", "file"})
 ANTHROPIC_TYPES = frozenset({"text", "image", "document"})
 #: at most this many parts in one item
 MAX_PARTS = 256
-#: the image media types whose dimensions are read from their header
-IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
 #: an image whose dimensions are not known (by URL or file id): the most either provider charges
 UNKNOWN_IMAGE_TOKENS = 1600
 #: a part with no rule of its own (audio, a file, a document): a token per this many bytes of data
@@ -129,61 +127,19 @@ def _decoded(data: object, bad: Callable[[str], InvalidItemError]) -> bytes:
 
 
 def _check_image(media_type: str, data: bytes, bad: Callable[[str], InvalidItemError]) -> None:
-    """An image of a type whose header is read must have that header, with its dimensions."""
-    found = header(data) if media_type in IMAGE_TYPES else None
-    if media_type in IMAGE_TYPES and (found is None or found[0] != media_type):
+    """An image of a type whose header is read must have that header, with its dimensions, and be
+    whole as a provider checks it (``broken``)."""
+    if media_type not in IMAGE_TYPES:
+        return
+    found = header(data)
+    if found is None or found[0] != media_type:
         raise bad(f"says {media_type} but its data has no {media_type} header with the image's size")
+    problem = broken(media_type, data)
+    if problem:
+        raise bad(f"is an image ({media_type}) that is not whole: {problem}")
 
 
 # -- dimensions --------------------------------------------------------------------------------
-
-
-def dimensions(data: bytes) -> tuple[int, int] | None:
-    """(width, height) from a PNG, GIF, JPEG or WebP header, without decoding the image; None
-    when ``data`` is none of those or its header does not say."""
-    found = header(data)
-    return None if found is None else found[1:]
-
-
-def header(data: bytes) -> tuple[str, int, int] | None:
-    """(media type, width, height) of a PNG, GIF, JPEG or WebP image, from its header."""
-    got: tuple[int, int] | None = None
-    kind = ""
-    if data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR" and len(data) >= 24:
-        kind, got = "image/png", struct.unpack(">II", data[16:24])
-    elif data[:6] in (b"GIF87a", b"GIF89a") and len(data) >= 10:
-        kind, got = "image/gif", struct.unpack("<HH", data[6:10])
-    elif data[:2] == b"\xff\xd8":
-        kind, got = "image/jpeg", _jpeg_size(data)
-    elif data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-        kind, got = "image/webp", _webp_size(data)
-    return (kind, *got) if got is not None and got[0] > 0 and got[1] > 0 else None
-
-
-def _jpeg_size(data: bytes) -> tuple[int, int] | None:
-    at = 2
-    while at + 9 <= len(data):
-        if data[at] != 0xFF:
-            return None
-        marker, length = data[at + 1], struct.unpack(">H", data[at + 2 : at + 4])[0]
-        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):  # a start of frame
-            height, width = struct.unpack(">HH", data[at + 5 : at + 9])
-            return width, height
-        at += 2 + length
-    return None
-
-
-def _webp_size(data: bytes) -> tuple[int, int] | None:
-    chunk = data[12:16]
-    if chunk == b"VP8 " and len(data) >= 30:
-        w, h = struct.unpack("<HH", data[26:30])
-        return w & 0x3FFF, h & 0x3FFF
-    if chunk == b"VP8L" and len(data) >= 25:
-        bits = int.from_bytes(data[21:25], "little")
-        return (bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1
-    if chunk == b"VP8X" and len(data) >= 30:
-        return int.from_bytes(data[24:27], "little") + 1, int.from_bytes(data[27:30], "little") + 1
-    return None
 
 
 # -- tokens ------------------------------------------------------------------------------------

@@ -3,12 +3,18 @@ keep the framework's own form of a message to give it back exactly (openai-agent
 
 The data moves into content parts (which count an image by its size, and store a large one once
 per prefix as a blob); the kept form holds None where the data was, and a list of where it goes
-back (``MEDIA`` in the item's metadata), so the data is never stored twice."""
+back (``MEDIA`` in the item's metadata), so the data is never stored twice. Data the store would
+refuse as a part (an image that is not one, a cut PNG) stays in the kept form, verbatim, and the
+item's content says it was left out: a framework session stores every item its framework hands
+it and gives it back exactly (its protocol wins), and no build sends what a provider refuses."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from typing import Any
+
+from ..core import parts as content_parts
+from ..errors import InvalidItemError
 
 #: metadata key: where the data of a message's images and files goes back
 MEDIA = "media"
@@ -55,13 +61,29 @@ def split(content: Any, rule: Rule, nested: str | None = None) -> tuple[Any, lis
     content part])."""
     single = isinstance(content, Mapping)
     parts_in = [content] if single else content if isinstance(content, list) else []
-    lean, parts, where = list(parts_in), [], []
+    lean, parts, where, media = list(parts_in), [], [], 0
     for i, part in enumerate(parts_in):
         for path, made in _found(part, rule, nested) if isinstance(part, Mapping) else []:
+            refused = _refused(made)
+            if refused:  # kept verbatim in the kept form; the content says so
+                parts.append({"type": "text", "text": refused})
+                continue
             parts.append(made)
-            where.append([-1 if single else i, list(path), len(parts) - 1])
+            where.append([-1 if single else i, list(path), media])
+            media += 1
             lean[i] = _set(lean[i], path, None)
-    return (lean[0] if single else lean) if parts else content, parts, where
+    return (lean[0] if single else lean) if where else content, parts, where
+
+
+def _refused(made: dict[str, Any]) -> str:
+    """Why the store refuses ``made`` as a content part, as the text that stands in its place in
+    the item's content ('': it takes it)."""
+    try:
+        content_parts.check([made])
+    except InvalidItemError as exc:
+        kind = "file" if made["type"] == "file" else "image"
+        return f"[{kind} data left out: {str(exc).partition(') ')[2] or exc}]"
+    return ""
 
 
 def joined(lean: Any, where: list[list[Any]], parts: list[dict[str, Any]]) -> Any:
