@@ -432,3 +432,37 @@ def test_verify_reads_the_blobs_the_server_holds_and_reports_each_problem(make_s
         assert not report.ok and report.exists
         assert f"blob {one}: missing: an item refers to it" in report.problems
         assert f"blob {two}: a payload whose SHA-256 is not its name" in report.problems
+
+
+def test_a_part_stored_by_reference_has_a_limit_of_its_own_checked_before_any_decode(
+    make_store, r, prefix, monkeypatch
+):
+    """An ordinary 1.8 MB screenshot is stored (its blob does not count toward the 1 MiB
+    ``max_content_bytes``, which still holds for parts kept inline); a part over ``max_part_bytes``
+    is refused naming the part and the limit, before any of its data is decoded, with nothing
+    written."""
+    big = [{"type": "text", "text": "the whole screen"}, image_url_of(screenshot(9, kb=1800))]
+    w = make_store(blob_threshold_bytes=THRESHOLD).window("big", max_tokens=100_000)
+    assert w.add(big, role="user").content == big and w.items()[0].content == big
+    inline = make_store(blob_threshold_bytes=0).window("inline-big", max_tokens=100_000)
+    with pytest.raises(cs.InvalidItemError, match="the limit is 1048576"):
+        inline.add(big, role="user")
+    small_limit = make_store(blob_threshold_bytes=THRESHOLD, max_part_bytes=1_000_000)
+    w2 = small_limit.window("big")
+    before = sorted(r.scan_iter(f"{prefix}:*"))
+
+    def no_decode(*args, **kwargs):
+        raise AssertionError("a part's data was decoded before its size was checked")
+
+    monkeypatch.setattr(parts.base64, "b64decode", no_decode)
+    with pytest.raises(
+        cs.InvalidItemError, match=r"content part 1 \('image_url'\) holds 2457\d{3} bytes .* at most 1000000"
+    ):
+        w2.add(big, role="user")
+    assert sorted(r.scan_iter(f"{prefix}:*")) == before
+    with pytest.raises(cs.InvalidOptionsError, match="max_part_bytes"):
+        make_store(max_part_bytes=0)
+
+
+def image_url_of(png: bytes) -> dict:
+    return {"type": "image_url", "image_url": {"url": "data:image/png;base64," + base64.b64encode(png).decode()}}

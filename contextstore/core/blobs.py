@@ -36,6 +36,10 @@ from .parts import measured, part_tokens, payload_field, sha_of
 
 #: a blob's payload must be at least this many bytes (store option ``blob_threshold_bytes``)
 DEFAULT_THRESHOLD = 16_384
+#: the most bytes a part stored by reference may hold (store option ``max_part_bytes``): OpenAI
+#: takes images of up to 20 MB in a chat request, Gemini 20 MB of inline data a request; Anthropic
+#: 5 MB an image (and 32 MB a request), so a larger image stays unsent to it
+DEFAULT_MAX_PART_BYTES = 20 * 1024 * 1024
 #: a blob stored again this recently is never dropped (the add that refers to it may not have
 #: run yet): ms
 GRACE_MS = 5_000
@@ -111,6 +115,21 @@ def split(content: Any, threshold: int) -> tuple[Any, dict[str, str]]:
             part = {**part, where[0]: {**part[where[0]], where[1]: token}}  # type: ignore[index]
         out.append(part)
     return (out, found) if found else (content, {})
+
+
+def by_reference(content: list[Any], threshold: int) -> list[tuple[int, str, int]]:
+    """The parts of ``content`` (not yet checked) that ``split`` would store by reference: their
+    index, type and payload's bytes (UTF-8, the payload as given: nothing is decoded)."""
+    found = []
+    for n, part in enumerate(content if threshold else ()):
+        try:
+            where = payload_field(part)
+            payload = part[where[0]][where[1]] if where else None
+        except (KeyError, TypeError, AttributeError):  # a part in no shape: the part check refuses it
+            payload = None
+        if isinstance(payload, str) and len(payload.encode()) >= threshold:
+            found.append((n, str(part.get("type")), len(payload.encode())))
+    return found
 
 
 def described(part: Mapping[str, Any]) -> str:

@@ -74,6 +74,7 @@ class StoreLimits(msgspec.Struct, kw_only=True):
     max_content_bytes: Annotated[int, Meta(ge=1, le=MAX_CONTENT_BYTES)] = 1_048_576
     item_cache_bytes: Annotated[int, Meta(ge=0)] = DEFAULT_CACHE_BYTES
     blob_threshold_bytes: Annotated[int, Meta(ge=0, le=MAX_CONTENT_BYTES)] = blobs.DEFAULT_THRESHOLD
+    max_part_bytes: Annotated[int, Meta(ge=1, le=MAX_CONTENT_BYTES)] = blobs.DEFAULT_MAX_PART_BYTES
 
 
 _PATH = re.compile(r" - at `\$\.(\w+)`$")
@@ -157,6 +158,10 @@ class StoreOptions(TypedDict, total=False):
     #: a content part whose payload (a data: URL, base64 data) has at least this many bytes is
     #: stored once per prefix as a blob, by reference; 16 KiB, 0: never
     blob_threshold_bytes: int
+    #: the most bytes of data (as given: a data: URL, base64) one part stored by reference may
+    #: hold; such parts count here, not toward max_content_bytes; 20 MiB (OpenAI's and Gemini's
+    #: limit of an image or inline data; Anthropic takes images of up to 5 MB)
+    max_part_bytes: int
     #: what SUMMARIZE calls: ``summarize(items) -> str`` (or a callable, or their async forms)
     summarizer: Any
     #: what SELECTIVE calls: ``score(query, items) -> list[float]`` (or a callable, or async)

@@ -14,7 +14,7 @@ import msgspec
 
 from ..errors import ContextStoreError, InvalidItemError, InvalidOptionsError
 from ..types import ROLE_TYPES, ContextItem, ItemType
-from . import parts, toolcalls
+from . import parts, sizes, toolcalls
 from .layout import CLEARED_KEY, MAX_PRIORITY
 
 MAX_CALLER_ID = 128
@@ -283,8 +283,8 @@ def _content(value: object, may_be_empty: bool) -> tuple[str | list[dict[str, An
         value = ""
     if isinstance(value, list):
         _check_values(value, "content")
-        checked = parts.check(_json_safe("content", value))
-        return checked, len(_json.encode(checked))
+        safe = _json_safe("content", value)
+        return safe, len(_json.encode(safe))
     if not isinstance(value, str):
         raise InvalidItemError(f"content must be a str or a list of content parts, not {type(value).__name__}")
     if not value.strip() and not may_be_empty:
@@ -298,15 +298,6 @@ def _json_safe(name: str, value: Any) -> Any:
         return msgspec.json.decode(_json.encode(value))
     except (TypeError, ValueError, OverflowError, msgspec.MsgspecError) as exc:
         raise InvalidItemError(f"{name} is not JSON-serialisable: {exc}") from exc
-
-
-def _size(content_bytes: int, meta_bytes: int, source_ref: str | None, max_bytes: int) -> None:
-    """An item's size: its content (UTF-8, or content parts as JSON), plus its metadata as JSON
-    and its source_ref, at most ``max_bytes`` (the store's ``max_content_bytes``)."""
-    size = content_bytes + meta_bytes + len((source_ref or "").encode())
-    if size > max_bytes:
-        what = "content" if size == content_bytes else "content, metadata and source_ref"
-        raise InvalidItemError(f"{what} of the item are {size} bytes in UTF-8; the limit is {max_bytes}")
 
 
 def item_keywords(item: ContextItem) -> dict[str, Any]:
@@ -327,9 +318,10 @@ def item_keywords(item: ContextItem) -> dict[str, Any]:
     }
 
 
-def new_item(content_or_item: object, *, max_content_bytes: int, restoring: bool = False, **fields: Any) -> NewItem:
+def new_item(content_or_item: object, *, limits: sizes.ItemLimits, restoring: bool = False, **fields: Any) -> NewItem:
     """Check one item completely, before anything is written (``InvalidItemError``). Takes a
-    str with ``add()``'s keywords, or a ``ContextItem`` (whose fields are used instead)."""
+    str with ``add()``'s keywords, or a ``ContextItem`` (whose fields are used instead). Every
+    size (``limits``) is checked before a part's data is decoded."""
     if "content" in fields:  # add(content=...)
         if content_or_item is not None:
             raise InvalidOptionsError("content is given twice: as the first argument and as content=")
@@ -355,7 +347,9 @@ def new_item(content_or_item: object, *, max_content_bytes: int, restoring: bool
     group = group_name(group) if group is not None else (calls[0][1] if calls else None)
     content, content_bytes = _content(given["content"], may_be_empty=bool(calls))
     source_ref = _optional_text("source_ref", given.get("source_ref"), 10_000)
-    _size(content_bytes, meta_bytes, source_ref, max_content_bytes)
+    sizes.check(content, content_bytes, meta_bytes, source_ref, limits)
+    if isinstance(content, list):
+        parts.check(content)
     return NewItem(
         content=content,
         type=item_type,

@@ -53,6 +53,7 @@ def make_settings(options: StoreOptions) -> Settings:
         max_content_bytes=limits.max_content_bytes,
         item_cache_bytes=limits.item_cache_bytes,
         blob_threshold=limits.blob_threshold_bytes,
+        max_part_bytes=limits.max_part_bytes,
         summarizer=options.get("summarizer"),
         relevance_scorer=options.get("relevance_scorer"),
         retry=retry,

@@ -16,6 +16,7 @@ from ..core.itemcache import DEFAULT_CACHE_BYTES, ItemCache
 from ..core.keys import WindowKeys
 from ..core.layout import CLEARED_PLACEHOLDER
 from ..core.retry import RetryPolicy
+from ..core.sizes import ItemLimits
 from ..core.tokens import TokenCounter
 from ..core.validate import request_id as checked_request_id
 from ..errors import InvalidOptionsError, from_helper
@@ -151,10 +152,16 @@ class Settings:
     item_cache_bytes: int = DEFAULT_CACHE_BYTES  # what item_cache keeps (store option; 0: nothing)
     #: content parts with a payload this large are stored once per prefix as blobs (0: never)
     blob_threshold: int = blobs.DEFAULT_THRESHOLD
+    #: the most bytes one part stored by reference may hold (store option ``max_part_bytes``)
+    max_part_bytes: int = blobs.DEFAULT_MAX_PART_BYTES
     blob_cache: blobs.BlobCache = field(init=False)  # the blobs' payloads this store has read
     joint_count: Callable[[str], int] = field(init=False)  # memoised counter.count (build joints)
     item_cache: ItemCache = field(init=False)  # the items builds have read (itemcache.py)
     _placeholder_tokens: int = field(init=False, default=0)
+
+    def item_limits(self) -> ItemLimits:
+        """The limits ``validate.new_item`` checks an item's size against."""
+        return ItemLimits(self.max_content_bytes, self.blob_threshold, self.max_part_bytes)
 
     def __post_init__(self) -> None:
         self.joint_count = cached_count(self.counter)

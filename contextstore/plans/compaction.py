@@ -171,7 +171,7 @@ def _summary(settings: Settings, chosen: list[Candidate]) -> Plan[validate.NewIt
         raise HelperError(f"the summarizer must return a non-empty str, not {text!r:.60}")
     summary = validate.new_item(
         text.strip(),
-        max_content_bytes=settings.max_content_bytes,
+        limits=settings.item_limits(),
         type=ItemType.WORKING_MEMORY,
         role="user" if all(_is_conversation(i) for i in items) else None,
         priority=max(i.priority for i in items),

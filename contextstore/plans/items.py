@@ -55,7 +55,7 @@ def entries(items: object) -> list[Entry]:
 
 def _checked(settings: Settings, batch: Sequence[Entry]) -> list[validate.NewItem]:
     """Every item validated, caller ids unique within the call, token counts filled in."""
-    items = [validate.new_item(obj, max_content_bytes=settings.max_content_bytes, **kw) for obj, kw in batch]
+    items = [validate.new_item(obj, limits=settings.item_limits(), **kw) for obj, kw in batch]
     seen: set[str] = set()
     for it in items:
         if it.id is not None:

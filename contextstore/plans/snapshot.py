@@ -176,7 +176,7 @@ def _restored_item(settings: Settings, it: ContextItem, payloads: dict[str, str]
     _restored_id(it.id, it.seq)
     norm = validate.new_item(
         it.content,
-        max_content_bytes=settings.max_content_bytes,
+        limits=settings.item_limits(),
         type=it.type,
         priority=it.priority,
         pinned=it.pinned,
