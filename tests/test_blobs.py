@@ -70,14 +70,15 @@ def test_the_same_screenshot_is_stored_once_per_prefix(make_store, r, prefix):
         for _ in range(5):
             w.add(question(), role="user")
     assert len(blob_keys(r, prefix)) == 1
-    sha = hashlib.sha256(image_url()["image_url"]["url"].encode()).hexdigest()
+    sha = hashlib.sha256(image_url()["image_url"]["url"].split(";base64,")[1].encode()).hexdigest()  # its base64
     assert r.hget(f"{prefix}:{{shot-0}}:blobs", sha) == b"5"
     assert all(i.content == question() for w in windows for i in w.items())
     stored = r.hget(f"{prefix}:{{shot-0}}:items", windows[0].items()[0].id)
     # the reference: the sha and what the part is (media type, bytes, size, tokens at the default detail)
     ref = f"{sha}#image/png,{len(screenshot())},320x200,{parts.image_tokens(320, 200)}".encode()
     assert stored.startswith(b'{"added_at_us":') and b'"blobs":["' + ref + b'"]' in stored
-    assert b'"url":"cs-blob:' + ref + b'"' in stored and len(stored) < 500  # a reference, not the payload
+    # a reference, not the payload: the data URL's head stays in the part, its base64 is the blob
+    assert b'"url":"data:image/png;base64,cs-blob:' + ref + b'"' in stored and len(stored) < 500
 
 
 def test_events_carry_references_never_bodies(make_store, r, prefix):
@@ -425,7 +426,10 @@ def test_verify_reads_the_blobs_the_server_holds_and_reports_each_problem(make_s
     w.add(question(1), role="user")
     w.add(question(2), role="user")
     assert [i.content for i in w.items()] == [question(1), question(2)] and w.verify().ok  # cached now
-    one, two = (blobs.blob_keys(prefix, "", blobs.sha_of(image_url(s)["image_url"]["url"])).data for s in (1, 2))
+    one, two = (
+        blobs.blob_keys(prefix, "", blobs.sha_of(parts.spelled(image_url(s)["image_url"]["url"])[1])).data
+        for s in (1, 2)
+    )
     r.delete(one)
     r.set(two, "data:image/png;base64,AAAA")
     for report in (w.verify(), make_store(blob_threshold_bytes=THRESHOLD).window("seen").verify()):
@@ -466,3 +470,27 @@ def test_a_part_stored_by_reference_has_a_limit_of_its_own_checked_before_any_de
 
 def image_url_of(png: bytes) -> dict:
     return {"type": "image_url", "image_url": {"url": "data:image/png;base64," + base64.b64encode(png).decode()}}
+
+
+def test_the_same_image_in_either_format_is_one_blob(make_store, r, prefix, no_grace, monkeypatch):
+    """An image as an OpenAI ``image_url`` data URL and as an Anthropic base64 ``image`` is one
+    blob (keyed by the base64 it holds, not by how a format spelled it); each item reads back
+    exactly as given, and the blob goes once neither refers to it. Items stored when a data URL's
+    blob held the whole URL read as before."""
+    store = make_store(blob_threshold_bytes=THRESHOLD)
+    openai, anthropic = [image_url(11)], [anthropic_image(11)]
+    w = store.window("both", max_tokens=100_000)
+    a, b = w.add(openai, role="user"), w.add(anthropic, role="user")
+    assert len(blob_keys(r, prefix)) == 1
+    fresh = make_store(blob_threshold_bytes=THRESHOLD).window("both")
+    assert [i.content for i in fresh.items()] == [openai, anthropic]
+    with monkeypatch.context() as old:
+        old.setattr(blobs, "spelled", lambda payload: ("", payload))  # how data URLs were kept before
+        w.add([image_url(12)], role="user")
+    assert len(blob_keys(r, prefix)) == 2
+    assert make_store(blob_threshold_bytes=THRESHOLD).window("both").items()[2].content == [image_url(12)]
+    w.remove(a.id)
+    assert sweep(store) == 0 and len(blob_keys(r, prefix)) == 2
+    w.remove(b.id)
+    assert sweep(store) == 1 and len(blob_keys(r, prefix)) == 1
+    assert w.verify().ok

@@ -163,7 +163,7 @@ def test_image_and_file_blocks_are_content_parts_stored_once(any_store, r, prefi
     # the PDF counts a token per 4 bytes, each 320x200 image a few hundred (not its base64)
     assert stored[0].token_count < 20_009 // 4 + 1_000 < (len(url) + len(png)) // 4
     blobs = [k for k in r.scan_iter(f"{prefix}:{{*#blobs:*}}:*") if not k.endswith(b":index")]
-    assert len(blobs) == 3  # the data URL, the base64 PNG and the PDF, each once
+    assert len(blobs) == 2  # the PNG (as a data URL and as base64: one blob) and the PDF, each once
 
 
 def test_an_image_block_the_store_would_refuse_is_kept_verbatim(any_store, redis_url, prefix):

@@ -32,7 +32,7 @@ import msgspec
 
 from ..errors import corrupt_value
 from .layout import STORED_HEAD
-from .parts import measured, part_tokens, payload_field, sha_of
+from .parts import measured, part_tokens, payload_field, sha_of, spelled
 
 #: a blob's payload must be at least this many bytes (store option ``blob_threshold_bytes``)
 DEFAULT_THRESHOLD = 16_384
@@ -52,6 +52,9 @@ CACHE_BYTES = 32 * 1024 * 1024
 GROUPS = "0123456789abcdef"
 
 _TOKEN = b'"cs-blob:'
+#: a data URL's token: its head kept in the part, the base64 in the blob (``spelled``)
+_URL_TOKEN = b";base64,cs-blob:"
+_BASE64_HEAD = ";base64,"
 #: a reference in an item's ``blobs`` field: the sha, then (since 2026-11-27) what the part is
 _REF = re.compile(rb'"([0-9a-f]{64})(#[\w.+/-]*,\d+,(?:\d+x\d+)?,\d+)?"')
 _HEAD = STORED_HEAD.encode()
@@ -109,9 +112,10 @@ def split(content: Any, threshold: int) -> tuple[Any, dict[str, str]]:
         where = payload_field(part)
         payload = part[where[0]][where[1]] if where else None
         if isinstance(payload, str) and len(payload.encode()) >= threshold:
-            sha = sha_of(payload)
-            found[sha] = payload
-            token = f"cs-blob:{sha}{described(part)}"
+            head, data = spelled(payload)
+            sha = sha_of(data)
+            found[sha] = data
+            token = f"{head}cs-blob:{sha}{described(part)}"
             part = {**part, where[0]: {**part[where[0]], where[1]: token}}  # type: ignore[index]
         out.append(part)
     return (out, found) if found else (content, {})
@@ -151,8 +155,9 @@ def tokens_in(content: Any) -> list[str]:
     for part in content:
         where = payload_field(part)
         payload = part[where[0]][where[1]] if where else None
-        if isinstance(payload, str) and payload.startswith("cs-blob:"):
-            found.add(payload[len("cs-blob:") :])
+        token = payload.partition(_BASE64_HEAD)[2] or payload if isinstance(payload, str) else ""
+        if token.startswith("cs-blob:"):
+            found.add(token[len("cs-blob:") :])
     return sorted(found)
 
 
@@ -223,14 +228,17 @@ def checked_payload(key: str, sha: str, raw: object) -> str:
 
 def inlined(reply: Any, payloads: Mapping[str, str]) -> Any:
     """``reply`` with each item JSON's blob tokens replaced by their payloads (its ``blobs``
-    field stays: ``tokenized`` undoes this exactly)."""
+    field stays: ``tokenized`` undoes this exactly): a whole string's token by the payload's
+    JSON, a data URL's by its base64."""
     return _inlined(reply, {sha: msgspec.json.encode(p) for sha, p in payloads.items()})
 
 
 def _inlined(reply: Any, encoded: Mapping[str, bytes]) -> Any:
     if type(reply) is bytes:
         for sha, tail in _refs(reply) if _with_blobs(reply) else ():
-            reply = reply.replace(_TOKEN + sha + tail + b'"', encoded[sha.decode()])
+            json = encoded[sha.decode()]
+            reply = reply.replace(_TOKEN + sha + tail + b'"', json)
+            reply = reply.replace(_URL_TOKEN + sha + tail + b'"', b";base64," + json[1:])
         return reply
     if type(reply) is list:
         return [_inlined(r, encoded) for r in reply]
@@ -245,7 +253,9 @@ def tokenized(stored: bytes, payloads: Mapping[str, str] | BlobCache) -> bytes:
     """An item JSON as Redis holds it, from one ``inlined`` made (what commit.lua checks)."""
     for sha, tail in _refs(stored):
         if sha.decode() in payloads:
-            stored = stored.replace(msgspec.json.encode(payloads[sha.decode()]), _TOKEN + sha + tail + b'"')
+            json = msgspec.json.encode(payloads[sha.decode()])
+            stored = stored.replace(b";base64," + json[1:], _URL_TOKEN + sha + tail + b'"')
+            stored = stored.replace(json, _TOKEN + sha + tail + b'"')
     return stored
 
 

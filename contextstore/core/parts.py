@@ -32,6 +32,8 @@ BYTES_PER_TOKEN = 4
 #: the least such a part counts (also what one known only by URL or file id counts)
 MIN_PART_TOKENS = 85
 
+#: base64 as a data URL spells it: nothing JSON would escape (``spelled``)
+_PLAIN_BASE64 = re.compile(r"[A-Za-z0-9+/]*={0,2}")
 _DATA_URL = re.compile(r"data:(?P<type>[\w.+-]+/[\w.+-]+);base64,(?P<data>.*)", re.DOTALL)
 Say = Callable[[str], None]
 
@@ -247,6 +249,17 @@ def sha_of(payload: str) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
+def spelled(payload: str) -> tuple[str, str]:
+    """A payload as the head a format spells it with and the data a blob holds: a ``data:`` URL
+    of base64 as its ``data:<media type>;base64,`` head and the base64, which is all an
+    Anthropic or an audio part spells; so the same bytes are one blob in either format. A
+    payload whose data would need escaping in JSON (no base64) is its own data, without head."""
+    head, comma, data = payload.partition(";base64,")
+    if comma and head.startswith("data:") and _PLAIN_BASE64.fullmatch(data):
+        return head + comma, data
+    return "", payload
+
+
 def label(part: Mapping[str, Any], sha: bool = False) -> str:
     """A part that is not text, in words: ``[image/png 1280x800 312 KB]``, ``[file]``; with
     ``sha``, the start of its payload's SHA-256 too (``sha256:ab12cd34ef56…``: it names the
@@ -260,7 +273,7 @@ def label(part: Mapping[str, Any], sha: bool = False) -> str:
         words.append(_bytes(len(data)))
         where = payload_field(part)
         if sha and where is not None:
-            words.append(f"sha256:{sha_of(part[where[0]][where[1]])[:12]}…")
+            words.append(f"sha256:{sha_of(spelled(part[where[0]][where[1]])[1])[:12]}…")
     return "[" + " ".join(words) + "]"
 
 
