@@ -190,6 +190,7 @@ def replay(url: str, name: str, turns: int, result_scale: int, keep_recent: int)
         w = store.window("session", **options)
         w.add("You are a research agent. Use the search tool.", role="system", pinned=True)
         provider, rng, extends, previous = Provider(store._settings.counter), random.Random(3), 0, None
+        left_out = 0  # builds that left items out of the window (each breaks the cached prefix)
         fixed, added = w.stats().current_tokens, []  # each turn's tokens, where nothing compacts
         invalidated, seen = 0, "0"  # the compacted events' tokens_invalidated, read as the session goes
         budget = CONTEXT if options["max_tokens"] is None else None  # trim: the build's own budget
@@ -200,6 +201,7 @@ def replay(url: str, name: str, turns: int, result_scale: int, keep_recent: int)
             if options["max_tokens"] is None:
                 added.append(w.stats().current_tokens - fixed - sum(added))
             built = w.build_messages_structured(opts, format="anthropic")
+            left_out += bool(built.excluded_item_ids)
             plain = _plain(built.messages)
             extends += previous is not None and plain[: len(previous)] == previous
             previous = plain
@@ -222,9 +224,17 @@ def replay(url: str, name: str, turns: int, result_scale: int, keep_recent: int)
         "refused": provider.refused,
         "tokens_over": provider.over,
         "compactions": stats.compaction_count,
+        "breaks": max(0, turns - 1) - extends,
+        "builds_leaving_out": left_out,
         "tokens_invalidated": invalidated,
         "token_calibration": stats.token_calibration,
     }
+
+
+def _per_compaction(r: dict[str, Any]) -> str:
+    """Builds that did not extend the previous, per compaction ("-" without compactions: such a
+    strategy breaks the prefix by trimming, not compacting)."""
+    return f"{r['breaks'] / r['compactions']:.2f}" if r["compactions"] else "-"
 
 
 def main() -> None:
@@ -247,8 +257,8 @@ def main() -> None:
             rows = [
                 [name, f"{r['extends_previous']:.0%}", f"{r['cache_read_share']:.0%}", f"{r['input_cost']:,.0f}",
                  f"{r['input_cost'] / base:.2f}x", f"{r['two_breakpoints_cost']:,.0f}", f"{r['any_prefix_cost']:,.0f}",
-                 r["refused"], f"{r['tokens_over']:,}", r["compactions"],
-                 f"{r['tokens_invalidated']:,}", f"{r['token_calibration']:.2f}"]
+                 r["refused"], f"{r['tokens_over']:,}", r["compactions"], _per_compaction(r),
+                 r["builds_leaving_out"], f"{r['tokens_invalidated']:,}", f"{r['token_calibration']:.2f}"]
                 for name, r in results.items()
             ]  # fmt: skip
             most = results["trim every turn"]["most_extending"]
@@ -256,8 +266,12 @@ def main() -> None:
             print(f"builds that can extend the previous at most, none refused: {most:.0%}\n")
             print(table(["strategy", "builds extending the previous", "cache-read share", "input cost",
                          "vs trim", "input cost, 2 breakpoints", "input cost, any prefix", "refused", "tokens over",
-                         "compactions", "tokens invalidated", "calibration"],
+                         "compactions", "prefix breaks per compaction", "builds leaving items out",
+                         "tokens invalidated", "calibration"],
                         rows))  # fmt: skip
+            worst = max((r["breaks"] / r["compactions"] for r in results.values() if r["compactions"]), default=0.0)
+            print(f"\nprefix breaks per compaction <= 1 in every compacting strategy: "
+                  f"{'met' if worst <= 1 else 'not met'} (most {worst:.2f})")  # fmt: skip
     print(f"\nwritten to {write_result('cost', out)}")
 
 

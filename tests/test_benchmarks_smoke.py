@@ -117,17 +117,19 @@ def test_cost_smoke_replays_each_strategy_and_calibration_keeps_every_prompt_wit
     default target costs less than with breakpoints on the system block and the last block only
     (the prefix before a compaction's first edit is read from the cache) and as little as a cache
     that reads any shared prefix would allow (within 1%). No row that sends every prompt extends
-    more builds than the session's bound says any compaction could."""
+    more builds than the session's bound says any compaction could. Every compacting strategy
+    breaks the cached prefix at most once per compaction (a build that silently left items out
+    broke it a second time), and says so for each session."""
     text = smoke("cost.py", 120)
     bounds = [int(line.rsplit(" ", 1)[1].rstrip("%")) for line in text.splitlines() if "can extend" in line]
     rows = {}
     for line in text.splitlines():
         cells = [c.strip() for c in line.strip("|").split("|")]
-        if len(cells) == 12 and cells[0] != "strategy" and not cells[0].startswith("-"):
+        if len(cells) == 14 and cells[0] != "strategy" and not cells[0].startswith("-"):
             rows.setdefault(cells[0], []).append(cells)
     assert len(rows) == 5 and all(len(r) == 2 for r in rows.values()), text
     cost = lambda cells: float(cells[3].replace(",", ""))  # noqa: E731
-    invalidated = lambda cells: int(cells[10].replace(",", ""))  # noqa: E731
+    invalidated = lambda cells: int(cells[12].replace(",", ""))  # noqa: E731
     two, anywhere = (lambda cells, n=n: float(cells[n].replace(",", "")) for n in (5, 6))
     assert len(bounds) == 2 and all(0 < b < 100 for b in bounds), text
     for session in range(2):
@@ -144,6 +146,9 @@ def test_cost_smoke_replays_each_strategy_and_calibration_keeps_every_prompt_wit
         assert cost(rows["clear at threshold down to 40%, calibrated"][session]) < cost(
             rows["clear at threshold, calibrated"][session]
         )
+        for name, cells in ((name, r[session]) for name, r in rows.items() if name != "trim every turn"):
+            assert float(cells[10]) <= 1.0, (name, session, text)
+    assert text.count("prefix breaks per compaction <= 1 in every compacting strategy: met") == 2, text
 
 
 def test_blobs_smoke_stores_screenshots_in_a_fraction_of_the_memory():
