@@ -54,6 +54,21 @@ def dropped_newest(window_id: str, ids: list[str], budget: int | None) -> None:
     )
 
 
+def left_out(window_id: str, ids: list[str], budget: int | None) -> None:
+    """WARNING, when a build within the window's own budget left out items that did not fit
+    (none of them its newest: ``dropped_newest`` says that): the conversation it sends has gaps,
+    and a prompt cache's prefix breaks."""
+    log.warning(
+        "Build for agent %s left out %d items that did not fit (%s): the budget of %s tokens is below what the "
+        "window keeps under its compaction threshold; lower reserve_for_response or compaction_threshold, or "
+        "raise max_tokens",
+        window_id,
+        len(ids),
+        " ".join(ids[:5]) + (" ..." if len(ids) > 5 else ""),
+        budget,
+    )
+
+
 def initialized(window_id: str, max_tokens: int | None) -> None:
     """INFO, when ``window()`` creates a window."""
     log.info("Context window initialized for agent %s, max=%s tokens", window_id, max_tokens)

@@ -206,15 +206,19 @@ local function make_room(cfg, plan, it, oldest)
   if cfg.max_tokens == 0 then return nil end
   local limit = token_limit(cfg)
   plan.incoming = it  -- keep_recent counts the units after this add (lib/compaction.lua kept_units)
-  if (plan.tokens + it.tokens) * 100 > cfg.threshold * limit then
+  -- the usage the threshold and the target look at counts what a chat build adds to each item
+  -- and to the whole (USAGE.message_overhead, reply_priming), so a window below its threshold
+  -- builds whole
+  local overhead = USAGE.message_overhead
+  if (plan.tokens + it.tokens + overhead * (plan.count + 1) + USAGE.reply_priming) * 100 > cfg.threshold * limit then
     -- the window's compaction_target, never above its threshold; without one, 15 points below
     local percent = cfg.target > 0 and math.min(cfg.target, cfg.threshold) or math.max(0, cfg.threshold - 15)
-    local target = math.floor(limit * percent / 100)
+    local target = math.max(0, math.floor(limit * percent / 100) - overhead * plan.count - USAGE.reply_priming)
     local defer = may_defer(cfg, plan, it, target)
     local acts, freed = plan_compaction(plan.strategy, plan.tokens, target, plan, cfg, plan.placeholder,
       defer and plan.defer_after or nil, true)
-    if defer and plan.limited then
-      return {'compact', plan.strategy, string.format('%.17g', percent), fmt(plan.tokens)}
+    if defer and plan.limited then  -- the target as a percent of the limit: the overhead counted in
+      return {'compact', plan.strategy, string.format('%.17g', (target + 0.5) * 100 / limit), fmt(plan.tokens)}
     end
     if #acts > 0 then
       for _, act in ipairs(acts) do

@@ -79,3 +79,57 @@ def test_a_build_that_leaves_out_the_newest_items_says_so(store, caplog):
     assert len(warnings) == 2 and "left out its 2 newest items" in warnings[0]
     roomy = w.build_messages_structured(cs.BuildOptions(reserve_for_response=100))
     assert roomy.dropped_newest == [] and set(ids) <= set(roomy.included_item_ids)
+
+
+def _tool_loop(w, turns: int, result_tokens: int = 125):
+    """``turns`` turns of a question, a tool call, its result and an answer; after each, the
+    arrival-order OpenAI build a worker sends (what stays cached is its prefix)."""
+    import json
+
+    for t in range(turns):
+        call = {"id": f"call_{t}", "type": "function", "function": {"name": "look", "arguments": json.dumps({"t": t})}}
+        w.add(f"step {t}", role="user")
+        w.add("", role="assistant", metadata={"tool_calls": [call]})
+        w.add(" ".join(f"row {t}.{k}" for k in range(40)), role="tool", metadata={"tool_call_id": f"call_{t}"},
+              token_count=result_tokens)  # fmt: skip
+        w.add(f"done {t}", role="assistant")
+        yield (
+            w.build_messages_structured(
+                cs.BuildOptions(order="arrival", max_history_items=1000, reserve_for_response=900)
+            ),
+            w.stats(),
+        )
+
+
+def test_a_window_below_its_threshold_builds_whole_and_a_compaction_breaks_the_prefix_once(store, caplog):
+    """32 turns of a tool loop in 6,000 tokens, remove_oldest, a build that keeps 15% for the
+    answer (what the 85% threshold leaves): the usage the threshold looks at counts what a build
+    adds to each message, so no build leaves an item out, and the cached prefix (the ids the
+    previous build sent) breaks only at a compaction, once each."""
+    w = store.window("loop", max_tokens=6000, default_strategy="remove_oldest")
+    previous, breaks = None, 0
+    with caplog.at_level("WARNING", logger="contextstore"):
+        for built, stats in _tool_loop(w, 32, 180):
+            assert built.excluded_item_ids == [] and built.dropped_newest == [], (stats.usage_percent, built)
+            ids = built.included_item_ids
+            breaks += previous is not None and ids[: len(previous)] != previous
+            previous = ids
+    assert stats.compaction_count >= 2 and breaks == stats.compaction_count
+    assert not [r for r in caplog.records if "left out" in r.getMessage()]
+
+
+def test_a_build_that_must_leave_items_out_says_so(store, caplog, r, prefix):
+    """A budget below what the window keeps under its threshold (a reserve of 1,000 of 6,000
+    tokens, more than the 15% the threshold leaves): the build that leaves the oldest tool call
+    out says so in its result, a WARNING and its ``built`` event."""
+    w = store.window("short", max_tokens=6000, default_strategy="remove_oldest")
+    with caplog.at_level("WARNING", logger="contextstore"):
+        for _ in _tool_loop(w, 40, 180):  # until the window holds more than 5,000 tokens' build
+            built = w.build_messages_structured(cs.BuildOptions(order="arrival", max_history_items=1000))
+            if built.excluded_item_ids:
+                break
+    assert built.excluded_item_ids and built.dropped_newest == []
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any(f"left out {len(built.excluded_item_ids)} items that did not fit" in m for m in warned), warned
+    [event] = [e for e in w.events(since="0") if e.kind == "built"][-1:]
+    assert event.items_excluded == len(built.excluded_item_ids)

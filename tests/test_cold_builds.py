@@ -556,7 +556,7 @@ def test_a_build_that_compacts_chooses_from_the_facts_and_builds_on_the_window_i
     budget; the compaction runs on the server and the build is the compacted window's."""
     if on_cluster(redis_url):
         pytest.skip("a cluster's client reads with scripts")
-    w = make_store().window("compacting", max_items=1000, max_tokens=16_000)
+    w = make_store().window("compacting", max_items=1000, max_tokens=16_000, compaction_threshold=100)
     _agent_window(w, 200)
     before = w.stats().current_tokens
     stateless = make_store(item_cache_bytes=0).window("compacting")

@@ -151,7 +151,7 @@ def test_server_side_strategies_remove_whole_groups(store, strategy):
 
 
 def test_clear_tool_results_replaces_old_results_and_keeps_the_pairs(store):
-    w = store.window("tc-clear", max_tokens=600, compaction_threshold=100, keep_recent=2)
+    w = store.window("tc-clear", max_tokens=720, compaction_threshold=100, keep_recent=2)  # 600 and the overhead
     for n in range(6):
         turn(w, n, size=40)
     before = {i.id: i for i in w.items()}

@@ -36,6 +36,13 @@ CALIBRATION_MIN, CALIBRATION_MAX = 0.5, 4.0
 CALIBRATION_SAMPLES = 8
 #: how many of the newest events usage.lua reads back for the ``built`` event of a version
 USAGE_LOOKBACK = 256
+#: tokens a chat build adds to each item's own (the message's role and separators; OpenAI's
+#: guide counts 3-4): render/messages.py counts it in every build, and add.lua in the window's
+#: usage where the compaction threshold and the strategies' targets look, so that a window below
+#: its threshold builds whole
+MESSAGE_OVERHEAD = 4
+#: tokens every chat build's reply is primed with (counted once a build, in the same places)
+REPLY_PRIMING = 3
 #: largest store ``item_limit`` (and so ``max_items``)
 MAX_ITEM_LIMIT = 200_000
 #: largest store ``max_content_bytes``
@@ -355,7 +362,8 @@ def lua_constants() -> str:
             f"local STORED_HEAD, MAX_TIME_US = '{STORED_HEAD}', {MAX_TIME_US}",
             f"local ITEM_ARGS = {ITEM_ARGS}",
             f"local USAGE = {{calibration_min = {CALIBRATION_MIN}, calibration_max = {CALIBRATION_MAX}, "
-            f"samples = {CALIBRATION_SAMPLES}, lookback = {USAGE_LOOKBACK}}}",
+            f"samples = {CALIBRATION_SAMPLES}, lookback = {USAGE_LOOKBACK}, message_overhead = {MESSAGE_OVERHEAD}, "
+            f"reply_priming = {REPLY_PRIMING}}}",
             f"local PENDING_MAX_INPUTS, PENDING_MAX_BYTES = {PENDING_MAX_INPUTS}, {PENDING_MAX_BYTES}",
             "",
         ]

@@ -173,7 +173,9 @@ def _build(
     if not (yield from built_event(state, fields, held)):
         return None
     logs.built(state.window_id, len(built.included), built.total_tokens)
-    dropped = dropped_newest(state.window_id, window_items, built.included, built.excluded, budget)
+    dropped = dropped_newest(
+        state.window_id, window_items, built.included, built.excluded, budget, opts.max_tokens is None
+    )
     return BuiltContext(
         content=built.content,
         total_tokens=built.total_tokens,
@@ -188,9 +190,12 @@ def _build(
 
 
 def dropped_newest(
-    window_id: str, items: list[ContextItem], included: Sequence[ContextItem], excluded: list[str], budget: int | None
-) -> list[str]:
-    """The excluded ids newer than every unpinned item included, in arrival order (logged)."""
+    window_id: str, items: list[ContextItem], included: Sequence[ContextItem], excluded: list[str], budget: int | None,
+    own_budget: bool = True,
+) -> list[str]:  # fmt: skip
+    """The excluded ids newer than every unpinned item included, in arrival order. Logged: a
+    WARNING for those, else (a build within the window's ``own_budget``, not a ``max_tokens`` of
+    the call's) one for every item left out."""
     if not excluded:
         return []
     newest = max((i.seq for i in included if not i.pinned), default=0)
@@ -198,6 +203,8 @@ def dropped_newest(
     dropped = sorted((x for x in excluded if seq(x) > newest), key=seq)
     if dropped:
         logs.dropped_newest(window_id, dropped, budget)
+    elif own_budget:
+        logs.left_out(window_id, sorted(excluded, key=seq), budget)
     return dropped
 
 

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from .. import logs
 from ..core import wire
-from ..core.layout import window_version
+from ..core.layout import REPLY_PRIMING, window_version
 from ..errors import BudgetTooSmallError, InvalidOptionsError, NoConversationError
 from ..render import messages, prompt
 from ..render.select import (
@@ -119,7 +119,7 @@ def _build_messages(
     decoded, cost = found.items(), _message_cost(settings, found)
     # one memo for this build at least: the question's unit must be the very unit choosing offers
     derived = found.cached.derived if found.cached is not None else {}
-    pinned_need = messages.REPLY_PRIMING + sum(cost(u) for u in units_for(decoded, derived).pinned)
+    pinned_need = REPLY_PRIMING + sum(cost(u) for u in units_for(decoded, derived).pinned)
     if budget is not None and pinned_need > budget:
         raise BudgetTooSmallError(pinned_need, budget)
     freed, window_items = yield from compact_first(settings, state, found, decoded, budget, opts)
@@ -140,7 +140,7 @@ def _build_messages(
         return None
     ordered, payload = delivered
     logs.built(state.window_id, len(ordered), choice.used)
-    dropped = dropped_newest(state.window_id, window_items, ordered, choice.excluded, budget)
+    dropped = dropped_newest(state.window_id, window_items, ordered, choice.excluded, budget, opts.max_tokens is None)
     return BuiltMessages(
         messages=payload,
         format=fmt,
@@ -199,7 +199,7 @@ def _chosen(
 
     def pick(required: Unit | None = None) -> Choice:
         key = ranked_key(relevance)
-        return choose(usable, opts, budget, cost, messages.REPLY_PRIMING, key, derived, MESSAGE_COSTS, required)
+        return choose(usable, opts, budget, cost, REPLY_PRIMING, key, derived, MESSAGE_COSTS, required)
 
     return _with_question(pick, _question(usable, derived, opts), pinned_need, budget, cost)
 

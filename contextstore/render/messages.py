@@ -16,15 +16,11 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..core import facts, parts
-from ..core.layout import CLEARED_KEY
+from ..core.layout import CLEARED_KEY, MESSAGE_OVERHEAD
 from ..errors import InvalidItemError
 from ..types import BuildOptions, ContextItem, ItemType
 from .select import Unit, ranked_key
 
-#: tokens a message costs beyond its content (role and separators; OpenAI's guide counts 3-4)
-MESSAGE_OVERHEAD = 4
-#: tokens every reply is primed with
-REPLY_PRIMING = 3
 #: the first user turn of an Anthropic conversation whose oldest kept message is the assistant's
 CONTINUED = "(earlier conversation omitted)"
 

@@ -21,5 +21,5 @@ local ARCHIVE_INDEX = '~expires'
 local CLEARED_PLACEHOLDER, CLEARED_KEY = '[tool result cleared to save context]', 'context_cleared'
 local STORED_HEAD, MAX_TIME_US = '{"added_at_us":', 253402300799999999
 local ITEM_ARGS = 9
-local USAGE = {calibration_min = 0.5, calibration_max = 4.0, samples = 8, lookback = 256}
+local USAGE = {calibration_min = 0.5, calibration_max = 4.0, samples = 8, lookback = 256, message_overhead = 4, reply_priming = 3}
 local PENDING_MAX_INPUTS, PENDING_MAX_BYTES = 256, 8388608
