@@ -434,8 +434,9 @@ def test_verify_reads_the_blobs_the_server_holds_and_reports_each_problem(make_s
     r.set(two, "data:image/png;base64,AAAA")
     for report in (w.verify(), make_store(blob_threshold_bytes=THRESHOLD).window("seen").verify()):
         assert not report.ok and report.exists
-        assert f"blob {one}: missing: an item refers to it" in report.problems
-        assert f"blob {two}: a payload whose SHA-256 is not its name" in report.problems
+        assert sorted(report.problems) == sorted(  # those, and nothing they would make other checks say
+            [f"blob {one}: missing: an item refers to it", f"blob {two}: a payload whose SHA-256 is not its name"]
+        )
 
 
 def test_a_part_stored_by_reference_has_a_limit_of_its_own_checked_before_any_decode(
@@ -494,3 +495,28 @@ def test_the_same_image_in_either_format_is_one_blob(make_store, r, prefix, no_g
     w.remove(b.id)
     assert sweep(store) == 1 and len(blob_keys(r, prefix)) == 1
     assert w.verify().ok
+
+
+def test_ls_verify_shows_a_window_whose_blob_is_gone(make_store, r, prefix, redis_url, capsys):
+    """``contextstore ls`` reads counters (O(1)) and shows such a window as it shows any;
+    ``ls --verify`` reads each window as ``verify()`` does and names what is wrong."""
+    import json
+
+    from support import run_cli
+
+    store = make_store(blob_threshold_bytes=THRESHOLD)
+    store.window("fine", max_tokens=100_000).add(question(1), role="user")
+    store.window("lost", max_tokens=100_000).add(question(2), role="user")
+    lost = blobs.blob_keys(prefix, "", blobs.sha_of(parts.spelled(image_url(2)["image_url"]["url"])[1])).data
+    r.delete(lost)
+    shown = run_cli(capsys, redis_url, prefix, "ls", "--verify").stdout
+    cells = {row[0]: row for row in ([c.strip() for c in line.split("│")[1:-1]] for line in shown.splitlines()) if row}
+    assert cells["fine"][-1] == "ok" and cells["lost"][-1] == "1 problem"
+    rows = {
+        row["window_id"]: row
+        for row in json.loads(run_cli(capsys, redis_url, prefix, "ls", "--verify", "--json").stdout)
+    }
+    assert rows["fine"]["problems"] == [] and rows["lost"]["problems"] == [
+        f"blob {lost}: missing: an item refers to it"
+    ]
+    assert "problems" not in json.loads(run_cli(capsys, redis_url, prefix, "ls", "--json").stdout)[0]

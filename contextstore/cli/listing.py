@@ -15,16 +15,22 @@ from .views import windows_table
 
 @cli.command("ls")
 @click.option("--tree", is_flag=True, help="each fork under the window it was made from (--json: with its parent)")
+@click.option(
+    "--verify", "check", is_flag=True,
+    help="read each window whole, its blobs too (verify()), and show what is wrong with it",
+)  # fmt: skip
 @json_option
 @pass_env
-def ls(env: Env, tree: bool, as_json: bool) -> None:
-    """List windows with items, tokens and usage."""
+def ls(env: Env, tree: bool, check: bool, as_json: bool) -> None:
+    """List windows with items, tokens and usage (--verify: and what verify() finds)."""
     store = env.store()
     ids = store.windows()
     parents = {wid: _parent(store, wid) for wid in ids} if tree else {}
     rows = []
     for wid, depth in tree_order(ids, parents) if tree else [(wid, 0) for wid in ids]:
         row = _window_row(store, wid)
+        if check:
+            row["problems"] = _problems(store, wid)
         rows.append({**row, "parent": parents[wid], "depth": depth} if tree else row)
     if as_json:
         emit_json(rows)
@@ -38,6 +44,14 @@ def _parent(store: ContextStore, window_id: str) -> str | None:
         return store.handle(window_id).lineage().parent
     except CorruptWindowError:
         return None
+
+
+def _problems(store: ContextStore, window_id: str) -> list[str]:
+    """What ``verify()`` finds wrong with a window (what makes it unreadable, if it is)."""
+    try:
+        return store.handle(window_id).verify().problems
+    except CorruptWindowError as exc:
+        return [str(exc)]
 
 
 def _window_row(store: ContextStore, window_id: str) -> dict[str, Any]:

@@ -270,20 +270,29 @@ def stats_view(stats: ContextWindowStats, prices: Prices | None = None) -> Rende
 
 def windows_table(rows: Iterable[dict[str, Any]]) -> Table:
     """The windows under the prefix: id, items, tokens, limit and usage ("corrupt" for a window
-    that does not read: ``contextstore verify`` says why)."""
+    that does not read: ``contextstore verify`` says why); with ``ls --verify``, a ``verify``
+    column: "ok", or how many problems (``contextstore verify <window>`` names them)."""
+    rows = list(rows)
+    checked = any("problems" in row for row in rows)
     table = Table(expand=False, pad_edge=False)
     table.add_column("window", no_wrap=True)
     for name in ("items", "tokens", "max_tokens", "usage"):
         table.add_column(name, justify="right", no_wrap=True)
+    if checked:
+        table.add_column("verify")
     for row in rows:
         limit, corrupt = row["max_tokens"], "corrupt" in row
-        table.add_row(
+        cells = [
             plain("  " * (row.get("depth", 1) - 1) + "└ " + row["window_id"] if row.get("depth") else row["window_id"]),
             "-" if corrupt else str(row["items"]),
             "-" if corrupt else str(row["tokens"]),
             "-" if limit is None else str(limit),
             "corrupt" if corrupt else f"{row['usage_percent']:.1f}%",
-        )
+        ]
+        if checked:
+            found = row.get("problems") or []
+            cells.append(f"{len(found)} problem{'s' * (len(found) > 1)}" if found else "ok")
+        table.add_row(*cells)
     return table
 
 

@@ -95,15 +95,25 @@ def _attrs_fields(value: str) -> dict[str, Any] | None:
 
 
 def _content_ok(it: dict[str, Any]) -> bool:
-    """Content as an add takes it: text not blank (but a tool call's), or content parts."""
+    """Content as an add takes it: text not blank (but a tool call's), or content parts (a part
+    whose blob could not be read still holds its reference: the blob's finding names it)."""
     content = it.get("content")
     if isinstance(content, list):
+        readable = [p for p in content if not _blob_reference(p)]
         try:
-            parts.check(content)
+            parts.check(readable or content)
         except InvalidItemError:
             return False
         return True
     return isinstance(content, str) and (content.strip() != "" or bool((it.get("metadata") or {}).get("tool_calls")))
+
+
+def _blob_reference(part: object) -> bool:
+    """Whether ``part`` still holds a blob's reference where its data goes (``blobs.split``)."""
+    try:
+        return isinstance(part, dict) and bool(blobs.tokens_in([part]))
+    except (KeyError, TypeError, AttributeError):
+        return False
 
 
 def _whole_item(
