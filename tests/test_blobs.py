@@ -520,3 +520,29 @@ def test_ls_verify_shows_a_window_whose_blob_is_gone(make_store, r, prefix, redi
         f"blob {lost}: missing: an item refers to it"
     ]
     assert "problems" not in json.loads(run_cli(capsys, redis_url, prefix, "ls", "--json").stdout)[0]
+
+
+def test_a_tenants_blobs_are_one_slot_and_its_sweep_reads_one_index(make_store, r, prefix):
+    """The shared scope spreads its blobs over sixteen slots; a tenant's lie in one, so a sweep of
+    a tenant's scope reads one index (a store may sweep thousands of tenants' scopes)."""
+    store = make_store(blob_threshold_bytes=THRESHOLD)
+    w = store.window("t1:shots", max_tokens=100_000)
+    for seed in range(6):
+        w.add(question(seed), role="user")
+    keys = [k for k in blob_keys(r, prefix) if "{t1:" in k]
+    assert len(keys) == 6 and {k.split("}")[0] for k in keys} == {f"{prefix}:{{t1:#blobs:0"}
+    asked: list[str] = []
+
+    def watched(plan):
+        reply = None
+        try:
+            while True:
+                request = plan.send(reply)
+                asked.append(request.name)
+                reply = yield request
+        except StopIteration as done:
+            return done.value
+
+    store._run(watched(blob_plans.sweep(store._settings, "t1:")))
+    store._run(watched(blob_plans.sweep(store._settings, "")))
+    assert asked == ["blob_index"] + ["blob_index"] * 16

@@ -124,7 +124,8 @@ def cap_parts_and_blobs(seam: Seam, w: Any) -> None:
     content = [{"type": "text", "text": seam.text("what is on it?")}, IMAGE]
     item = w.add(content, role="user")
     assert w.get(item.id).content == content
-    assert content in [m["content"] for m in w.build_messages(cs.BuildOptions(reserve_for_response=0))]
+    every = cs.BuildOptions(reserve_for_response=0, max_history_items=1000)  # a concurrent writer's too
+    assert content in [m["content"] for m in w.build_messages(every)]
 
 
 def cap_fork(seam: Seam, w: Any) -> None:
@@ -173,7 +174,7 @@ def cap_verify(seam: Seam, w: Any) -> None:
 def cap_turns(seam: Seam, w: Any) -> None:
     with w.turn() as turn:
         turn.add(seam.text("inside the turn"), role="user", id="t1")
-        built = turn.build_messages(cs.BuildOptions(reserve_for_response=0))
+        built = turn.build_messages(cs.BuildOptions(reserve_for_response=0, max_history_items=1000))
     assert any(seam.text("inside the turn") == m.get("content") for m in built)
     assert w.get("t1").content == seam.text("inside the turn")
 

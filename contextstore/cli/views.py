@@ -282,7 +282,7 @@ def windows_table(rows: Iterable[dict[str, Any]]) -> Table:
         table.add_column("verify")
     for row in rows:
         limit, corrupt = row["max_tokens"], "corrupt" in row
-        cells = [
+        cells: list[RenderableType] = [
             plain("  " * (row.get("depth", 1) - 1) + "└ " + row["window_id"] if row.get("depth") else row["window_id"]),
             "-" if corrupt else str(row["items"]),
             "-" if corrupt else str(row["tokens"]),

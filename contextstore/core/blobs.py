@@ -2,10 +2,11 @@
 
 A content part whose payload (a ``data:`` URL, base64 data) is at least the store's
 ``blob_threshold_bytes`` is a *blob*: its payload is stored once per *scope* of the prefix, named
-by its SHA-256 (``<prefix>:{<scope>#blobs:<g>}:<sha>``, ``g`` the sha's first hex digit: sixteen
-slots on a cluster). A window's scope is its tenant, the id up to its first ``:`` with the colon
-(``tenant-a:`` for ``tenant-a:chat``; ``core/tenants.py``), or nothing for an id without one: so
-a tenant's blobs lie under its own ACL pattern (``<prefix>:{<tenant>:*}*``) and are shared only
+by its SHA-256 (``<prefix>:{<scope>#blobs:<g>}:<sha>``; ``g`` the sha's first hex digit in the
+shared scope, sixteen slots on a cluster, and ``0`` in a tenant's: ``groups``). A window's scope
+is its tenant, the id up to its first ``:`` with the colon (``tenant-a:`` for ``tenant-a:chat``;
+``core/tenants.py``), or nothing for an id without one: so a tenant's blobs lie under its own
+ACL pattern (``<prefix>:{<tenant>:*}*``) and are shared only
 among its windows. The item's stored JSON holds the token ``"cs-blob:<sha>#<media type>,<bytes>,
 <width>x<height>,<tokens>"`` in its place (what the part is, readable without the payload: a
 part that is no image has no size there), with the tokens' tails (the reference: sha and what
@@ -25,7 +26,7 @@ stored JSON it read (``inlined``), checking it against its sha, before any plan 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import msgspec
@@ -49,6 +50,7 @@ SWEEP_EVERY_S = 2.0
 SWEEP_BATCH = 500
 #: the payload a store keeps of blobs it has read (content-addressed: never stale)
 CACHE_BYTES = 32 * 1024 * 1024
+#: the slots of the shared scope's blobs (a sha's first hex digit): sixteen, spread over a cluster
 GROUPS = "0123456789abcdef"
 
 _TOKEN = b'"cs-blob:'
@@ -90,9 +92,16 @@ def group_tag(prefix: str, scope: str, group: str) -> str:
     return f"{prefix}:{{{scope}#blobs:{group}}}:"
 
 
+def groups(scope: str) -> str:
+    """The slots of ``scope``'s blobs: sixteen for the shared scope (a sha's first hex digit),
+    one for a tenant's (``0``): a sweep of a scope reads one index per slot, and a store may
+    sweep the scopes of thousands of tenants."""
+    return "0" if scope else GROUPS
+
+
 def blob_keys(prefix: str, scope: str, sha: str) -> BlobKeys:
     """The keys of blob ``sha`` of ``scope``."""
-    head = group_tag(prefix, scope, sha[0])
+    head = group_tag(prefix, scope, sha[0] if not scope else "0")
     return BlobKeys(head + sha, head + "index")  # the index: one per slot
 
 
@@ -215,6 +224,21 @@ def payload_problem(sha: str, raw: object) -> str | None:
     except UnicodeDecodeError:
         return "bytes that are not UTF-8"
     return None if sha_of(text) == sha else "a payload whose SHA-256 is not its name"
+
+
+def checked_blobs(keys: Sequence[str], shas: Sequence[str], raws: Sequence[Any]) -> tuple[dict[str, str], list[str]]:
+    """The blobs an item refers to as the server holds them (``raws``: ``GET`` of ``keys``): the
+    payloads that are sound, by sha, and what is wrong with each other one (missing, not UTF-8,
+    or not what its sha names)."""
+    payloads: dict[str, str] = {}
+    problems: list[str] = []
+    for key, sha, raw in zip(keys, shas, raws, strict=True):
+        problem = payload_problem(sha, raw)
+        if problem:
+            problems.append(f"blob {key}: {problem}")
+        else:
+            payloads[sha] = raw.decode() if isinstance(raw, bytes) else str(raw)
+    return payloads, problems
 
 
 def checked_payload(key: str, sha: str, raw: object) -> str:

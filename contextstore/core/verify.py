@@ -333,21 +333,6 @@ def referenced_blobs(reply: Sequence[Any]) -> list[str]:
     return sorted(_blob_refs(_pairs(reply[2], raw_values=True), _pairs(reply[13])))
 
 
-def checked_blobs(keys: Sequence[str], shas: Sequence[str], raws: Sequence[Any]) -> tuple[dict[str, str], list[str]]:
-    """The blobs an item refers to as the server holds them (``raws``: ``GET`` of ``keys``): the
-    payloads that are sound, by sha, and what is wrong with each other one (missing, not UTF-8,
-    or not what its sha names)."""
-    payloads: dict[str, str] = {}
-    problems: list[str] = []
-    for key, sha, raw in zip(keys, shas, raws, strict=True):
-        problem = blobs.payload_problem(sha, raw)
-        if problem:
-            problems.append(f"blob {key}: {problem}")
-        else:
-            payloads[sha] = raw.decode() if isinstance(raw, bytes) else str(raw)
-    return payloads, problems
-
-
 def _blob_refs(raw_items: dict[str, Any], archive: dict[str, str]) -> Counter[str]:
     """How many items and archived rows refer to each blob."""
     refs: Counter[str] = Counter()

@@ -56,7 +56,7 @@ def sweep(settings: Settings, scope: str) -> Plan[int]:
     when the blob was stored again since the sweep read it); the holders that stopped counting
     it leave its entry. How many blobs were dropped."""
     dropped = 0
-    for group in blobs.GROUPS:
+    for group in blobs.groups(scope):
         index = blobs.group_tag(settings.prefix, scope, group) + "index"
         cursor = "0"
         while True:

@@ -12,7 +12,7 @@ from ..core.config import config_values, creation_config
 from ..core.keys import prefix_of, validate_window_id, window_keys
 from ..core.layout import Meta, calibrated, calibration_of, window_version
 from ..core.validate import flag
-from ..core.verify import VerifyReport, checked_blobs, inspect_window, referenced_blobs
+from ..core.verify import VerifyReport, inspect_window, referenced_blobs
 from ..errors import ConfigConflictError, InvalidOptionsError, WindowNotFoundError, raise_for_reply
 from ..types import ContextWindowStats, ItemType, WindowConfig
 from .base import PlainRead, Plan, ScriptCall, Settings, WindowState, new_request
@@ -140,14 +140,14 @@ def _blobs_read(state: WindowState, shas: list[str]) -> Plan[tuple[dict[str, str
     scope, prefix = blobs.scope_of(state.window_id), prefix_of(state.keys)
     by_slot: dict[str, list[str]] = {}
     for sha in shas:
-        by_slot.setdefault(sha[0], []).append(sha)
+        by_slot.setdefault(blobs.blob_keys(prefix, scope, sha).registry, []).append(sha)
     payloads: dict[str, str] = {}
     found: list[str] = []
     for group in by_slot.values():
         for at in range(0, len(group), BLOBS_PER_READ):
             part = group[at : at + BLOBS_PER_READ]
             keys = [blobs.blob_keys(prefix, scope, sha).data for sha in part]
-            sound, said = checked_blobs(keys, part, (yield PlainRead(tuple(("GET", key) for key in keys))))
+            sound, said = blobs.checked_blobs(keys, part, (yield PlainRead(tuple(("GET", key) for key in keys))))
             payloads.update(sound)
             found += said
     return payloads, found
