@@ -45,6 +45,14 @@ ROOT = Path(__file__).resolve().parents[1]
 BUDGET = cs.BuildOptions(max_tokens=8000, reserve_for_response=0)
 #: the same budget with room for the last 100 messages (~90 of them fit)
 BUDGET_100 = cs.BuildOptions(max_tokens=8000, reserve_for_response=0, max_history_items=100)
+#: the same budget letting every message compete: an agent that wants the most history that fits
+BUDGET_ALL = cs.BuildOptions(max_tokens=8000, reserve_for_response=0, max_history_items=100_000)
+#: the cold builds measured against what they return: (options, chat messages or a prompt)
+MEASURED_BUILDS = {
+    "build, cold, 100 messages": (BUDGET_100, "messages"),
+    "build, cold, every message competes": (BUDGET_ALL, "messages"),
+    "build_structured, cold, every message competes": (BUDGET_ALL, "prompt"),
+}
 
 
 def _counters(r: redis.Redis) -> tuple[float, int, int]:
@@ -176,10 +184,8 @@ def one_size(url: str, n: int) -> dict[str, dict[str, float]]:
         out["add one message"] = measured(r, lambda: w.add("one more question?", role="user", type="user_message"))
         out["stats"] = measured(r, w.stats)
         out["build, cold"] = measured(r, lambda: w.build_messages(BUDGET))
-        built: list[cs.BuiltMessages] = []
-        out["build, cold, 100 messages"] = measured(r, lambda: built.append(w.build_messages_structured(BUDGET_100)))
-        out["build, cold, 100 messages"]["returned"] = _stored_bytes(r, prefix, built[0].included_item_ids)
-        out["build, cold, 100 messages"]["command_us"] = command_usec(r, lambda: w.build_messages(BUDGET_100))
+        for name, (options, kind) in MEASURED_BUILDS.items():
+            out[name] = _measured_build(r, prefix, w, options, kind)
         out["items(limit=50)"] = measured(r, lambda: w.items(limit=50))
     with cs.ContextStore.from_url(url, prefix=prefix, item_limit=limit) as warm:
         h = warm.handle("big")
@@ -200,6 +206,22 @@ def one_size(url: str, n: int) -> dict[str, dict[str, float]]:
         s.handle("big-fork").delete()
         out["delete"] = measured(r, s.handle("big").delete)
     r.close()
+    return out
+
+
+def _measured_build(
+    r: redis.Redis, prefix: str, w: cs.ContextWindow, options: cs.BuildOptions, kind: str
+) -> dict[str, float]:
+    """A cold build (chat ``messages`` or a ``prompt``): ``measured``, the bytes of the items it
+    returned (``returned``) and the server's time in its commands (``command_us``)."""
+
+    def once() -> Any:
+        return w.build_messages_structured(options) if kind == "messages" else w.build_structured(options)
+
+    built: list[Any] = []
+    out = measured(r, lambda: built.append(once()))
+    out["returned"] = _stored_bytes(r, prefix, built[0].included_item_ids)
+    out["command_us"] = command_usec(r, once)
     return out
 
 
@@ -259,17 +281,18 @@ def main() -> int:
     headers = ["operation", "items", "client ms", "server CPU ms", "KB sent", "commands", "peak MB / MB added",
                "longest command ms"]  # fmt: skip
     print(table(headers, rows))
-    print("\n### The cold build of the last 100 messages against what it returns\n")
-    first = results[sizes[0]]["build, cold, 100 messages"]
-    rows = []
-    for n in sizes:
-        m = results[n]["build, cold, 100 messages"]
-        rows.append([f"{n:,}", f"{m['bytes'] / 1024:,.1f}", f"{m['returned'] / 1024:,.1f}",
-                     f"{m['bytes'] / max(1, m['returned']):.2f}", f"{m['command_us']:.0f}",
-                     f"{m['command_us'] / max(1.0, first['command_us']):.2f}"])  # fmt: skip
-    headers = ["items", "KB sent", "KB of the items returned (body + attrs)", "ratio",
-               "server µs in its commands (median of 10)", f"vs {sizes[0]:,}"]  # fmt: skip
-    print(table(headers, rows))
+    for name in MEASURED_BUILDS:
+        print(f"\n### {name}: what it sent against what it returns\n")
+        first = results[sizes[0]][name]
+        rows = []
+        for n in sizes:
+            m = results[n][name]
+            rows.append([f"{n:,}", f"{m['bytes'] / 1024:,.1f}", f"{m['returned'] / 1024:,.1f}",
+                         f"{m['bytes'] / max(1, m['returned']):.2f}", f"{m['command_us']:.0f}",
+                         f"{m['command_us'] / max(1.0, first['command_us']):.2f}"])  # fmt: skip
+        headers = ["items", "KB sent", "KB of the items returned (body + attrs)", "ratio",
+                   "server µs in its commands (median of 10)", f"vs {sizes[0]:,}"]  # fmt: skip
+        print(table(headers, rows))
     return 0
 
 

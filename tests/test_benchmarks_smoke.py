@@ -107,6 +107,9 @@ def test_big_windows_smoke_prints_every_operation_at_each_size():
     assert float(screen[4]) > 0 and int(screen[3]) < int(whole[3])  # one screen: fewer commands than every item
     assert float(got[("fork (whole window)", "2,000")][4].strip("+ (Redis)")) > 0  # the memory a fork adds
     assert 0 < float(got[("fork (whole window)", "2,000")][5]) < 1000  # its longest command, ms
+    for build in ("build, cold, 100 messages", "build, cold, every message competes",
+                  "build_structured, cold, every message competes"):  # fmt: skip
+        assert f"### {build}: what it sent against what it returns" in text, text
 
 
 def test_cost_smoke_replays_each_strategy_and_calibration_keeps_every_prompt_within_the_context():
