@@ -265,3 +265,27 @@ def test_a_tenants_blobs_live_under_its_pattern_on_a_cluster(modern_cluster_port
         assert store._run(blob_plans.sweep(store._settings, "tenant-a:")) == 1 and stored() == []
     admin.execute_command("ACL", "DELUSER", "tenant-a", target_nodes=admin.ALL_NODES)
     admin.close()
+
+
+def test_moving_tenants_blobs_out_of_the_shared_keys_on_a_cluster(modern_cluster_port, monkeypatch):
+    """The operator's ``move_blobs_to_tenants`` on a cluster: the shared blob is read on its own
+    slot (commands.lua's GET), copied into each tenant window's scope, and dropped from the
+    shared keys once no window of no tenant holds it; the windows read their images back."""
+    from test_blobs import THRESHOLD, question
+
+    from contextstore.core import blobs
+
+    prefix = "cl-move"
+    admin = RedisCluster(host="127.0.0.1", port=modern_cluster_port)
+    shared = lambda: [k for k in admin.scan_iter(match=f"{prefix}:{{#blobs:*}}:*") if not k.endswith(b":index")]  # noqa: E731
+    with cs.ContextStore(admin, prefix=prefix, blob_threshold_bytes=THRESHOLD) as op:
+        with monkeypatch.context() as old:
+            old.setattr(blobs, "scope_of", lambda window_id: "")  # how blobs were kept before
+            for wid in ("ta:one", "tb:two"):
+                op.window(wid, max_tokens=100_000).add(question(7), role="user")
+        assert len(shared()) == 1
+        assert op.move_blobs_to_tenants() == 2 and shared() == []
+    with cs.ContextStore(admin, prefix=prefix, blob_threshold_bytes=THRESHOLD) as fresh:  # nothing cached
+        assert all(fresh.window(wid).items()[0].content == question(7) for wid in ("ta:one", "tb:two"))
+        assert all(fresh.window(wid).verify().ok for wid in ("ta:one", "tb:two"))
+    admin.close()
