@@ -140,8 +140,9 @@ def by_reference(content: list[Any], threshold: int) -> list[tuple[int, str, int
             payload = part[where[0]][where[1]] if where else None
         except (KeyError, TypeError, AttributeError):  # a part in no shape: the part check refuses it
             payload = None
-        if isinstance(payload, str) and len(payload.encode()) >= threshold:
-            found.append((n, str(part.get("type")), len(payload.encode())))
+        size = len(payload.encode()) if isinstance(payload, str) else 0
+        if size >= threshold:
+            found.append((n, str(part.get("type")), size))
     return found
 
 
@@ -214,40 +215,39 @@ def wanted(reply: Any) -> set[str]:
     return found
 
 
-def payload_problem(sha: str, raw: object) -> str | None:
-    """What is wrong with a blob's payload as read (None: nothing): missing (an item refers to
-    it), not UTF-8, or not what its sha names."""
+def _read(sha: str, raw: object) -> tuple[str, str]:
+    """A blob's payload as read and what is wrong with it ('': nothing): missing (an item refers
+    to it), not UTF-8, or not what its sha names."""
     if raw is None:
-        return "missing: an item refers to it"
+        return "", "missing: an item refers to it"
     try:
         text = raw.decode() if isinstance(raw, bytes) else str(raw)
     except UnicodeDecodeError:
-        return "bytes that are not UTF-8"
-    return None if sha_of(text) == sha else "a payload whose SHA-256 is not its name"
+        return "", "bytes that are not UTF-8"
+    return text, "" if sha_of(text) == sha else "a payload whose SHA-256 is not its name"
 
 
 def checked_blobs(keys: Sequence[str], shas: Sequence[str], raws: Sequence[Any]) -> tuple[dict[str, str], list[str]]:
     """The blobs an item refers to as the server holds them (``raws``: ``GET`` of ``keys``): the
-    payloads that are sound, by sha, and what is wrong with each other one (missing, not UTF-8,
-    or not what its sha names)."""
+    payloads that are sound, by sha, and what is wrong with each other one (``_read``)."""
     payloads: dict[str, str] = {}
     problems: list[str] = []
     for key, sha, raw in zip(keys, shas, raws, strict=True):
-        problem = payload_problem(sha, raw)
+        text, problem = _read(sha, raw)
         if problem:
             problems.append(f"blob {key}: {problem}")
         else:
-            payloads[sha] = raw.decode() if isinstance(raw, bytes) else str(raw)
+            payloads[sha] = text
     return payloads, problems
 
 
 def checked_payload(key: str, sha: str, raw: object) -> str:
     """A blob's payload as read from ``key``: ``CorruptWindowError`` naming the key and what is
-    wrong (``payload_problem``)."""
-    problem = payload_problem(sha, raw)
-    if problem is not None:
+    wrong (``_read``)."""
+    text, problem = _read(sha, raw)
+    if problem:
         raise corrupt_value(key, "", problem)
-    return raw.decode() if isinstance(raw, bytes) else str(raw)
+    return text
 
 
 def inlined(reply: Any, payloads: Mapping[str, str]) -> Any:

@@ -119,7 +119,7 @@ def _everything(commands: Any, categories: dict[str, list[str]]) -> set[str]:
     return {_text(c).lower() for c in commands} | {n for members in categories.values() for n in members}
 
 
-def _key_findings(user: str, own: list[Any], outside: list[Any], replies: list[Any]) -> list[str]:
+def _key_findings(own: list[Any], outside: list[Any], replies: list[Any]) -> list[str]:
     """What ``ACL DRYRUN``'s replies (to ``own`` then ``outside``) say is wrong."""
     found = [what for (what, _), r in zip(own, replies, strict=False) if _text(r) != "OK"]
     reached = zip(outside, replies[len(own) :], strict=True)
@@ -140,7 +140,7 @@ def _check(client: Any, user: str, tenant: str, prefix: str) -> list[str]:
         return lacking
     own, outside = tenants.key_checks(prefix, tenant)
     replies = [client.execute_command("ACL", "DRYRUN", user, *cmd) for _, cmd in (*own, *outside)]
-    return lacking + _key_findings(user, own, outside, replies)
+    return lacking + _key_findings(own, outside, replies)
 
 
 def check_user(driver: SyncDriver, user: str, tenant: str | None = None) -> list[str]:
@@ -173,7 +173,7 @@ async def _acheck(client: Any, user: str, tenant: str, prefix: str) -> list[str]
         return lacking
     own, outside = tenants.key_checks(prefix, tenant)
     replies = [await client.execute_command("ACL", "DRYRUN", user, *cmd) for _, cmd in (*own, *outside)]
-    return lacking + _key_findings(user, own, outside, replies)
+    return lacking + _key_findings(own, outside, replies)
 
 
 async def acheck_user(driver: AsyncDriver, user: str, tenant: str | None = None) -> list[str]:
