@@ -391,6 +391,7 @@ def test_a_screenshot_the_store_has_seen_is_not_sent_again(make_store, r, prefix
     assert [i.content for i in w.items()] == [question()] * 3
 
 
+@pytest.mark.parametrize("api", ["sync", "async"], indirect=True)  # the asyncio store too
 def test_blobs_a_tenants_windows_stored_in_the_shared_keys_are_moved_into_its_own(make_store, r, prefix, monkeypatch):
     """Windows of a tenant (``a:…``) that stored blobs before blobs had scopes have them in the
     prefix's shared keys, where a tenant's user cannot read them: their reads fail until the
@@ -417,6 +418,7 @@ def test_blobs_a_tenants_windows_stored_in_the_shared_keys_are_moved_into_its_ow
     assert store.move_blobs_to_tenants() == 0
 
 
+@pytest.mark.parametrize("api", ["sync", "async"], indirect=True)  # the asyncio store too
 def test_verify_reads_the_blobs_the_server_holds_and_reports_each_problem(make_store, r, prefix):
     """``verify()`` reads what the server holds, never the store's cache: a blob that disappeared
     or holds other bytes is a finding (naming its key) for a store that had read the item and for
@@ -439,6 +441,7 @@ def test_verify_reads_the_blobs_the_server_holds_and_reports_each_problem(make_s
         )
 
 
+@pytest.mark.parametrize("api", ["sync", "async"], indirect=True)  # the asyncio store too
 def test_a_part_stored_by_reference_has_a_limit_of_its_own_checked_before_any_decode(
     make_store, r, prefix, monkeypatch
 ):
@@ -473,6 +476,7 @@ def image_url_of(png: bytes) -> dict:
     return {"type": "image_url", "image_url": {"url": "data:image/png;base64," + base64.b64encode(png).decode()}}
 
 
+@pytest.mark.parametrize("api", ["sync", "async"], indirect=True)  # the asyncio store too
 def test_the_same_image_in_either_format_is_one_blob(make_store, r, prefix, no_grace, monkeypatch):
     """An image as an OpenAI ``image_url`` data URL and as an Anthropic base64 ``image`` is one
     blob (keyed by the base64 it holds, not by how a format spelled it); each item reads back

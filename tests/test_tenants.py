@@ -9,6 +9,7 @@ operator's ``check_user`` names it)."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import re
 from collections.abc import Iterator
@@ -272,6 +273,14 @@ def test_check_user_checks_every_kind_of_key_a_tenants_calls_touch(tenants):
             "ACL", "SETUSER", "narrow", "reset", "on", ">x", *rules, "resetkeys", "~ctx:{tenant-a:*}:items"
         )
         wide, narrow = op.check_user("wide", tenant="tenant-a"), op.check_user("narrow", tenant="tenant-a")
+    with _operator(proc) as op, pytest.raises(cs.InvalidOptionsError, match="a tenant is"):
+        op.check_user("wide", tenant="no tenant!")
+
+    async def on_asyncio() -> list[str]:
+        async with cs.AsyncContextStore.from_url(f"redis://default:{SECRET}@127.0.0.1:{proc.port}/0") as astore:
+            return await astore.check_user("wide", tenant="tenant-a")
+
+    assert asyncio.run(on_asyncio()) == wide  # the asyncio store asks the same
     if not functions:  # 6.2 has no ACL DRYRUN: the commands alone
         assert wide == narrow == []
         return
