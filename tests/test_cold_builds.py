@@ -270,11 +270,66 @@ def test_a_window_that_moves_between_the_facts_and_the_bodies_is_built_again(
         return (yield from real(state, got, stubs, event))
 
     monkeypatch.setattr(build_read, "read_bodies", racing)
+    whole = _counted(monkeypatch)
     got = make_store(item_cache_bytes=0).window("moving").build_messages_structured(OPTS)
+    assert whole == []  # its facts read again, not the window whole
     expected = _whole(redis_url, prefix, "moving", OPTS)
     _same(got, expected)
     assert moved[0] in got.included_item_ids  # the newest user message: always in a chat build
     assert got.version == writer.stats().version
+    other.close()
+
+
+def _counted(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The whole reads the builds made from now on (``build_read.read``), by what they read."""
+    real, made = build_read.read, []
+
+    def counted(state: Any, *args: Any) -> Any:
+        made.append(args[0] if args else "")
+        return (yield from real(state, *args))
+
+    monkeypatch.setattr(build_read, "read", counted)
+    return made
+
+
+@pytest.mark.parametrize("cache", [0, None], ids=["stateless", "caching"])
+@pytest.mark.parametrize("moved", ["facts", "bodies"])
+def test_a_window_other_workers_write_between_round_trips_is_never_read_whole(
+    make_store, redis_url, prefix, monkeypatch, cache, moved
+):
+    """A long session that other workers keep writing: a build whose facts came with every body it
+    uses (a stateless store's build of a window that fits: one view of it) writes its ``built``
+    event whatever came since, and one whose window moved before it read the bodies it lacks
+    reads the facts again (from those it read, when its store keeps them): none reads the window
+    whole."""
+    if on_cluster(redis_url):
+        pytest.skip("a cluster's client reads with scripts")
+    other = cs.ContextStore.from_url(redis_url, prefix=prefix)
+    writer = other.window("busy", max_tokens=50_000)
+    _chat(writer, 30)
+    fits = cs.BuildOptions(max_tokens=50_000, reserve_for_response=0, max_history_items=100_000)
+    opts = fits if moved == "facts" else OPTS
+    store = make_store(**({} if cache is None else {"item_cache_bytes": cache}))
+    store.window("busy").build_messages_structured(opts)  # a caching store keeps what it read
+    writer.add("one more", role="user")
+    before = _whole(redis_url, prefix, "busy", opts)
+    real, added = build_read.read_bodies, []
+
+    def racing(state, got, stubs, event):
+        if not added:
+            added.append(writer.add("a question that came in meanwhile", role="user").id or "")
+        return (yield from real(state, got, stubs, event))
+
+    monkeypatch.setattr(build_read, "read_bodies", racing)
+    whole = _counted(monkeypatch)
+    got = store.window("busy").build_messages_structured(opts)
+    assert added and whole == []
+    if moved == "facts" and cache == 0:  # every body came with the facts: the window as they found it
+        _same(got, before)
+        assert added[0] not in got.included_item_ids
+    else:
+        _same(got, _whole(redis_url, prefix, "busy", opts))
+        assert added[0] in got.included_item_ids
     other.close()
 
 

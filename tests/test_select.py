@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from contextstore import BuildOptions, ContextItem, ItemType
+from contextstore.core.itemcache import Derived
 from contextstore.render.select import (
     Unit,
     Units,
@@ -75,7 +76,7 @@ def test_choose_takes_and_excludes_exactly_what_offering_each_unit_in_turn_does(
     def cost(unit: Unit) -> int:
         return sum(costs[i.seq] for i in unit.items)
 
-    memo: dict[str, Any] = {}  # one listing built several times, as the item cache does
+    memo = Derived()  # one listing built several times, as the item cache does
     for budget in budgets:
         got = choose(items, options, budget, cost, base=3, memo=memo, cost_key="costs")
         units = units_for(items, memo)

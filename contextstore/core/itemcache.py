@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, NamedTuple
 
 from ..types import ContextItem
 from . import parts
@@ -28,11 +28,60 @@ from . import parts
 DEFAULT_CACHE_BYTES = 64 * 1024 * 1024
 
 
+class Grown(NamedTuple):
+    """How a window's listing of items grew from the last one a store built from: what builds
+    worked out from that one carries over (``render.select.units_for`` grows its units)."""
+
+    #: the listing that grew (a facts read's items, or a prompt build's listing of them whole)
+    items: Sequence[ContextItem]
+    #: the listing it grew from, and what builds worked out from that one
+    previous: Sequence[ContextItem]
+    previous_memo: Derived
+    #: the items added since, in arrival order, and the ids removed since
+    added: list[ContextItem]
+    removed: set[str]
+
+
+class WholeListing(NamedTuple):
+    """A prompt build's listing of a facts read's items with those it reads whole in place of
+    their stubs (``plans.build_read._whole_held``): the next build of the same facts uses it as is."""
+
+    #: the facts read's items, which items it lists whole, and the listing
+    stubs: Sequence[ContextItem]
+    which: Callable[[ContextItem], bool]
+    listing: list[ContextItem]
+
+
+class MessageUnits(NamedTuple):
+    """The items of a listing that chat messages can use (complete tool-call units), and the ids
+    of the incomplete groups (``plans.chat._message_units``)."""
+
+    items: Sequence[ContextItem]
+    usable: list[ContextItem]
+    left_out: list[str]
+
+
+class Derived:
+    """What builds worked out from one listing of a window's items, kept while builds get that
+    very listing: its units (``render.select.Units``, by the listing's ``id``: a listing and the
+    part of it chat messages use), the complete units chat messages use, a prompt build's
+    listing whole, and what the listing grew from (until its units are grown from that one's)."""
+
+    __slots__ = ("grown_from", "message_units", "units", "whole")
+
+    def __init__(self) -> None:
+        #: ``id(listing)`` -> its ``render.select.Units`` (two listings at most)
+        self.units: dict[int, Any] = {}
+        self.message_units: MessageUnits | None = None
+        self.whole: WholeListing | None = None
+        self.grown_from: Grown | None = None
+
+
 class CachedWindow:
     """What a store holds of one window at one epoch: the items it has read whole, by id (each
     good while the window holds that id at its seq); its last
-    facts read (``plans.facts_walk.Facts``) and what builds worked out from them (``derived``: the
-    units a build chooses from); per-item build costs memoised per build format."""
+    facts read (``plans.facts_walk.Facts``) and what builds worked out from them (``derived``);
+    per-item build costs memoised per build format."""
 
     __slots__ = ("costs", "derived", "epoch", "facts", "items", "size")
 
@@ -42,7 +91,7 @@ class CachedWindow:
         self.size = 0
         #: the window's last facts read, and the memo of what builds worked out from them
         self.facts: Any = None
-        self.derived: dict[str, Any] = {}
+        self.derived = Derived()
         #: (separator, prefix, suffix, slack) -> item seq (or a pair of seqs) -> cost
         #: (render.prompt.JointCosts; a seq names one content within an epoch, an id may be
         #: reused by a caller)
@@ -92,20 +141,21 @@ class ItemCache:
 
     def keep_facts(self, window: str, entry: CachedWindow, facts: Any) -> None:
         """Keep ``facts`` as ``window``'s last facts read (in ``entry``, its entry). Its memos start
-        afresh unless they hold the very items of the facts before; facts that grew from those (``facts.grown``:
-        the earlier items, the added ones, the ids removed) leave what builds need to grow theirs
-        (``render.select.units_for``), and the removed items' bodies go."""
+        afresh unless they hold the very items of the facts before; facts that grew from those
+        (``facts.grown``, a ``plans.facts_walk.Growth``) leave what builds need to grow theirs
+        (``Derived.grown_from``, read by ``render.select.units_for``), and the removed items' bodies go."""
         with self._lock:
             before, derived = entry.facts, entry.derived
             if before is facts:
                 return
             same = before is not None and before.found.decoded is facts.found.decoded
             entry.facts = facts
-            entry.derived = derived if same else {}
+            entry.derived = derived if same else Derived()
             grown = facts.grown
-            if not same and before is not None and grown is not None and grown[0] is before.found.decoded:
-                entry.derived["grown_from"] = (facts.found.decoded, before.found.decoded, derived, *grown[1:])
-            for item_id in grown[2] if grown is not None else ():
+            if not same and before is not None and grown is not None and grown.earlier is before.found.decoded:
+                previous = before.found.decoded
+                entry.derived.grown_from = Grown(facts.found.decoded, previous, derived, grown.added, grown.removed)
+            for item_id in grown.removed if grown is not None else ():
                 self._forget(window, entry, item_id)
 
     def keep(self, window: str, entry: CachedWindow, items: Iterable[ContextItem]) -> None:

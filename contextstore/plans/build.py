@@ -10,13 +10,14 @@ from typing import TypeVar
 
 from .. import logs
 from ..core import validate, wire
-from ..core.layout import Meta, calibrated, calibration_of, window_version
+from ..core.layout import Meta, window_version
 from ..errors import InvalidOptionsError, raise_for_reply
 from ..render import markdown, prompt
 from ..render.select import RELEVANT_TYPES, all_compete, history_read, units_for
-from ..types import BuildOptions, BuiltContext, CompactionStrategy, ContextItem, WindowConfig
+from ..types import BuildOptions, BuiltContext, CompactionStrategy, ContextItem
 from .base import Plan, ScriptCall, Settings, WindowState
-from .build_read import Bodies, build_read, recent_for
+from .budget import budget_of
+from .build_read import Bodies, Recipe, build_read
 from .compaction import compact, has_helper
 from .items import items
 from .reads import read
@@ -27,42 +28,6 @@ T = TypeVar("T")
 
 #: compact=True compacts down to this share of max_tokens
 COMPACT_ON_BUILD_PERCENT = 70.0
-
-
-def budget_of(options: BuildOptions, found: wire.ReadReply, cfg: WindowConfig, window_id: str) -> int | None:
-    """Estimated tokens the prompt may take: the limit (this build's, else the window's) minus
-    the reserve, through the window's token calibration (``record_usage``: the prompt stays
-    within the limit as the provider counts it); None without a limit. A reserve that leaves no
-    room at all is an error naming both options, not an empty prompt."""
-    limit = options.max_tokens if options.max_tokens is not None else cfg.max_tokens
-    if limit is None:
-        return None
-    if options.reserve_for_response >= limit:
-        whose = (
-            "BuildOptions.max_tokens" if options.max_tokens is not None else f"the max_tokens of window {window_id!r}"
-        )
-        raise InvalidOptionsError(
-            f"reserve_for_response={options.reserve_for_response} leaves no room for a prompt: {whose} "
-            f"is {limit}; pass BuildOptions(reserve_for_response=N) with N < {limit} "
-            f"(tokens kept free for the model's answer), or a larger max_tokens"
-        )
-    return calibrated(limit - options.reserve_for_response, calibration_of(found.meta))
-
-
-def uses_every_item(state: WindowState, options: BuildOptions, chooses: bool, found: wire.ReadReply) -> bool:
-    """Whether a build with ``options`` uses every item of the window ``found``'s meta describes:
-    every item competes (``select.all_compete``) and, for a build that ``chooses`` the items it
-    takes by the budget (a chat build: a prompt build reads every item it may offer), their
-    stored tokens are within the budget."""
-    if not all_compete(options, found.counter(Meta.ITEMS)):
-        return False
-    if not chooses:
-        return True
-    try:
-        budget = budget_of(options, found, found.config(state.config), state.window_id)
-    except InvalidOptionsError:
-        return False
-    return budget is None or found.counter(Meta.TOKENS) <= budget
 
 
 def compact_first(
@@ -122,11 +87,15 @@ def build(settings: Settings, state: WindowState, options: object = None) -> Pla
     they fit. Deletes nothing unless ``compact=True``; appends a ``built`` event."""
     opts = prompt.validate_options(options)
     run = partial(_build, settings, state, opts, time.perf_counter())
-    fresh = opts.compact or scored(settings, opts)
-    every = _every  # a prompt counts its joints from each item's edges: every item whole
-    uses_all = partial(uses_every_item, state, opts, False)
-    settled, every_one = partial(_history_read, opts), all_compete(opts, state.config.max_items)
-    return (yield from build_read(settings, state, settled, recent_for(opts), run, every, fresh, uses_all, every_one))
+    recipe = Recipe(
+        opts,
+        partial(_history_read, opts),
+        chooses=False,
+        whole=_every,  # a prompt counts its joints from each item's edges: every item whole
+        fresh=opts.compact or scored(settings, opts),
+        all_compete=all_compete(opts, state.config.max_items),
+    )
+    return (yield from build_read(settings, state, recipe, run))
 
 
 def _every(_: ContextItem) -> bool:

@@ -7,19 +7,21 @@ last facts read with no read at all (``build_read``)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
 
 from ..core import facts, stored, wire
-from ..core.itemcache import CachedWindow, ItemCache
+from ..core.itemcache import CachedWindow, Derived, Grown, ItemCache, WholeListing
 from ..core.layout import Meta, build_inputs
 from ..errors import BudgetTooSmallError, InvalidOptionsError, NoConversationError, raise_for_reply
-from ..types import ContextItem
+from ..types import BuildOptions, ContextItem
 from .base import PlainRead, Plan, ScriptCall, Settings, WindowState
+from .budget import uses_every_item
 from .facts_read import Facts, Settled, read_facts, recent_for
-from .reads import STAMP, read, stamp
+from .reads import ATTEMPTS, STAMP, read, stamp
 
-__all__ = ["Bodies", "Facts", "build_read", "read_bodies", "read_facts", "read_whole", "recent_for"]
+__all__ = ["Bodies", "Facts", "Recipe", "build_read", "read_bodies", "read_facts", "read_whole", "recent_for"]
 
 T = TypeVar("T")
 
@@ -35,43 +37,65 @@ Run = Callable[[wire.ReadReply, "dict[str, str] | None", "Bodies | None"], Plan[
 _MAYBE_STALE = (BudgetTooSmallError, InvalidOptionsError, NoConversationError)
 
 
-def build_read(
-    settings: Settings,
-    state: WindowState,
-    settled: Settled,
-    recent: int,
-    run: Run[T],
-    whole: Callable[[ContextItem], bool] | None = None,
-    fresh: bool = False,
-    uses_all: Callable[[wire.ReadReply], bool] | None = None,
-    all_compete: bool = False,
-) -> Plan[T]:
+@dataclass(frozen=True, slots=True)
+class Recipe:
+    """What one kind of build asks of the one read of builds (``build_read``): made once per
+    build by ``plans/build.py`` (a prompt) and ``plans/chat.py`` (chat messages)."""
+
+    #: the build's options (what it offers, its budget: ``budget.uses_every_item``)
+    options: BuildOptions
+    #: whether the facts read so far decide the build (``facts_read.read_facts``)
+    settled: Settled
+    #: whether the build chooses what it takes by the budget before it reads bodies (a chat
+    #: build); a prompt build reads the bodies of everything it may offer
+    chooses: bool
+    #: the items the build reads whole before it chooses (every item of a prompt, the scored
+    #: ones of a build with relevance scores); None: none
+    whole: Callable[[ContextItem], bool] | None = None
+    #: the build decides on a read (compaction, relevance scores): never from the last facts alone
+    fresh: bool = False
+    #: every item competes however many the window holds (``select.all_compete`` of its item cap)
+    all_compete: bool = False
+
+    @property
+    def recent(self) -> int:
+        """How many of the newest ids the facts read takes first (``recent_for``)."""
+        return recent_for(self.options)
+
+
+def build_read(settings: Settings, state: WindowState, recipe: Recipe, run: Run[T]) -> Plan[T]:
     """``run`` a build on the one read of builds: the facts of what it can offer (``read_facts``;
-    ``settled`` says when they decide the build, ``recent`` how far back they start), with the
-    items ``whole`` picks read whole (``read_whole``: a prompt build's every item, a scored
-    build's scored ones), and the bodies of the items a chat build takes read with its ``built``
-    event (``read_bodies``). A store with an item cache reads no body it holds, and first tries
-    its last facts read of the window (``_from_last``; not when ``fresh``: compaction and
-    relevance scores decide on a read). ``uses_all`` says from a window's meta whether the build
-    uses every item of it (``_reads_everything``); ``all_compete``, whether every item competes
-    however many the window holds (a store that keeps items and holds no facts of the window
-    then reads every attrs and body at once). When the facts cannot serve (an item stored before
-    the letters were kept; a window that kept moving), ``run`` builds on a whole read."""
+    the ``recipe``'s ``settled`` says when they decide the build), with the items its ``whole``
+    picks read whole (``read_whole``: a prompt build's every item, a scored build's scored ones),
+    and the bodies of the items a chat build takes read with its ``built`` event
+    (``read_bodies``). A store with an item cache reads no body it holds, and first tries its
+    last facts read of the window (``_from_last``; not when ``fresh``: compaction and relevance
+    scores decide on a read). A build that uses every item of a window
+    (``budget.uses_every_item``) reads every attrs and body at once (``_reads_everything``), as
+    does a store that keeps items and holds no facts of a window whose every item competes
+    (``all_compete``). When the facts cannot serve (an item stored before the letters were
+    kept; a window that kept moving), ``run`` builds on a whole read. A build whose window moved
+    between its facts and its bodies (another worker's add) reads the facts again, from those it
+    read when the store keeps them, ``ATTEMPTS`` times before that whole read."""
+    whole, settled = recipe.whole, recipe.settled
     cache, window = settings.item_cache, state.keys.meta
     last = cache.last_facts(window)
-    if last is not None and not fresh and not cache.moving(window) and _decides(last, settled):
+    if last is not None and not recipe.fresh and not cache.moving(window) and _decides(last, settled):
         done = yield from _from_last(settings, state, last, whole, run)
         if done is not None:
             return done
-    everything = partial(_reads_everything, cache, window, uses_all, whole is not None)
-    first_all = all_compete and last is None and bool(settings.item_cache_bytes)
-    got = yield from read_facts(state, settled, recent, everything, last, first_all)
-    if got is not None:
+    everything = partial(_reads_everything, cache, state, recipe)
+    for _ in range(ATTEMPTS):  # a window other workers write may move between a build's round trips
+        first_all = recipe.all_compete and last is None and bool(settings.item_cache_bytes)
+        got = yield from read_facts(state, settled, recipe.recent, everything, last, first_all)
+        if got is None:
+            break
         if last is not None and stamp(last.found.meta) == stamp(got.found.meta):
             cache.moving(window, False)  # a quiet window again: builds may start from the facts
-        done = yield from _run_on(settings, state, got, whole, run)
+        done = yield from _run_on(settings, state, got, whole, run, read_now=True)
         if done is not None:
             return done
+        last = cache.last_facts(window)  # the facts just read (a store that keeps them): read on from them
     found = yield from read(state, "order")
     done = yield from run(found, None, None)
     assert done is not None  # a build on a read needs nothing to hold
@@ -96,22 +120,19 @@ def _from_last(
 
 
 def _reads_everything(
-    cache: ItemCache,
-    window: str,
-    uses_all: Callable[[wire.ReadReply], bool] | None,
-    reads_whole: bool,
-    meta: dict[str, str],
-    scanned: bool,
+    cache: ItemCache, state: WindowState, recipe: Recipe, meta: dict[str, str], scanned: bool
 ) -> bool:
     """Whether a facts read of the window whose meta is ``meta`` reads every attrs and body at
-    once: the build uses every item (``uses_all``) and the store holds fewer than half of them,
-    unless the first round trip's scan brought every attrs (``scanned``) and the build reads only
-    the bodies it takes (not ``reads_whole``): those come with its ``built`` event then, one round
-    trip fewer."""
-    if scanned and not reads_whole:
+    once: the build uses every item (``budget.uses_every_item``) and the store holds fewer than
+    half of them, unless the first round trip's scan brought every attrs (``scanned``) and the
+    build reads only the bodies it takes (no ``whole``): those come with its ``built`` event then,
+    one round trip fewer."""
+    if scanned and recipe.whole is None:
         return False
-    held = cache.held(window, meta.get(Meta.EPOCH, ""))
-    return uses_all is not None and 2 * held < int(meta.get(Meta.ITEMS) or 0) and uses_all(wire.ReadReply(meta, 0, []))
+    held = cache.held(state.keys.meta, meta.get(Meta.EPOCH, ""))
+    if 2 * held >= int(meta.get(Meta.ITEMS) or 0):
+        return False
+    return uses_every_item(state, recipe.options, recipe.chooses, wire.ReadReply(meta, 0, []))
 
 
 def _decides(got: Facts, settled: Settled) -> bool:
@@ -120,10 +141,18 @@ def _decides(got: Facts, settled: Settled) -> bool:
 
 
 def _run_on(
-    settings: Settings, state: WindowState, got: Facts, whole: Callable[[ContextItem], bool] | None, run: Run[T]
+    settings: Settings,
+    state: WindowState,
+    got: Facts,
+    whole: Callable[[ContextItem], bool] | None,
+    run: Run[T],
+    read_now: bool = False,
 ) -> Plan[T | None]:
     """``run`` on the facts ``got``: the items the store holds at their epoch (and those
-    ``whole`` picks, read) in place of their stubs; None when the window moved on."""
+    ``whole`` picks, read) in place of their stubs; None when the window moved on. Facts this
+    build read (``read_now``) with every body at hand (read with them, or held at their epoch and
+    seq) are one view of the window: its ``built`` event is then written whatever came since, as
+    after a whole read (another worker's add while the client chose must not cost a second read)."""
     entry = settings.item_cache.entry(state.keys.meta, got.found.meta.get(Meta.EPOCH, ""))
     if entry is not None:
         settings.item_cache.keep_facts(state.keys.meta, entry, got)
@@ -140,7 +169,8 @@ def _run_on(
             got = read_got
     got.found.cached = entry
     bodies = partial(_bodies_kept, settings, state, entry, got)
-    return (yield from run(got.found, build_inputs(got.found.meta), bodies))
+    every_body = read_now and all(s.id in got.whole for s in got.found.items())
+    return (yield from run(got.found, None if every_body else build_inputs(got.found.meta), bodies))
 
 
 def _read_whole_kept(
@@ -152,34 +182,34 @@ def _read_whole_kept(
     if read_got is not None and entry is not None:
         settings.item_cache.keep(state.keys.meta, entry, read_got.whole.values())
         _listing_grown(entry.derived, got.found.items(), read_got, which)
-        entry.derived["whole"] = (got.found.items(), which, read_got.found.items())
+        entry.derived.whole = WholeListing(got.found.items(), which, read_got.found.items())
     return read_got
 
 
 def _listing_grown(
-    derived: dict[str, Any], stubs: list[ContextItem], got: Facts, which: Callable[[ContextItem], bool]
+    derived: Derived, stubs: list[ContextItem], got: Facts, which: Callable[[ContextItem], bool]
 ) -> None:
-    """When the facts ``stubs`` grew from the last ones (``derived["grown_from"]``, left by
+    """When the facts ``stubs`` grew from the last ones (``derived.grown_from``, left by
     ``ItemCache.keep_facts``) and a build listed those whole too, say the same of the listings:
     ``got``'s grew from that one, so that its units grow from that one's (``select.units_for``)."""
-    grew = derived.get("grown_from")
-    if grew is None or grew[0] is not stubs:
+    grew = derived.grown_from
+    if grew is None or grew.items is not stubs:
         return
-    last = grew[2].get("whole")
-    if last is None or last[0] is not grew[1] or last[1] is not which:
+    last = grew.previous_memo.whole
+    if last is None or last.stubs is not grew.previous or last.which is not which:
         return
-    added = [got.whole.get(s.id or "", s) if which(s) else s for s in grew[3]]
-    derived["grown_from"] = (got.found.items(), last[2], grew[2], added, grew[4])
+    added = [got.whole.get(s.id or "", s) if which(s) else s for s in grew.added]
+    derived.grown_from = Grown(got.found.items(), last.listing, grew.previous_memo, added, grew.removed)
 
 
 def _whole_held(entry: CachedWindow | None, got: Facts, which: Callable[[ContextItem], bool]) -> Facts | None:
     """``got`` with the items ``which`` picks whole as an earlier build of the very same facts
     listed them (kept in ``entry``'s memo by ``_read_whole_kept``: the very list, so that what
     builds worked out from it holds), under ``got``'s meta; None when no build did."""
-    memo = entry.derived.get("whole") if entry is not None else None
-    if memo is None or memo[0] is not got.found.items() or memo[1] is not which:
+    memo = entry.derived.whole if entry is not None else None
+    if memo is None or memo.stubs is not got.found.items() or memo.which is not which:
         return None
-    return Facts(wire.ReadReply(got.found.meta, got.found.pinned, [], memo[2]), got.attrs, got.whole, got.oldest)
+    return Facts(wire.ReadReply(got.found.meta, got.found.pinned, [], memo.listing), got.attrs, got.whole, got.oldest)
 
 
 def _with_held(got: Facts, entry: CachedWindow) -> Facts:

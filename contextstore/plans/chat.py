@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from .. import logs
 from ..core import wire
+from ..core.itemcache import Derived, MessageUnits
 from ..core.layout import REPLY_PRIMING, window_version
 from ..errors import BudgetTooSmallError, InvalidOptionsError, NoConversationError
 from ..render import messages, prompt
@@ -31,8 +32,8 @@ from ..render.select import (
 )
 from ..types import BuildOptions, BuiltMessages, ContextItem, WindowConfig
 from .base import Plan, Settings, WindowState
+from .budget import budget_of
 from .build import (
-    budget_of,
     built_event,
     compact_first,
     dropped_newest,
@@ -40,28 +41,27 @@ from .build import (
     relevance_of,
     scored,
     seq_lookup,
-    uses_every_item,
 )
-from .build_read import Bodies, build_read, recent_for
+from .build_read import Bodies, Recipe, build_read
 
 FORMATS = ("openai", "anthropic")
 #: the key of message costs among a cached window's cost memos
 MESSAGE_COSTS = ("messages", "", "", 0)
 
 
-def _message_units(items: list[ContextItem], memo: dict[str, Any] | None) -> tuple[list[ContextItem], list[str]]:
+def _message_units(items: list[ContextItem], memo: Derived | None) -> tuple[list[ContextItem], list[str]]:
     """The items of complete units (``items`` itself when every unit is complete), and the ids
     of incomplete tool-call groups (left out); kept in ``memo`` while builds get this list."""
-    held = memo.get("message_units") if memo is not None else None
-    if held is not None and held[0] is items:
-        return held[1], held[2]
+    held = memo.message_units if memo is not None else None
+    if held is not None and held.items is items:
+        return held.usable, held.left_out
     units = units_for(items, memo).all
     # most units are one plain message, complete: only the others are looked into
     broken = {id(u) for u in units if (len(u.items) > 1 or u.items[0].metadata) and not messages.complete(u)}
     ok = [i for u in units if id(u) not in broken for i in u.items] if broken else items
     left_out = [i for u in units if id(u) in broken for i in u.ids()] if broken else []
     if memo is not None:
-        memo["message_units"] = (items, ok, left_out)
+        memo.message_units = MessageUnits(items, ok, left_out)
     return ok, left_out
 
 
@@ -81,11 +81,15 @@ def build_messages(
     opts, fmt = prompt.validate_options(options), _check_format(format)
     run = partial(_build_messages, settings, state, opts, fmt)
     rank = scored(settings, opts)  # relevance scores need the texts they score
-    settled = partial(_settled, opts)
-    fresh = opts.compact or rank
-    uses_all = partial(uses_every_item, state, opts, True)
-    scores, every_one = is_scored if rank else None, all_compete(opts, state.config.max_items)
-    return (yield from build_read(settings, state, settled, recent_for(opts), run, scores, fresh, uses_all, every_one))
+    recipe = Recipe(
+        opts,
+        partial(_settled, opts),
+        chooses=True,
+        whole=is_scored if rank else None,
+        fresh=opts.compact or rank,
+        all_compete=all_compete(opts, state.config.max_items),
+    )
+    return (yield from build_read(settings, state, recipe, run))
 
 
 def _settled(options: BuildOptions, items: list[ContextItem], oldest: int) -> bool:
@@ -94,7 +98,7 @@ def _settled(options: BuildOptions, items: list[ContextItem], oldest: int) -> bo
     whole window would: the conversation units ``max_history_items`` lets compete (newest first,
     while they fit the count) are all there, and the newest user message's unit (``_question``)
     among them is the window's, or one no build offers. Older units are then not offered."""
-    memo: dict[str, Any] = {}  # the units of ``items``, worked out once
+    memo = Derived()  # the units of ``items``, worked out once
     usable, _ = _message_units(items, memo)
     if not history_read(units_for(usable, memo), oldest, options):
         return False
@@ -118,7 +122,7 @@ def _build_messages(
     budget = budget_of(opts, found, found.config(state.config), state.window_id)
     decoded, cost = found.items(), _message_cost(settings, found)
     # one memo for this build at least: the question's unit must be the very unit choosing offers
-    derived = found.cached.derived if found.cached is not None else {}
+    derived = found.cached.derived if found.cached is not None else Derived()
     pinned_need = REPLY_PRIMING + sum(cost(u) for u in units_for(decoded, derived).pinned)
     if budget is not None and pinned_need > budget:
         raise BudgetTooSmallError(pinned_need, budget)
@@ -189,7 +193,7 @@ def _chosen(
     opts: BuildOptions,
     budget: int | None,
     usable: list[ContextItem],
-    derived: dict[str, Any],
+    derived: Derived,
     relevance: dict[str, float] | None,
     cost: Callable[[Unit], int],
     pinned_need: int,
@@ -224,7 +228,7 @@ def _with_question(
     return pick(question)
 
 
-def _question(usable: list[ContextItem], memo: dict[str, Any] | None, options: BuildOptions) -> Unit | None:
+def _question(usable: list[ContextItem], memo: Derived | None, options: BuildOptions) -> Unit | None:
     """The unit of the newest user message, which a chat build always includes (unless the
     options leave the conversation out, or it is pinned and so included anyway)."""
     if not options.include_recent_history or options.max_history_items < 1:

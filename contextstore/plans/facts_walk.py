@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..core import facts, stored, wire
 from ..core.layout import RANK_WEIGHT, order_score
@@ -27,6 +27,16 @@ def unconversed_reads(k: Any) -> tuple[tuple[Any, ...], ...]:
     )
 
 
+class Growth(NamedTuple):
+    """How a facts read's items grew from the store's earlier facts of the window."""
+
+    #: the earlier facts' items (the very list), the items added since (arrival order), the ids
+    #: removed since
+    earlier: list[ContextItem]
+    added: list[ContextItem]
+    removed: set[str]
+
+
 @dataclass(slots=True)
 class Facts:
     """What a build chooses by, read without the items' bodies (``read_facts``): the window's
@@ -40,10 +50,9 @@ class Facts:
     whole: dict[str, ContextItem] = field(default_factory=dict)
     #: the seq from which the conversation was read whole (0: all of it): what ``Settled`` takes
     oldest: int = 0
-    #: when these grew from the store's earlier facts: those facts' items, the items added since
-    #: (arrival order) and the ids removed since (what a store grows its memos from,
+    #: when these grew from the store's earlier facts: how (what a store grows its memos from,
     #: ``ItemCache.keep_facts``)
-    grown: tuple[list[ContextItem], list[ContextItem], set[str]] | None = None
+    grown: Growth | None = None
 
     def value(self, item_id: str) -> str:
         """Item ``item_id``'s ``:attrs`` value, as text (``KeyError`` when it was not read)."""
@@ -79,7 +88,7 @@ class Walk:
         self.gone: set[str] = set()
         self.added: dict[Any, Any] = {}
         #: what ``stubs`` grew from the earlier read (``Facts.grown``)
-        self.grown: tuple[list[ContextItem], list[ContextItem], set[str]] | None = None
+        self.grown: Growth | None = None
         #: the seq the window's conversation is read from when an earlier read's attrs are
         #: reused (``reuse``), else None (``oldest``: the first of ``recent``)
         self.floor: int | None = None
@@ -200,7 +209,7 @@ class Walk:
             out = [i for i in earlier if i.id not in self.gone] if self.gone else list(earlier)
             for stub in fresh:
                 bisect.insort(out, stub, key=lambda i: order_score(i.type.rank, i.priority, i.seq))
-            self.grown = (earlier, sorted(fresh, key=lambda i: i.seq), self.gone)
+            self.grown = Growth(earlier, sorted(fresh, key=lambda i: i.seq), self.gone)
             return out
         return self._stubs(self.attrs, pinned)
 

@@ -14,6 +14,7 @@ from typing import Any
 import msgspec
 
 from ..core.config import checked
+from ..core.itemcache import Derived
 from ..core.parts import text_of
 from ..core.tokens import TokenCounter
 from ..core.validate import text
@@ -168,7 +169,7 @@ def check_pinned(
     options: BuildOptions,
     budget: int | None,
     count: Callable[[str], int],
-    memo: dict[str, Any] | None = None,
+    memo: Derived | None = None,
 ) -> None:
     """``BudgetTooSmallError`` if the pinned units alone cannot fit (checked before anything
     else); ``memo`` as for ``select.units_for``."""
@@ -199,7 +200,7 @@ def build(
     count: Callable[[str], int],
     relevance: Mapping[str, float] | None = None,
     memos: dict[Any, dict[Any, int]] | None = None,
-    memo: dict[str, Any] | None = None,
+    memo: Derived | None = None,
 ) -> Built:
     """Select whole units (pinned ones always, then candidates while they fit the budget) and
     render. ``count`` is the store's memoised ``counter.count``; ``counter`` counts exact totals;

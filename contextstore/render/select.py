@@ -15,6 +15,7 @@ from typing import Any
 
 import msgspec
 
+from ..core.itemcache import Derived
 from ..types import HISTORY_TYPES, BuildOptions, ContextItem, ItemType
 
 #: the conversation (user and assistant messages) renders as one group at this rank
@@ -188,13 +189,13 @@ class Units:
         return grown
 
 
-def units_for(items: Sequence[ContextItem], memo: dict[str, Any] | None) -> Units:
-    """The ``Units`` of ``items``, kept in ``memo`` (the item cache's per-listing memo) and
+def units_for(items: Sequence[ContextItem], memo: Derived | None) -> Units:
+    """The ``Units`` of ``items``, kept in ``memo`` (the item cache's memo of a listing) and
     reused while builds are given this very list (a listing, or the part of it that chat
     messages can use: two lists at most)."""
     if memo is None:
         return Units(items)
-    kept: dict[int, Units] = memo.setdefault("units", {})
+    kept: dict[int, Units] = memo.units
     held = kept.get(id(items))
     if held is None or held.items is not items:
         if len(kept) >= 2:
@@ -203,17 +204,15 @@ def units_for(items: Sequence[ContextItem], memo: dict[str, Any] | None) -> Unit
     return held
 
 
-def _grown(items: Sequence[ContextItem], memo: dict[str, Any]) -> Units | None:
-    """The units of ``items`` grown from an earlier list's (``memo["grown_from"]``, left by
-    ``itemcache.ItemCache.keep_facts``: that earlier list, its memo, the items added since, in
-    arrival order, and the ids removed), when ``items`` is the list that grew; else None."""
-    grew = memo.get("grown_from")
-    if grew is None or grew[0] is not items:
+def _grown(items: Sequence[ContextItem], memo: Derived) -> Units | None:
+    """The units of ``items`` grown from an earlier list's (``memo.grown_from``, left by
+    ``itemcache.ItemCache.keep_facts``), when ``items`` is the list that grew; else None."""
+    grew = memo.grown_from
+    if grew is None or grew.items is not items:
         return None
-    del memo["grown_from"]
-    _, previous, previous_memo, added, removed = grew
-    prev = previous_memo.get("units", {}).get(id(previous))
-    return prev.grown(items, added, removed) if prev is not None and prev.items is previous else None
+    memo.grown_from = None
+    prev = grew.previous_memo.units.get(id(grew.previous))
+    return prev.grown(items, grew.added, grew.removed) if prev is not None and prev.items is grew.previous else None
 
 
 def all_compete(options: BuildOptions, messages: int) -> bool:
@@ -329,7 +328,7 @@ def choose(
     cost: Callable[[Unit], int],
     base: int = 0,
     key: Key = build_key,
-    memo: dict[str, Any] | None = None,
+    memo: Derived | None = None,
     cost_key: Any = None,
     required: Unit | None = None,
 ) -> Choice:
