@@ -2,6 +2,7 @@
 
     python benchmarks/big_windows.py [--sizes 2000 20000 200000] [--server PATH]
     python benchmarks/big_windows.py --smoke      # seconds: 200 and 2,000 items
+    python benchmarks/big_windows.py --builds     # the cold builds only
 
 One private redis-server (the bundled 6.2 by default); for each size a window is filled with
 that many chat messages (users and assistants, 10-300 words each), then each operation runs once
@@ -169,7 +170,7 @@ def _stored_bytes(r: redis.Redis, prefix: str, ids: list[str]) -> int:
     return sum(pipe.execute())
 
 
-def one_size(url: str, n: int) -> dict[str, dict[str, float]]:
+def one_size(url: str, n: int, builds_only: bool = False) -> dict[str, dict[str, float]]:
     prefix = f"big{n}"
     fill(url, prefix, n)
     r = redis.Redis.from_url(url)
@@ -186,6 +187,8 @@ def one_size(url: str, n: int) -> dict[str, dict[str, float]]:
         out["build, cold"] = measured(r, lambda: w.build_messages(BUDGET))
         for name, (options, kind) in MEASURED_BUILDS.items():
             out[name] = _measured_build(r, prefix, w, options, kind)
+        if builds_only:
+            return out
         out["items(limit=50)"] = measured(r, lambda: w.items(limit=50))
     with cs.ContextStore.from_url(url, prefix=prefix, item_limit=limit) as warm:
         h = warm.handle("big")
@@ -261,13 +264,14 @@ def main() -> int:
     ap.add_argument("--sizes", type=int, nargs="+", default=[2000, 20000, 200000])
     ap.add_argument("--smoke", action="store_true", help="seconds: 200 and 2,000 items")
     ap.add_argument("--server", help="the redis-server binary (default: the bundled 6.2)")
+    ap.add_argument("--builds", action="store_true", help="the cold builds only (to pair a change to the read path)")
     args = ap.parse_args()
     if args.server:
         os.environ["CONTEXTSTORE_BENCH_REDIS"] = args.server
     sizes = [200, 2000] if args.smoke else args.sizes
     with redis_server(tcp=True) as url:
         version = server_version(url)
-        results = {n: one_size(url, n) for n in sizes}
+        results = {n: one_size(url, n, args.builds) for n in sizes}
     ops = list(results[sizes[0]])
     print(f"\n### Redis {version}: one call of each operation, by window size (items)\n")
     rows = []

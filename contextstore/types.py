@@ -193,7 +193,9 @@ class BuiltMessages(msgspec.Struct, frozen=True, kw_only=True):
     (``format="anthropic"``); the ids say what went in, what did not fit, and what the options
     (or an incomplete tool-call group) left out. A build chosen from the window's facts (a store
     without an item cache, a ``max_tokens`` of its own) lists in ``omitted_item_ids`` only what
-    it read: not the conversation older than ``max_history_items`` reaches."""
+    it read: not the conversation older than ``max_history_items`` reaches; and one whose budget
+    stopped its read lists in ``excluded_item_ids`` (and ``dropped_newest``) only what it read,
+    not the older messages that could not fit what the budget left (see ``docs/guide.md``)."""
 
     messages: list[dict[str, Any]] | dict[str, Any]
     format: Literal["openai", "anthropic"]

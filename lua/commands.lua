@@ -8,7 +8,8 @@
 -- Reply: {reply...}, one per command in order; an error reply (a key of another type) in its place.
 -- the commands a plain read sends; an HMGET is sent in parts of HMGET_PART fields (Lua's unpack
 -- takes a few thousand values at most)
-local READS = {GET = true, HGETALL = true, SMEMBERS = true, HSCAN = true, HMGET = true, LRANGE = true, ZRANGEBYSCORE = true}
+local READS = {GET = true, HGETALL = true, SMEMBERS = true, HSCAN = true, HMGET = true, LRANGE = true, ZRANGEBYSCORE = true,
+  ZCOUNT = true, ZCARD = true}
 local HMGET_PART = 1000
 
 -- HMGET of `key`'s fields ARGV[first..last], in parts; an error reply as it is.

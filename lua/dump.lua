@@ -3,27 +3,27 @@
 -- KEYS: the window keys (lib/core.lua).
 -- ARGV: none: every key at once, the reply below. Or one part of it, so that no call holds the
 -- shard long however large the window (contextstore/plans/window.py puts the parts together):
--- ARGV[1] 'head': the reply below with its five largest keys (:items, :fifo, :order, :pinned,
--- :attrs) left empty; or ARGV[1] one of those five names, ARGV[2] a cursor ('0' to start: SCAN's
+-- ARGV[1] 'head': the reply below with its six largest keys (:items, :fifo, :order, :pinned,
+-- :attrs, :sizes) left empty; or ARGV[1] one of those six names, ARGV[2] a cursor ('0' to start: SCAN's
 -- for the hashes and the set, an index for the list and the sorted set), ARGV[3] how many
 -- entries: reply {stamp, next cursor ('0' when done), entries (a hash's as field/value pairs,
--- :order's as id/score), scores (for 'attrs': the entries' build-order scores, id/score)}; the
+-- :order's and :sizes' as id/score), scores (for 'attrs': the entries' build-order scores, id/score)}; the
 -- stamp (epoch, seq, item count) tells the caller whether the window changed between parts.
 -- Reply: {meta, npinned, items, fifo, order, pinned, attrs, scores, groups, calls, ids with a
--- cached vector, turn, replies, archive, keys of another type, blob counts} (scores: id -> the build-order
+-- cached vector, turn, replies, archive, keys of another type, blob counts, sizes} (scores: id -> the build-order
 -- score its :attrs give; score() owns the formula). A key of another type than the scripts write
 -- is named in the last list and read as empty.
 
 -- the type each key of the window has when it exists, in KEYS order (lib/core.lua)
 local KEY_TYPES = {'hash', 'hash', 'zset', 'list', 'set', 'hash', 'stream', 'list', 'hash', 'hash', 'hash', 'hash',
-  'hash', 'string', 'hash', 'hash'}
+  'hash', 'string', 'hash', 'hash', 'zset'}
 -- how verify() reads each key it checks, by its place in KEYS (:vectors: only its ids)
 local WHOLE = {{'HGETALL'}, {'HGETALL'}, {'ZRANGE', 0, -1, 'WITHSCORES'}, {'LRANGE', 0, -1}, {'SMEMBERS'}, {'HGETALL'},
   [9] = {'HGETALL'}, [10] = {'HGETALL'}, [11] = {'HGETALL'}, [12] = {'HGETALL'}, [13] = {'HKEYS'}, [15] = {'HGETALL'},
-  [16] = {'HGETALL'}}
+  [16] = {'HGETALL'}, [17] = {'ZRANGE', 0, -1, 'WITHSCORES'}}
 
 -- the keys a part read pages through, by their place in KEYS
-local PARTS = {items = 2, order = 3, fifo = 4, pinned = 5, attrs = 6}
+local PARTS = {items = 2, order = 3, fifo = 4, pinned = 5, attrs = 6, sizes = 17}
 
 -- The build-order score of each id/attrs pair of `attrs` that parses, as id/score pairs.
 local function scores_of(attrs)
@@ -38,7 +38,7 @@ local function scores_of(attrs)
   return scores
 end
 
--- Every key as it is (the reply above); with `head`, the five keys PARTS names left empty.
+-- Every key as it is (the reply above); with `head`, the six keys PARTS names left empty.
 local function everything(head)
   local got, wrong, paged = {}, {}, {}
   if head then for _, i in pairs(PARTS) do paged[i] = true end end
@@ -50,7 +50,7 @@ local function everything(head)
   end
   local npinned = head and redis.call('SCARD', K_PINNED) or #got[5]
   return {got[1], npinned, got[2], got[4], got[3], got[5], got[6], scores_of(got[6]), got[10], got[11], got[13],
-    got[15], got[9], got[12], wrong, got[16]}
+    got[15], got[9], got[12], wrong, got[16], got[17]}
 end
 
 -- One page of the key PARTS names `part`, from `cursor`, about `count` entries (the reply above).
@@ -61,7 +61,7 @@ local function part(name, cursor, count)
   local stamp = redis.call('HMGET', K_META, F.EPOCH, F.SEQ, F.ITEMS)
   if redis.call('TYPE', k).ok ~= KEY_TYPES[i] then return {stamp, '0', {}, {}} end
   local nxt, entries
-  if name == 'fifo' or name == 'order' then
+  if name == 'fifo' or name == 'order' or name == 'sizes' then
     local first = tonumber(cursor)
     if name == 'fifo' then
       entries = redis.call('LRANGE', k, first, first + count - 1)

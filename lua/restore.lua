@@ -54,7 +54,7 @@ local function wipe()
   for i = 1, #meta, 2 do
     local f = meta[i]
     if string.sub(f, 1, #F.TOKENS_OF) == F.TOKENS_OF or string.sub(f, 1, #F.ITEMS_OF) == F.ITEMS_OF
-        or (KEPT_UNCHECKED[f] and not readable(f, meta[i + 1])) then
+        or f == F.MESSAGE_GROUPS or (KEPT_UNCHECKED[f] and not readable(f, meta[i + 1])) then
       redis.call('HDEL', K_META, f)
     end
   end
@@ -106,23 +106,23 @@ local function current_config()
   return cfg, true
 end
 
--- What stage.lua staged (KEYS[17..]): its counters, when it holds `staged` items whose seqs all
+-- What stage.lua staged (KEYS[18..]): its counters, when it holds `staged` items whose seqs all
 -- come before `first_seq`; nil otherwise (expired, or another restore's).
 local function staged_counts(staged, first_seq)
   if staged == 0 then return {} end
-  if #KEYS ~= 16 + 9 then return nil end
-  local counts, stored = {}, redis.call('HGETALL', KEYS[17])
-  for i = 1, #stored, 2 do counts[stored[i]] = stored_int(KEYS[17], stored[i], stored[i + 1], 0, 1e15) end
+  if #KEYS ~= 17 + 10 then return nil end
+  local counts, stored = {}, redis.call('HGETALL', KEYS[18])
+  for i = 1, #stored, 2 do counts[stored[i]] = stored_int(KEYS[18], stored[i], stored[i + 1], 0, 1e15) end
   if counts[F.ITEMS] ~= staged or (first_seq and first_seq <= (counts[F.SEQ] or 0)) then return nil end
   return counts
 end
 
 -- Move the staged items' keys into the window's (emptied by wipe()).
 local function move_staged()
-  for i, k in ipairs({K_ITEMS, K_ORDER, K_FIFO, K_PINNED, K_ATTRS, K_GROUPS, K_CALLS, K_BLOBS}) do
-    if redis.call('EXISTS', KEYS[17 + i]) == 1 then redis.call('RENAME', KEYS[17 + i], k) end
+  for i, k in ipairs({K_ITEMS, K_ORDER, K_FIFO, K_PINNED, K_ATTRS, K_GROUPS, K_CALLS, K_BLOBS, K_SIZES}) do
+    if redis.call('EXISTS', KEYS[18 + i]) == 1 then redis.call('RENAME', KEYS[18 + i], k) end
   end
-  redis.call('UNLINK', KEYS[17])
+  redis.call('UNLINK', KEYS[18])
 end
 
 local cfg, repairing = current_config()
@@ -132,7 +132,7 @@ c.item_limit = cfg.item_limit
 if not valid_config(c) then return fail('BADARG', 'snapshot config') end
 local staged, n = tonumber(ARGV[A]), tonumber(ARGV[A + 1])
 if not is_int(staged, 0, c.item_limit) or not is_int(n, 0, c.item_limit - staged) then return fail('BADARG', 'items') end
-local items, max_seq, after = restored_rows(A + 2, n, staged > 0 and KEYS[18] or nil)
+local items, max_seq, after = restored_rows(A + 2, n, staged > 0 and KEYS[19] or nil)
 if not items then return fail('BADARG', max_seq) end
 local counts = staged_counts(staged, items[1] and items[1].seq)
 if not counts then return fail('BADARG', 'staged') end

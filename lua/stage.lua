@@ -2,7 +2,7 @@
 -- sees, so that restore.lua writes a window of any size in calls of bounded size and the window
 -- appears whole, in one step.
 -- needs: rows
--- KEYS: meta, items, order, fifo, pinned, attrs, groups, calls, blobs (of the window keys,
+-- KEYS: meta, items, order, fifo, pinned, attrs, groups, calls, blobs, sizes (of the window keys,
 --   lib/core.lua): those of the staging (contextstore/core/keys.py staged_keys), under the
 --   window's hash tag.
 -- ARGV[1]: how many items were staged before this part, or 'drop' (remove the staged keys: a
@@ -15,7 +15,7 @@
 -- restore, whose request names the staging) is not staged again; one that does not follow what
 -- is staged, or is malformed, is refused
 -- ({'!', 'BADARG', what}), nothing written.
-local STAGED = {K_META, K_ITEMS, K_ORDER, K_FIFO, K_PINNED, K_ATTRS, K_GROUPS, K_CALLS, K_BLOBS}
+local STAGED = {K_META, K_ITEMS, K_ORDER, K_FIFO, K_PINNED, K_ATTRS, K_GROUPS, K_CALLS, K_BLOBS, K_SIZES}
 if ARGV[1] == 'drop' then
   redis.call('UNLINK', unpack(STAGED))
   return 0

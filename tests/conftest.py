@@ -112,7 +112,7 @@ BOTH_APIS = {
 #: keeps (blobs and their keys, parts, exports, forks, builds at the threshold, framework sessions)
 VALKEY_TOO = {
     "test_blobs", "test_content_parts", "test_cli_text", "test_rewind", "test_chat_builds",
-    "test_integration_openai_agents", "test_integration_langchain", "test_verify",
+    "test_integration_openai_agents", "test_integration_langchain", "test_verify", "test_budget_walk",
 }  # fmt: skip
 
 

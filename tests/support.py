@@ -432,13 +432,19 @@ def whole_reads() -> Iterator[None]:
         build_read.read_facts = real
 
 
-def same_build(got: Any, whole: Any) -> None:
+def same_build(got: Any, whole: Any, case: str = "") -> None:
     """``got`` is the build ``whole`` (a whole read's, ``whole_reads``) but for
-    ``omitted_item_ids``: a build from the facts omits only what it read, part of the whole
-    read's."""
+    ``omitted_item_ids``, ``excluded_item_ids`` and ``dropped_newest``: a build from the facts
+    lists only what it read, part of the whole read's, in the same order (it includes exactly the
+    same items, and the newest it left out)."""
     a, b = msgspec.to_builtins(got), msgspec.to_builtins(whole)
-    omitted = a.pop("omitted_item_ids")
-    assert set(omitted) <= set(b.pop("omitted_item_ids")) and a == b, (a, b)
+    for name in ("omitted_item_ids", "excluded_item_ids", "dropped_newest"):
+        listed, every = a.pop(name), b.pop(name)
+        assert set(listed) <= set(every), (case, name, sorted(set(listed) - set(every))[:5])
+        assert [i for i in every if i in set(listed)] == listed, (case, name)
+        if name == "dropped_newest":  # the newest it left out are among what it read
+            assert listed[-1:] == every[-1:], (case, name, listed[-3:], every[-3:])
+    assert a == b, (case, a, b)
 
 
 def run_cli(capsys: Any, url: str, prefix: str, *argv: str) -> subprocess.CompletedProcess[str]:

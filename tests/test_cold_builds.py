@@ -15,7 +15,7 @@ import contextstore as cs
 from contextstore.core import facts
 from contextstore.plans import build_read, facts_read, facts_walk, reads
 
-from support import key, on_cluster, whole_reads
+from support import key, on_cluster, same_build, whole_reads
 
 OPTS = cs.BuildOptions(max_tokens=600, reserve_for_response=0, max_history_items=1000)
 
@@ -180,8 +180,8 @@ def test_a_first_read_reaching_past_a_small_window_scans_nothing_and_reads_on_af
         _same_choice(got, _whole(redis_url, prefix, wid, opts))
     assert walked["few", 1000] == [0, 0, 3, 2, 0]  # the meta, every attrs, the bodies
     assert walked["many", 1000] == [0, 0, 3, 2, 0]  # the same
-    reach_walk = walked["many", 250]  # the meta, the walk (one or more round trips), the bodies
-    assert reach_walk[:2] == [1, 2] and reach_walk[2] >= 3 and reach_walk[3:] == [1, 0]
+    reach_walk = walked["many", 250]  # the meta, the walk (pages the budget sizes, :sizes), the bodies
+    assert reach_walk[0] >= 1 and reach_walk[2] >= 3 and reach_walk[3:] == [1, 0]
     assert walked["few", 10] == [1, 2, 2, 1, 1]  # the scan and the page with the meta
 
 
@@ -395,11 +395,9 @@ def _attrs_asked(monkeypatch) -> list[int]:
 
 
 def _same_choice(got: Any, whole: Any, case: str = "") -> None:
-    """``got`` is ``whole`` but for ``omitted_item_ids``: those of ``whole`` that ``got`` read."""
-    a, b = msgspec.to_builtins(got), msgspec.to_builtins(whole)
-    omitted = a.pop("omitted_item_ids")
-    assert set(omitted) <= set(b.pop("omitted_item_ids")), case
-    assert a == b, case
+    """``got`` is ``whole`` but for ``omitted_item_ids`` and ``excluded_item_ids``: those of
+    ``whole`` that ``got`` read (``support.same_build``)."""
+    same_build(got, whole, case)
 
 
 def _agent_window(w, turns: int, shape: str = "chat") -> None:

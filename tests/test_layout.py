@@ -64,6 +64,32 @@ def test_the_scripts_encode_and_decode_the_build_order_score_as_layout_does(r):
     assert got == expected
 
 
+SIZE_PROBE = """
+local out = {}
+for i = 1, #ARGV, 3 do
+  out[#out + 1] = size_score(ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])) or false
+end
+return out
+"""
+
+
+def test_the_scripts_score_a_messages_size_as_layout_does(r):
+    """``size_score`` (lua/lib/items.lua) against ``layout.size_score``: every power of two and
+    its neighbours up to the most tokens an item may hold, seqs up to the largest; no score for
+    an item that is not a user or assistant message."""
+    _, libs = scripts._libs()
+    helpers = "\n".join(libs[n] for n in scripts.closure({"items"}, libs))
+    tokens = sorted({0, 1, layout.MAX_TOKENS} | {max(0, (1 << b) + d) for b in range(1, 30) for d in (-1, 0, 1)})
+    cases = [
+        (t, n, q) for t in ("user_message", "assistant_message", "tool_result") for n in tokens for q in (1, 10**10 - 1)
+    ]
+    argv = [str(x) for case in cases for x in case]
+    got = [x.decode() if isinstance(x, bytes) else x for x in r.eval(helpers + "\n" + SIZE_PROBE, 0, *argv)]
+    expected = [str(layout.size_score(n, q)) if t in layout.SIZED_TYPES else None for t, n, q in cases]
+    assert got == expected
+    assert layout.class_floor(layout.size_class(12)) == 8 and layout.size_class(layout.class_floor(5)) == 5
+
+
 def test_each_helper_comes_after_the_helpers_it_needs():
     lib = scripts.lua_dir() / "lib"
     for i, name in enumerate(scripts.LIB_NAMES):

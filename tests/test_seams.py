@@ -28,8 +28,9 @@ import redis
 from cluster_support import LocalCluster
 
 import contextstore as cs
+from contextstore.plans import facts_reach, facts_read
 
-from support import RedisProcess, SyncProxy, find_redis_server, redis7_binary, valkey_binary
+from support import RedisProcess, SyncProxy, find_redis_server, redis7_binary, same_build, valkey_binary, whole_reads
 
 ROOT = Path(__file__).resolve().parents[1]
 SECRET = "seams-op"
@@ -210,6 +211,36 @@ def _compaction(strategy: str) -> Callable[[Seam, Any], None]:
 
 
 #: name -> (body, whether it removes items by design: a concurrent writer's may go with them)
+def cap_builds_by_budget(seam: Seam, w: Any) -> None:
+    """A window of 900 messages, some short, built with every message competing
+    (``max_history_items`` above the messages) within a small budget, its walk in pages of 64 (as
+    a window of thousands would be): the walk stops where the budget fills and finds the older
+    messages that still fit in ``:sizes``; it includes what a whole read includes (with a writer
+    adding meanwhile: within the budget, the facts read again when the window moved)."""
+    w.configure(max_tokens=10**7, max_items=1000)  # no compaction, no eviction: the build's budget decides
+    words = [seam.text(f"a longer message {n} " + "word " * 40) if n % 7 else f"ok {n}" for n in range(900)]
+    for at in range(0, 900, 300):
+        w.add_many([{"content": words[n], "role": ("user", "assistant")[n % 2]} for n in range(at, at + 300)])
+    # every message competes (a cap of 1,000 would have a caching store read every item at once)
+    opts = cs.BuildOptions(max_tokens=3000, reserve_for_response=0, max_history_items=950)
+    pages, took, listed = (facts_read.FIRST_PAGE, facts_read.EVERY_ATTRS), facts_reach.Jump.took, []
+
+    def listing(jump: Any, *args: Any) -> Any:
+        listed.append(found := took(jump, *args))
+        return found
+
+    facts_read.FIRST_PAGE, facts_read.EVERY_ATTRS, facts_reach.Jump.took = 64, 0, listing  # type: ignore[method-assign]
+    try:
+        got = w.build_messages_structured(opts)
+    finally:
+        (facts_read.FIRST_PAGE, facts_read.EVERY_ATTRS), facts_reach.Jump.took = pages, took  # type: ignore[method-assign]
+    assert got.total_tokens <= 3000 and got.excluded_item_ids
+    assert any(found is not None for found in listed)  # :sizes answered, at this boundary too
+    if not seam.writer:
+        with whole_reads():
+            same_build(got, w.build_messages_structured(opts))
+
+
 CAPABILITIES: dict[str, tuple[Callable[[Seam, Any], None], bool]] = {
     "add": (cap_add, False),
     "add_many": (cap_add_many, False),
@@ -222,6 +253,7 @@ CAPABILITIES: dict[str, tuple[Callable[[Seam, Any], None], bool]] = {
     "turns": (cap_turns, False),
     "usage": (cap_usage, False),
     "events": (cap_events, False),
+    "builds by budget": (cap_builds_by_budget, False),
     **{f"compact: {s.value}": (_compaction(s.value), True) for s in cs.CompactionStrategy},
 }
 BOUNDARIES = (

@@ -19,7 +19,7 @@ MAX_WINDOW_ID = 200
 #: Names of the per-window keys, in the order they are passed to every script as KEYS.
 KEY_NAMES = (
     "meta", "items", "order", "fifo", "pinned", "attrs", "events", "requests", "replies", "groups", "calls",
-    "archive", "vectors", "lease", "turn", "blobs",
+    "archive", "vectors", "lease", "turn", "blobs", "sizes",
 )  # fmt: skip
 
 
@@ -42,6 +42,7 @@ class WindowKeys(NamedTuple):
     lease: str
     turn: str
     blobs: str
+    sizes: str
 
 
 def is_window_id(value: str) -> bool:
@@ -68,7 +69,7 @@ def window_keys(prefix: str, window_id: str) -> WindowKeys:
 
 #: the keys of a staging that restore.lua takes after the window's, in this order (stage.lua's
 #: ``-- KEYS:`` line names the same)
-STAGED = ("meta", "items", "order", "fifo", "pinned", "attrs", "groups", "calls", "blobs")
+STAGED = ("meta", "items", "order", "fifo", "pinned", "attrs", "groups", "calls", "blobs", "sizes")
 
 
 def staged_keys(keys: WindowKeys, staging: str) -> WindowKeys:

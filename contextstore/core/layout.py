@@ -80,7 +80,8 @@ SCRIPT_CALLS = (
     "lpop K", "lpos K v", "lrange K 0 1", "lrem K 1 v", "lset K 0 v", "ltrim K 0 1", "object encoding K", "persist K",
     "pexpire K 1", "pttl K", "rename K K", "rpush K v", "sadd K v", "scard K", "set K v", "sismember K v", "smembers K",
     "smismember K v", "srem K v", "sscan K 0", "time", "type K", "unlink K", "xadd K * f v", "xrevrange K + -",
-    "zadd K 1 m", "zcard K", "zrange K 0 1", "zrangebyscore K 0 1", "zrem K m", "zrevrangebyscore K 1 0",
+    "zadd K 1 m", "zcard K", "zcount K 0 1", "zrange K 0 1", "zrangebyscore K 0 1", "zrem K m",
+    "zrevrangebyscore K 1 0",
 )  # fmt: skip
 
 
@@ -97,6 +98,29 @@ PENDING_MAX_INPUTS = 256
 PENDING_MAX_BYTES = 8 * 1024 * 1024
 #: the largest seq an item may have: the build-order score keeps it below PRIORITY_WEIGHT
 MAX_SEQ = PRIORITY_WEIGHT - 1
+
+
+#: ``:sizes`` scores: a user or assistant message's size class (``size_class``), then its seq
+SIZE_WEIGHT = PRIORITY_WEIGHT
+#: the types ``:sizes`` holds: the conversation (what a build's walk reads newest first)
+SIZED_TYPES = ("user_message", "assistant_message")
+
+
+def size_class(tokens: int) -> int:
+    """The size class of ``tokens`` stored tokens: their bit length (0 for none; class c >= 1
+    holds 2^(c-1) .. 2^c - 1). ``size_score()`` of ``lua/lib/items.lua`` is the same formula."""
+    return tokens.bit_length()
+
+
+def class_floor(size: int) -> int:
+    """The fewest stored tokens of an item of size class ``size``."""
+    return 0 if size == 0 else 1 << (size - 1)
+
+
+def size_score(tokens: int, seq: int) -> int:
+    """A message's score in ``:sizes``: its size class, then its seq (``tests/test_shared_facts.py``
+    checks the scripts write the same)."""
+    return size_class(tokens) * SIZE_WEIGHT + seq
 
 
 def order_score(rank: int, priority: int, seq: int) -> int:
@@ -180,6 +204,10 @@ class Meta:
     USAGE_RECORDS = "usage_records"
     CALIBRATION = "calibration"
     RATIOS = "ratios"
+    #: 1 once a group holds two user or assistant messages (a caller's own groups; a tool call
+    #: and its results hold one): a build's walk then counts ``max_history_items`` by reading the
+    #: conversation in pages, never from ``:sizes`` alone (``plans/facts_read.py``)
+    MESSAGE_GROUPS = "message_groups"
 
     #: what a window's ``version`` is made of (``window_version``): its lifetime (``created_us``;
     #: 0 for a window made before it was kept, until its next lifetime), the last seq handed out
@@ -218,7 +246,7 @@ _INT_RANGES = {
     Meta.MAX_TOKENS: (0, MAX_TOKENS), Meta.ITEM_LIMIT: (1, MAX_ITEM_LIMIT), Meta.MAX_ITEMS: (1, MAX_ITEM_LIMIT),
     Meta.TTL: (0, MAX_TTL_SECONDS), Meta.KEEP_RECENT: (0, MAX_ITEM_LIMIT), Meta.CLEAR_AT_LEAST: (0, MAX_TOKENS),
     Meta.EVENTS_MAXLEN: (1, MAX_EVENTS), Meta.ARCHIVE_TTL: (1, MAX_TTL_SECONDS), Meta.WARNED: (0, 1),
-    Meta.SEQ: (0, MAX_SEQ),
+    Meta.SEQ: (0, MAX_SEQ), Meta.MESSAGE_GROUPS: (0, 1),
 }  # fmt: skip
 _STRATEGIES = frozenset(s.value for s in CompactionStrategy)
 _COUNTERS = frozenset(Meta.COUNTERS)
@@ -347,8 +375,8 @@ def lua_constants() -> str:
             f"local MAX_PRIORITY, MAX_TOKENS, MAX_TTL_SECONDS, MAX_ITEM_LIMIT = "
             f"{MAX_PRIORITY}, {MAX_TOKENS}, {MAX_TTL_SECONDS}, {MAX_ITEM_LIMIT}",
             f"local RANK_WEIGHT, PRIORITY_WEIGHT, MAX_SEQ = {RANK_WEIGHT}, {PRIORITY_WEIGHT}, {MAX_SEQ}",
+            "local SIZED = {" + ", ".join(f"{t} = {SIZE_WEIGHT}" for t in SIZED_TYPES) + "}",
             f"local STREAM_MAXLEN, MAX_EVENTS = {STREAM_MAXLEN}, {MAX_EVENTS}",
-            f"local DEFAULT_WARN_PERCENT = {DEFAULT_WARN_PERCENT}",
             f"local REQUEST_LOG_MAX, REQUEST_LOG_TTL_MS, RECORD_FORMAT = "
             f"{REQUEST_LOG_MAX}, {REQUEST_LOG_TTL_MS}, {RECORD_FORMAT}",
             f"local STAGE_TTL_MS = {STAGE_TTL_MS}",
@@ -358,13 +386,13 @@ def lua_constants() -> str:
             f"local CONFIG_FLOAT = {_lua_table({f: True for f in Meta.FLOAT})}",
             f"local CONFIG_DEFAULTS = {_lua_table(Meta.DEFAULTS)}",
             f"local ARCHIVE_INDEX = '{ARCHIVE_INDEX}'",
-            f"local CLEARED_PLACEHOLDER, CLEARED_KEY = '{CLEARED_PLACEHOLDER}', '{CLEARED_KEY}'",
+            f"local CLEARED = {{placeholder = '{CLEARED_PLACEHOLDER}', key = '{CLEARED_KEY}'}}",
             f"local STORED_HEAD, MAX_TIME_US = '{STORED_HEAD}', {MAX_TIME_US}",
             f"local ITEM_ARGS = {ITEM_ARGS}",
             f"local USAGE = {{calibration_min = {CALIBRATION_MIN}, calibration_max = {CALIBRATION_MAX}, "
             f"samples = {CALIBRATION_SAMPLES}, lookback = {USAGE_LOOKBACK}, message_overhead = {MESSAGE_OVERHEAD}, "
             f"reply_priming = {REPLY_PRIMING}}}",
-            f"local PENDING_MAX_INPUTS, PENDING_MAX_BYTES = {PENDING_MAX_INPUTS}, {PENDING_MAX_BYTES}",
+            f"local PENDING = {{max_inputs = {PENDING_MAX_INPUTS}, max_bytes = {PENDING_MAX_BYTES}}}",
             "",
         ]
     )

@@ -16,7 +16,7 @@ import msgspec
 
 from ..errors import InvalidItemError
 from ..types import TYPE_RANKS, ItemType
-from . import blobs, facts, parts, stored, toolcalls
+from . import blobs, facts, parts, sizeindex, stored, toolcalls
 from .layout import ARCHIVE_INDEX, ATTRS_FIELDS, CLEARED_KEY, Meta, meta_problems
 
 _TYPES = {t.value for t in TYPE_RANKS}
@@ -362,7 +362,7 @@ def _archived_row(row: object) -> bool:
 
 def inspect_window(window_id: str, reply: Sequence[Any]) -> VerifyReport:
     """Check dump.lua's reply: {meta, npinned, items, fifo, order, pinned, attrs, scores,
-    groups, calls, vectors, turn, replies, archive, keys of another type, blob counts}."""
+    groups, calls, vectors, turn, replies, archive, keys of another type, blob counts, sizes}."""
     problems: list[str] = []
     say = problems.append
     for key in reply[14]:
@@ -390,4 +390,7 @@ def inspect_window(window_id: str, reply: Sequence[Any]) -> VerifyReport:
         say(f":vectors has vectors of ids that are not in :items: {sorted(stale)[:5]}")
     tokens = _check_counters(meta, len(raw_items), items, say)
     _check_blob_counts(raw_items, _pairs(reply[13]), _pairs(reply[15]) if len(reply) > 15 else {}, say)
+    problems += sizeindex.problems(
+        {_text(k): v for k, v in _pairs(reply[16] if len(reply) > 16 else []).items()}, items
+    )
     return VerifyReport(window_id=window_id, exists=True, items=len(raw_items), tokens=tokens, problems=problems)

@@ -62,6 +62,8 @@ _SHAPES: dict[str, Callable[[Any], Any]] = {
     "HGETALL": _pairs,
     "SMEMBERS": set,
     "HSCAN": lambda r: (int(r[0]), _pairs(r[1])),
+    "ZCOUNT": int,
+    "ZCARD": int,
 }
 
 

@@ -23,7 +23,7 @@ Either way the body runs under the exactly-once request protocol (``run_request`
 binds the call's keys and arguments and starts its state afresh; a script that takes no request
 (``REQUESTLESS``: the reads and the ``built`` event) runs under ``run_plain``, which only binds
 them. A script is sent the window keys its header's ``-- KEYS:`` line names (``key_slots``; all
-sixteen when it says "the window keys"; a blob script's, as given), and ``in_place`` (lib/calls.lua)
+seventeen when it says "the window keys"; a blob script's, as given), and ``in_place`` (lib/calls.lua)
 puts each in its place.
 """
 

@@ -32,6 +32,16 @@ def budget_of(options: BuildOptions, found: wire.ReadReply, cfg: WindowConfig, w
     return calibrated(limit - options.reserve_for_response, calibration_of(found.meta))
 
 
+def budget_in(state: WindowState, options: BuildOptions, meta: dict[str, str]) -> int | None:
+    """A build's budget in the window whose meta is ``meta`` (None: none, or options it refuses:
+    the build says so itself)."""
+    found = wire.ReadReply(meta, 0, [])
+    try:
+        return budget_of(options, found, found.config(state.config), state.window_id)
+    except InvalidOptionsError:
+        return None
+
+
 def uses_every_item(state: WindowState, options: BuildOptions, chooses: bool, found: wire.ReadReply) -> bool:
     """Whether a build with ``options`` uses every item of the window ``found``'s meta describes:
     every item competes (``select.all_compete``) and, for a build that ``chooses`` the items it

@@ -13,12 +13,23 @@ from ..core import validate, wire
 from ..core.layout import Meta, window_version
 from ..errors import InvalidOptionsError, raise_for_reply
 from ..render import markdown, prompt
-from ..render.select import RELEVANT_TYPES, all_compete, history_read, units_for
+from ..render.select import (
+    CONVERSATION_RANK,
+    RELEVANT_TYPES,
+    Unit,
+    all_compete,
+    build_key,
+    choose,
+    history_read,
+    offer_key,
+    units_for,
+)
 from ..types import BuildOptions, BuiltContext, CompactionStrategy, ContextItem
 from .base import Plan, ScriptCall, Settings, WindowState
-from .budget import budget_of
+from .budget import budget_in, budget_of
 from .build_read import Bodies, Recipe, build_read
 from .compaction import compact, has_helper
+from .facts_reach import Budgeted
 from .items import items
 from .reads import read
 from .relevance import scores
@@ -87,15 +98,38 @@ def build(settings: Settings, state: WindowState, options: object = None) -> Pla
     they fit. Deletes nothing unless ``compact=True``; appends a ``built`` event."""
     opts = prompt.validate_options(options)
     run = partial(_build, settings, state, opts, time.perf_counter())
+    rank = scored(settings, opts)
+    room, budget = partial(_room, settings, state, opts), partial(budget_in, state, opts)
     recipe = Recipe(
         opts,
         partial(_history_read, opts),
-        chooses=False,
+        chooses=not rank,  # by its budget, as its walk reads (with relevance scores: every item it may offer)
         whole=_every,  # a prompt counts its joints from each item's edges: every item whole
-        fresh=opts.compact or scored(settings, opts),
+        fresh=opts.compact or rank,
         all_compete=all_compete(opts, state.config.max_items),
+        budgeted=None if rank else Budgeted(room, 0, opts.max_history_items, budget, bodies=True),
     )
     return (yield from build_read(settings, state, recipe, run))
+
+
+def _room(
+    settings: Settings, state: WindowState, options: BuildOptions, stubs: list[ContextItem], frontier: int,
+    meta: dict[str, str],
+) -> int | None:  # fmt: skip
+    """The most tokens a conversation unit older than ``frontier`` could find free when this text
+    build offers it (``facts_reach.Room``): the budget less what the units offered before it cost
+    (``stubs`` whole: the walk reads their bodies, ``Budgeted.bodies``). None without a budget, or
+    before the budget left a unit out."""
+    budget = budget_in(state, options, meta)
+    if budget is None:
+        return None
+    costs = prompt.JointCosts(settings.joint_count, options, tight=options.exact_tokens)
+    cost: Callable[[Unit], int] = lambda u: sum(map(costs.cost, u.items))  # noqa: E731
+    choice = choose(stubs, options, budget, cost)
+    if not choice.excluded:
+        return None
+    after = sum(cost(u) for u in choice.chosen if offer_key(u, build_key) > (CONVERSATION_RANK, 0, -frontier, 0))
+    return budget - choice.used + after
 
 
 def _every(_: ContextItem) -> bool:

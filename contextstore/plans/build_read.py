@@ -16,8 +16,10 @@ from ..core.itemcache import CachedWindow, Derived, Grown, ItemCache, WholeListi
 from ..core.layout import Meta, build_inputs
 from ..errors import BudgetTooSmallError, InvalidOptionsError, NoConversationError, raise_for_reply
 from ..types import BuildOptions, ContextItem
+from . import facts_reach
 from .base import PlainRead, Plan, ScriptCall, Settings, WindowState
 from .budget import uses_every_item
+from .facts_reach import Budgeted
 from .facts_read import Facts, Settled, read_facts, recent_for
 from .reads import ATTEMPTS, STAMP, read, stamp
 
@@ -46,8 +48,10 @@ class Recipe:
     options: BuildOptions
     #: whether the facts read so far decide the build (``facts_read.read_facts``)
     settled: Settled
-    #: whether the build chooses what it takes by the budget before it reads bodies (a chat
-    #: build); a prompt build reads the bodies of everything it may offer
+    #: whether the build chooses what it takes by the budget (a chat build, from the facts; a
+    #: prompt build from the items its walk reads whole), so that it uses every item only when the
+    #: window's stored tokens are within the budget; a prompt build with relevance scores reads
+    #: every item it may offer
     chooses: bool
     #: the items the build reads whole before it chooses (every item of a prompt, the scored
     #: ones of a build with relevance scores); None: none
@@ -56,6 +60,9 @@ class Recipe:
     fresh: bool = False
     #: every item competes however many the window holds (``select.all_compete`` of its item cap)
     all_compete: bool = False
+    #: a build that chooses by its budget: its facts read stops where the budget fills
+    #: (``plans/facts_reach.py``); None: ``settled`` alone decides how far it reads
+    budgeted: Budgeted | None = None
 
     @property
     def recent(self) -> int:
@@ -80,14 +87,14 @@ def build_read(settings: Settings, state: WindowState, recipe: Recipe, run: Run[
     whole, settled = recipe.whole, recipe.settled
     cache, window = settings.item_cache, state.keys.meta
     last = cache.last_facts(window)
-    if last is not None and not recipe.fresh and not cache.moving(window) and _decides(last, settled):
+    if last is not None and not recipe.fresh and not cache.moving(window) and _decides(last, recipe):
         done = yield from _from_last(settings, state, last, whole, run)
         if done is not None:
             return done
     everything = partial(_reads_everything, cache, state, recipe)
     for _ in range(ATTEMPTS):  # a window other workers write may move between a build's round trips
         first_all = recipe.all_compete and last is None and bool(settings.item_cache_bytes)
-        got = yield from read_facts(state, settled, recipe.recent, everything, last, first_all)
+        got = yield from read_facts(state, settled, recipe.recent, everything, last, first_all, recipe.budgeted)
         if got is None:
             break
         if last is not None and stamp(last.found.meta) == stamp(got.found.meta):
@@ -135,9 +142,12 @@ def _reads_everything(
     return uses_every_item(state, recipe.options, recipe.chooses, wire.ReadReply(meta, 0, []))
 
 
-def _decides(got: Facts, settled: Settled) -> bool:
-    """Whether the facts ``got`` (read for some build) decide a build that ``settled`` judges."""
-    return got.oldest == 0 or settled(got.found.items(), got.oldest)
+def _decides(got: Facts, recipe: Recipe) -> bool:
+    """Whether the facts ``got`` (read for some build) decide a build of ``recipe``: by how far
+    back they hold the conversation (``settled``), or by its budget (``facts_reach.holds``)."""
+    if got.oldest == 0 or recipe.settled(got.found.items(), got.oldest):
+        return True
+    return facts_reach.holds(got.reach, recipe.budgeted, got.found.items(), got.found.meta)
 
 
 def _run_on(

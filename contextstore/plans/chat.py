@@ -16,23 +16,26 @@ from typing import Any, Literal
 from .. import logs
 from ..core import wire
 from ..core.itemcache import Derived, MessageUnits
-from ..core.layout import REPLY_PRIMING, window_version
+from ..core.layout import MESSAGE_OVERHEAD, REPLY_PRIMING, window_version
 from ..errors import BudgetTooSmallError, InvalidOptionsError, NoConversationError
 from ..render import messages, prompt
 from ..render.select import (
+    CONVERSATION_RANK,
     Choice,
     Unit,
     all_compete,
+    build_key,
     choose,
     history_read,
     members,
     newest_with,
+    offer_key,
     ranked_key,
     units_for,
 )
 from ..types import BuildOptions, BuiltMessages, ContextItem, WindowConfig
 from .base import Plan, Settings, WindowState
-from .budget import budget_of
+from .budget import budget_in, budget_of
 from .build import (
     built_event,
     compact_first,
@@ -43,6 +46,7 @@ from .build import (
     seq_lookup,
 )
 from .build_read import Bodies, Recipe, build_read
+from .facts_reach import Budgeted
 
 FORMATS = ("openai", "anthropic")
 #: the key of message costs among a cached window's cost memos
@@ -81,6 +85,16 @@ def build_messages(
     opts, fmt = prompt.validate_options(options), _check_format(format)
     run = partial(_build_messages, settings, state, opts, fmt)
     rank = scored(settings, opts)  # relevance scores need the texts they score
+    budgeted = (
+        None
+        if rank
+        else Budgeted(
+            partial(_room, settings, state, opts),
+            MESSAGE_OVERHEAD,
+            opts.max_history_items,
+            partial(budget_in, state, opts),
+        )
+    )
     recipe = Recipe(
         opts,
         partial(_settled, opts),
@@ -88,6 +102,7 @@ def build_messages(
         whole=is_scored if rank else None,
         fresh=opts.compact or rank,
         all_compete=all_compete(opts, state.config.max_items),
+        budgeted=budgeted,
     )
     return (yield from build_read(settings, state, recipe, run))
 
@@ -106,6 +121,32 @@ def _settled(options: BuildOptions, items: list[ContextItem], oldest: int) -> bo
     # user message may lie in what is not read yet
     question = _question(usable, memo, options)
     return question is None or question.messages > 0 or question.newest >= oldest
+
+
+def _room(
+    settings: Settings, state: WindowState, options: BuildOptions, stubs: list[ContextItem], frontier: int,
+    meta: dict[str, str],
+) -> int | None:  # fmt: skip
+    """The most tokens a conversation unit older than ``frontier`` could find free when this build
+    offers it (``facts_reach.Room``): the budget less what the units offered before it take, as
+    the build chooses from ``stubs``. None when they do not decide it: no budget, the newest user
+    message not among them, or nothing left out by the budget yet."""
+    found, budget = wire.ReadReply(meta, 0, []), budget_in(state, options, meta)
+    memo = Derived()
+    usable, _ = _message_units(stubs, memo)
+    question = _question(usable, memo, options)
+    if budget is None or question is None or question.newest < frontier:
+        return None
+    cost = _message_cost(settings, found)
+    pinned_need = REPLY_PRIMING + sum(cost(u) for u in units_for(stubs, memo).pinned)
+    try:
+        choice = _chosen(options, budget, usable, memo, None, cost, pinned_need)
+    except BudgetTooSmallError:
+        return None
+    if not choice.excluded:
+        return None
+    after = sum(cost(u) for u in choice.chosen if offer_key(u, build_key) > (CONVERSATION_RANK, 0, -frontier, 0))
+    return budget - choice.used + after
 
 
 def _build_messages(

@@ -12,16 +12,25 @@ from typing import Any
 from ..core import stored, validate, wire
 from ..core.layout import Meta, meta_text
 from ..types import BuildOptions, ContextItem
+from . import facts_reach
 from .base import PlainRead, Plan, WindowState
+from .facts_reach import Budgeted, Reach
 from .facts_walk import Facts, Walk, unconversed_reads
 from .reads import ATTEMPTS, STAMP, raw_stamp
 
 __all__ = ["Facts", "Settled", "read_facts", "recent_for"]
 
 
+#: the most ids a facts read of a window larger than ``EVERY_ATTRS`` items takes first: a build
+#: that lets more of the conversation compete reads on in pages twice as large, until its budget
+#: or its ``max_history_items`` decides; of a smaller window it reads every attrs at once
+FIRST_PAGE, EVERY_ATTRS = 512, 1024
+
+
 def recent_for(options: BuildOptions) -> int:
-    """How many of the newest ids a facts read for a build with ``options`` takes first: twice
-    the conversation it may offer, and some, so one step mostly suffices."""
+    """How far back a facts read for a build with ``options`` reaches first: twice the
+    conversation it may offer, and some, so one step mostly suffices (``FIRST_PAGE`` ids at most
+    of a larger window: ``_facts_once``)."""
     most = options.max_history_items if options.include_recent_history else 0
     return 2 * most + 16
 
@@ -44,6 +53,7 @@ def read_facts(
     uses_all: Callable[[dict[str, str], bool], bool] | None = None,
     last: Facts | None = None,
     everything_first: bool = False,
+    budgeted: Budgeted | None = None,
 ) -> Plan[Facts | None]:
     """What a build within a budget chooses by (``plans/chat.py``), in plain commands and no item
     body: the window's meta and pins, and the ``:attrs`` of the items a build can offer. A small
@@ -65,13 +75,15 @@ def read_facts(
     and body (``_everything``) instead, given the meta and whether the first one's scan brought
     every attrs (False when it scanned nothing). ``everything_first``: every item is a candidate
     whatever the window holds, and the caller keeps what it reads: the first round trip reads
-    every attrs and body. None when the window is missing or kept moving, or when an item's
-    letters are missing (stored before they were kept): the caller reads the window whole then."""
+    every attrs and body. ``budgeted``: a build that chooses by its budget, whose walk stops where
+    the budget fills (``plans/facts_reach.py``: the older messages that may still fit are read from
+    ``:sizes``, nothing else older). None when the window is missing or kept moving, or when an
+    item's letters are missing (stored before they were kept): the caller reads the window whole then."""
     for _ in range(ATTEMPTS):
         if everything_first:
             got = yield from _whole_first(state)
         else:
-            got = yield from _facts_once(state, settled, max(1, recent), uses_all, last)
+            got = yield from _facts_once(state, (settled, budgeted), max(1, recent), uses_all, last)
         if got is not _MOVED:
             return got
     return None
@@ -149,7 +161,7 @@ _MOVED = Facts(wire.ReadReply({}, 0, []), {})
 
 def _facts_once(
     state: WindowState,
-    settled: Settled,
+    settled: tuple[Settled, Budgeted | None],
     recent: int,
     uses_all: Callable[[dict[str, str], bool], bool] | None,
     last: Facts | None,
@@ -162,7 +174,7 @@ def _facts_once(
     # (``later``) scans none either: its next round trip reads them
     later = last is None and recent >= LISTPACK_ITEMS
     scan = (("HSCAN", k.attrs, 0, "COUNT", SCAN_COUNT),) if last is None and not later else ()
-    walk_reads = () if later else _walk_reads(k, recent, unconversed=last is None)
+    walk_reads = () if later else _walk_reads(k, (recent := min(recent, FIRST_PAGE)), unconversed=last is None)
     guess = _guessed(last)
     since = (("HMGET", k.attrs, *guess), ("LRANGE", k.fifo, 0, _oldest_page(last) - 1)) if last is not None else ()
     first = yield PlainRead((
@@ -176,8 +188,8 @@ def _facts_once(
     text_meta = meta_text(meta)
     if uses_all is not None and uses_all(text_meta, not int(cursor)):  # cursor 1 when nothing was scanned
         return (yield from _everything(state, meta, pinned, None if int(cursor) else scanned))
-    if later:  # the walk starts from the newest ids, or every attrs
-        every = recent >= int(text_meta.get(Meta.ITEMS) or 0)  # ... which are all of them
+    if later:  # the walk starts from the newest ids, or every attrs of a window they hold whole
+        every, recent = _first_reach(recent, text_meta, settled[1])
         reads = (("HGETALL", k.attrs),) if every else _walk_reads(k, recent)
         starts = yield from _read_on(state, meta, reads)
         if starts is None or starts is _MOVED:
@@ -186,17 +198,29 @@ def _facts_once(
             cursor, scanned, starts = 0, starts[0], []
     *listed, page = starts or ([],)
     walk = Walk(set(pinned).union(*listed), page, recent)
+    walk.with_bodies = settled[1] is not None and settled[1].bodies
     change = _since(last.found.meta, text_meta) if last is not None else None
     if last is not None and change == (0, 0):  # as last read: the same items, under the meta read now
         return _as_last(last, text_meta, len(pinned))
     if last is not None and change is not None:
         _reuse(walk, last, change, oldest, dict(zip((g.encode() for g in guess), guessed, strict=True)))
-    if last is not None and walk.last is None and not walk.whole:  # not reused: read on as deep as a
-        walk.size, walk.more = max(walk.size, deep - len(walk.recent)), True  # first read, at once,
-        walk.unlisted = True  # and list the build order as it does
+    if last is not None and walk.last is None and not walk.whole:  # not reused: read on as a first read
+        walk.size, walk.more, walk.unlisted = max(walk.size, min(deep, FIRST_PAGE) - len(walk.recent)), True, True
     if not int(cursor):  # the whole of :attrs
         walk.attrs, walk.todo, walk.whole = scanned, set(), True
     return (yield from _walked(state, walk, (meta, text_meta), pinned, settled))
+
+
+def _first_reach(recent: int, meta: dict[str, str], budgeted: Budgeted | None) -> tuple[bool, int]:
+    """After the meta of a first read reaching ``recent`` ids back, past a small window: whether
+    it reads every attrs (the window holds no more, and no more than ``EVERY_ATTRS``), else how
+    many ids its walk takes first (``FIRST_PAGE`` at most; what fills a budget, for a build that
+    chooses by its budget: ``facts_reach.first_page``)."""
+    held = int(meta.get(Meta.ITEMS) or 0)
+    page = min(recent, FIRST_PAGE)
+    return recent >= held and held <= EVERY_ATTRS, page if budgeted is None else facts_reach.first_page(
+        budgeted, meta, page
+    )
 
 
 def _walk_reads(k: Any, recent: int, unconversed: bool = True) -> tuple[tuple[Any, ...], ...]:
@@ -226,15 +250,21 @@ def _reuse(walk: Walk, last: Facts, change: tuple[int, int], oldest: list[Any], 
     if gone is not None and (walk.whole or added <= len(walk.recent)):
         walk.reuse(last, gone)
         walk.guessed(walk.recent[len(walk.recent) - added :] if added else [], guessed)
+        walk.reach = None if gone else last.reach  # a reach by the budget holds while none went
 
 
 def _walked(
-    state: WindowState, walk: Walk, metas: tuple[dict[Any, Any], dict[str, str]], pinned: set[Any], settled: Settled
+    state: WindowState,
+    walk: Walk,
+    metas: tuple[dict[Any, Any], dict[str, str]],
+    pinned: set[Any],
+    settled: tuple[Settled, Budgeted | None],
 ) -> Plan[Facts | None]:
     """The facts of ``walk``, read on until ``settled`` says they decide the build (or every item
-    is read); ``_MOVED`` when the window changed under it, None when an item is corrupt.
-    ``metas``: the window's meta as read, and as text."""
+    is read), or the budget does (``_by_budget``); ``_MOVED`` when the window changed under it,
+    None when an item is corrupt. ``metas``: the window's meta as read, and as text."""
     meta, text_meta = metas
+    decides, budgeted = settled
     while True:
         if not walk.pending():
             stubs = walk.stubs(pinned)
@@ -242,9 +272,18 @@ def _walked(
                 return None
             if walk.pending():  # bodies the stubs need: read in the next round trip
                 pass
-            elif walk.whole or settled(stubs, walk.oldest()):
+            elif walk.whole or decides(stubs, walk.oldest()):
                 found = wire.ReadReply(text_meta, len(pinned), [], stubs)
                 return Facts(found, walk.attrs, walk.items, walk.oldest(), walk.grown)
+            elif budgeted is not None and (done := _by_budget(walk, budgeted, stubs, text_meta)) is not None:
+                found = wire.ReadReply(text_meta, len(pinned), [], facts_reach.beyond(done, stubs))
+                return Facts(found, walk.attrs, walk.items, walk.oldest(), walk.grown, done)
+            elif walk.jump is not None:
+                listed = yield from _listed(state, walk, meta, stubs, text_meta)
+                if listed is True:
+                    continue
+                if listed is not False:  # moved, or could not read
+                    return listed
             else:
                 walk.more, walk.floor = True, None
         reply = yield PlainRead((("HMGET", state.keys.meta, *STAMP), *walk.commands(state.keys)))
@@ -254,6 +293,43 @@ def _walked(
             return _MOVED
         if not walk.took(reply[1:], pinned):
             return None  # an id without attrs or body: corrupt, the whole read says where
+
+
+def _by_budget(walk: Walk, budgeted: Budgeted, stubs: list[ContextItem], meta: dict[str, str]) -> Reach | None:
+    """What the walk holds of the conversation by the budget when that decides the build (a reach
+    it reused or finished); else None, with a jump started (``walk.jump``) when the budget
+    filled in what was read (``facts_reach.start``)."""
+    if facts_reach.holds(walk.reach, budgeted, stubs, meta):
+        return walk.reach
+    if walk.jump is not None:
+        return walk.jump.reach() if walk.jump.done() else None
+    if not walk.sized and not (walk.with_bodies and any((s.id or "") not in walk.items for s in stubs)):
+        walk.jump = facts_reach.start(budgeted, stubs, walk.oldest(), meta, walk.size)
+        walk.sized = walk.jump is not None
+    return None
+
+
+def _listed(
+    state: WindowState, walk: Walk, meta: dict[Any, Any], stubs: list[ContextItem], text_meta: dict[str, str]
+) -> Plan[Facts | bool | None]:
+    """One round trip of the walk's jump (``facts_reach.Jump``): the messages it lists are read
+    next (with their groups); True to go on, ``_MOVED`` when the window changed. False when the
+    walk reads its next page instead (``:sizes`` does not hold every message, or the jump would
+    list more than the page reads)."""
+    jump = walk.jump
+    assert jump is not None
+    reply = yield PlainRead((("HMGET", state.keys.meta, *STAMP), *jump.commands(state.keys.sizes)))
+    if reply is None:
+        return None
+    if tuple(reply[0]) != raw_stamp(meta):
+        return _MOVED
+    listed = jump.took(list(reply[1:]), stubs, text_meta)
+    if listed is None:  # read on in pages (and try again after the next one, unless :sizes is short)
+        walk.jump, walk.sized = None, jump.short
+        walk.more, walk.floor = True, None
+        return False
+    walk.found(listed)
+    return True
 
 
 def _as_last(last: Facts, meta: dict[str, str], pinned: int) -> Facts:

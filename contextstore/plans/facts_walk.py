@@ -11,6 +11,7 @@ from typing import Any, NamedTuple
 from ..core import facts, stored, wire
 from ..core.layout import RANK_WEIGHT, order_score
 from ..types import ContextItem, ItemType
+from .facts_reach import Jump, Reach
 
 #: ``:order`` scores below and from which items are not conversation messages (the ranks of
 #: ``user_message`` and ``assistant_message``, 5 and 6, lie between): what ``ZRANGEBYSCORE`` lists
@@ -53,6 +54,9 @@ class Facts:
     #: when these grew from the store's earlier facts: how (what a store grows its memos from,
     #: ``ItemCache.keep_facts``)
     grown: Growth | None = None
+    #: what they hold of the conversation by a build's budget, when that decided (None: ``oldest``
+    #: and ``max_history_items`` did): the builds these facts decide (``facts_reach.holds``)
+    reach: Reach | None = None
 
     def value(self, item_id: str) -> str:
         """Item ``item_id``'s ``:attrs`` value, as text (``KeyError`` when it was not read)."""
@@ -92,6 +96,14 @@ class Walk:
         #: the seq the window's conversation is read from when an earlier read's attrs are
         #: reused (``reuse``), else None (``oldest``: the first of ``recent``)
         self.floor: int | None = None
+        #: whether each item's body is read with its attrs (``facts_reach.Budgeted.bodies``)
+        self.with_bodies = False
+        #: the walk's reach by the budget: one it reused (``Facts.reach``), the jump under way, whether
+        #: one was started, and the ids a jump found, whose groups are listed (``plans/facts_reach.py``)
+        self.reach: Reach | None = None
+        self.jump: Jump | None = None
+        self.sized = False
+        self.jumped: set[Any] = set()
         #: what the last round trip asked for (``commands``)
         self.asked: list[Any] = []
         self.asked_groups: list[Any] = []
@@ -102,7 +114,7 @@ class Walk:
         needed, a page, and the listing of the build order while ``unlisted``."""
         self.asked = sorted(self.todo - self.attrs.keys())
         self.asked_groups = sorted(self.groups)
-        self.asked_bodies = sorted(self.bodies)
+        self.asked_bodies = sorted(self.bodies.union(self.asked) if self.with_bodies else self.bodies)
         self.todo, self.groups, self.bodies = set(), set(), set()
         reads: list[tuple[Any, ...]] = []
         if self.asked:
@@ -158,7 +170,7 @@ class Walk:
         if self.last is not None:
             self.added[item_id] = value
         group = value.split(b"|")[5] if value.count(b"|") >= 5 else b""
-        if group and group not in self.listed and not self.whole and self.last is None:
+        if group and group not in self.listed and not self.whole and (self.last is None or item_id in self.jumped):
             self.groups.add(group)
             self.listed.add(group)
 
@@ -169,6 +181,11 @@ class Walk:
             value = values.get(i)
             if isinstance(value, bytes):
                 self._take(i, value)
+
+    def found(self, ids: list[Any]) -> None:
+        """Read the attrs of ``ids`` (a jump's, ``plans/facts_reach.py``) next, with their groups."""
+        self.jumped.update(ids)
+        self.todo.update(ids)
 
     def pending(self) -> bool:
         """Whether ids, groups or bodies are still to read."""
@@ -221,7 +238,8 @@ class Walk:
                 item_id, value = wire.text(i), wire.text(attrs[i])
             except UnicodeDecodeError:
                 return None
-            stub = facts.stub(item_id, value, i in pinned)
+            stub = self.items.get(item_id) if self.with_bodies else None
+            stub = stub or facts.stub(item_id, value, i in pinned)
             if stub is None and facts.needs_body(value):
                 stub = self.items.get(item_id)
                 if stub is None:

@@ -113,12 +113,12 @@ VERIFY_PAGE = 1000
 #: most blobs one of verify's reads of blobs takes (their payloads may be large)
 BLOBS_PER_READ = 16
 #: where each paged key's entries go in dump.lua's whole reply (and its scores, for :attrs)
-_PARTS = {"items": 2, "fifo": 3, "order": 4, "pinned": 5, "attrs": 6}
+_PARTS = {"items": 2, "fifo": 3, "order": 4, "pinned": 5, "attrs": 6, "sizes": 16}
 
 
 def verify(state: WindowState) -> Plan[VerifyReport]:
     """Read every key of the window as the server holds it (no cache) and report each broken
-    invariant: the small keys in one call, the five that grow with the window in pages
+    invariant: the small keys in one call, the six that grow with the window in pages
     (``_paged_dump``), so no call holds the shard long; read again when the window changed
     between the calls, and after ``ATTEMPTS`` such races in one call. Each blob its items refer
     to is read from the server and checked against its sha (``_blobs_read``); the items are

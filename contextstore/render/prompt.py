@@ -133,13 +133,15 @@ class JointCosts:
         return n + self.slack
 
     def cost(self, item: ContextItem) -> int:
-        """What adding ``item`` anywhere in a prompt may cost (used to choose, before ordering)."""
+        """What adding ``item`` anywhere in a prompt may cost (used to choose, before ordering):
+        never below its stored tokens (a joint that merges tokens counts 0 here, so a build's walk
+        may pass over what cannot fit by stored tokens alone: ``plans/facts_reach.py``)."""
         n = self.memo.get(item.seq)
         if n is None:
             n = (
                 item.token_count
-                + self.joint(None, self.sep + self._pre(item), item)
-                + self.joint(item, self._post(item), None)
+                + max(0, self.joint(None, self.sep + self._pre(item), item))
+                + max(0, self.joint(item, self._post(item), None))
             )
             self.memo[item.seq] = n
         return n

@@ -104,7 +104,7 @@ def _allowed(item_type: ItemType, options: BuildOptions) -> bool:
     return True
 
 
-def _offer_key(unit: Unit, key: Key) -> tuple[float, ...]:
+def offer_key(unit: Unit, key: Key) -> tuple[float, ...]:
     """The order candidates are offered the budget: build order, the conversation newest first."""
     if unit.messages:
         return (CONVERSATION_RANK, 0, -unit.newest, 0)
@@ -113,7 +113,7 @@ def _offer_key(unit: Unit, key: Key) -> tuple[float, ...]:
 
 def offer_order(units: Iterable[Unit], key: Key = build_key) -> list[Unit]:
     """``units`` in the order they are offered the budget."""
-    return sorted(units, key=lambda u: _offer_key(u, key))
+    return sorted(units, key=lambda u: offer_key(u, key))
 
 
 class Units:
@@ -179,7 +179,7 @@ class Units:
             if unit.pinned:
                 grown.pinned.append(unit)
             else:
-                bisect.insort(grown.offers, unit, key=lambda u: _offer_key(u, build_key))
+                bisect.insort(grown.offers, unit, key=lambda u: offer_key(u, build_key))
         grown.messages = sum(u.messages for u in grown.offers)
         for known in self.costs.values():  # shared with these units: a unit's cost stays
             for unit in gone.values():

@@ -29,7 +29,7 @@ local function begin_call(keys, args)
   K_META, K_ITEMS, K_ORDER, K_FIFO, K_PINNED, K_ATTRS, K_EVENTS, K_REQUESTS, K_REPLIES =
     keys[1], keys[2], keys[3], keys[4], keys[5], keys[6], keys[7], keys[8], keys[9]
   K_GROUPS, K_CALLS, K_ARCHIVE, K_VECTORS, K_LEASE, K_TURN = keys[10], keys[11], keys[12], keys[13], keys[14], keys[15]
-  K_BLOBS = keys[16]
+  K_BLOBS, K_SIZES = keys[16], keys[17]
   REQUEST = table.remove(args, 1) or ''
   WROTE, CFG, COUNTERS_KNOWN, NOW_US = false, nil, false, nil
   RUN = {compactions = 0, freed = 0, invalidated = 0}

@@ -5,7 +5,7 @@
 -- `needs:` line (and theirs, lib/constants.lua first), then the script's body as
 -- `local function main() ... end`, then `return run_request(main)`.
 --
--- KEYS (the same sixteen for every script, all under the hash tag {<window_id>}):
+-- KEYS (the same seventeen for every script, all under the hash tag {<window_id>}):
 --   KEYS[1] meta     hash: config + counters (field names: F, generated)
 --   KEYS[2] items    hash: id -> item JSON
 --   KEYS[3] order    zset: id scored in build order (type rank, priority desc, seq asc)
@@ -26,6 +26,9 @@
 --   KEYS[15] turn    hash: the running turn's lease and the inputs enqueued for it (lib/turns.lua)
 --   KEYS[16] blobs   hash: sha -> how many of the window's items and archived rows refer to that
 --                    blob (contextstore/core/blobs.py; lib/items.lua count_blobs)
+--   KEYS[17] sizes   zset: each user and assistant message's id, scored by its size class and
+--                    seq (lib/items.lua size_score): where a build's walk finds the older
+--                    messages that may still fit its budget (contextstore/plans/facts_read.py)
 -- ARGV[1] of every script: the request, "<request id>|<fingerprint>", or "" (no request id).
 --   It is removed from ARGV before the script runs, so a script's own arguments start at ARGV[1].
 -- KEYS and ARGV are locals of the assembled script (contextstore/drivers/scripts.py): the call's own.
@@ -45,7 +48,7 @@
 -- begin_call (lib/calls.lua): a function library (Redis 7+) keeps these helpers loaded
 -- between calls, so nothing of one call may stay for the next.
 local K_META, K_ITEMS, K_ORDER, K_FIFO, K_PINNED, K_ATTRS, K_EVENTS, K_REQUESTS, K_REPLIES
-local K_GROUPS, K_CALLS, K_ARCHIVE, K_VECTORS, K_LEASE, K_TURN, K_BLOBS
+local K_GROUPS, K_CALLS, K_ARCHIVE, K_VECTORS, K_LEASE, K_TURN, K_BLOBS, K_SIZES
 local REQUEST = ''
 local WROTE = false  -- set by every write helper; a request is recorded only if it wrote
 local CFG = nil      -- the window's config once read_config ran (lib/meta.lua)
@@ -158,11 +161,11 @@ end
 
 -- The keys that hold the window's items (a new lifetime or a restore deletes them).
 local function item_keys()
-  return {K_ITEMS, K_ORDER, K_FIFO, K_PINNED, K_ATTRS, K_GROUPS, K_CALLS, K_VECTORS, K_BLOBS}
+  return {K_ITEMS, K_ORDER, K_FIFO, K_PINNED, K_ATTRS, K_GROUPS, K_CALLS, K_VECTORS, K_BLOBS, K_SIZES}
 end
 
 -- Every key of the window that a TTL re-arms (not the request log, nor the compactor's lease).
 local function all_keys()
   return {K_META, K_ITEMS, K_ORDER, K_FIFO, K_PINNED, K_ATTRS, K_EVENTS, K_GROUPS, K_CALLS, K_ARCHIVE, K_VECTORS, K_TURN,
-    K_BLOBS}
+    K_BLOBS, K_SIZES}
 end

@@ -23,6 +23,15 @@ local function priority_of(s, r)
   return MAX_PRIORITY - math.floor((tonumber(s) - r * RANK_WEIGHT) / PRIORITY_WEIGHT)
 end
 
+-- A message's :sizes score: its size class (the bit length of its tokens: frexp's exponent),
+-- then its seq (layout.size_score); nil for an item of another type, which :sizes does not hold.
+local function size_score(itype, tokens, seq)
+  local weight = SIZED[itype]
+  if not weight then return nil end
+  local _, class = math.frexp(tokens)
+  return fmt(class * weight + seq)
+end
+
 -- :attrs values: "seq|tokens|priority|type", then "|flags|group" when either is set.
 local function pack_attrs(a)
   local v = fmt(a.seq) .. '|' .. fmt(a.tokens) .. '|' .. fmt(a.priority) .. '|' .. a.type
@@ -253,11 +262,14 @@ end
 -- before the id `before`.
 local function store_items(rows, before)
   local items, attrs, order, fifo, pinned, calls, jsons, groups, members = {}, {}, {}, {}, {}, {}, {}, {}, {}
+  local sizes, joined = {}, {}  -- joined: the groups a message joins
   for _, row in ipairs(rows) do
     local it, json = row[1], row[2]
     local n = #items
     items[n + 1], items[n + 2], attrs[n + 1], attrs[n + 2] = it.id, json, it.id, pack_attrs(it)
     order[n + 1], order[n + 2] = score(it.type, it.priority, it.seq), it.id
+    local sized = size_score(it.type, it.tokens, it.seq)
+    if sized then sizes[#sizes + 1], sizes[#sizes + 2] = sized, it.id end
     fifo[#fifo + 1], jsons[#jsons + 1] = it.id, json
     if it.pinned then pinned[#pinned + 1] = it.id end
     if it.group ~= '' then
@@ -265,6 +277,7 @@ local function store_items(rows, before)
         groups[#groups + 1], members[it.group] = it.group, {redis.call('HGET', K_GROUPS, it.group) or nil}
       end
       table.insert(members[it.group], it.id)
+      if sized then joined[it.group] = true end
     end
     for _, call in ipairs(it.calls or {}) do
       calls[#calls + 1], calls[#calls + 2] = call.id, it.group .. ' ' .. call.name
@@ -274,6 +287,7 @@ local function store_items(rows, before)
   count_blobs(jsons, 1)
   batched('HSET', K_ATTRS, attrs)
   batched('ZADD', K_ORDER, order)
+  batched('ZADD', K_SIZES, sizes)
   if before then
     for _, id in ipairs(fifo) do redis.call('LINSERT', K_FIFO, 'BEFORE', before, id) end
   else
@@ -283,6 +297,15 @@ local function store_items(rows, before)
   local grouped = {}
   for _, g in ipairs(groups) do grouped[#grouped + 1], grouped[#grouped + 2] = g, table.concat(members[g], ' ') end
   batched('HSET', K_GROUPS, grouped)
+  for g in pairs(joined) do  -- a group that holds two messages (F.MESSAGE_GROUPS: plans/facts_read.py)
+    local n, ids = 0, {}
+    for id in string.gmatch(table.concat(members[g], ' '), '%S+') do ids[#ids + 1] = id end
+    for _, v in ipairs(redis.call('HMGET', K_ATTRS, unpack(ids))) do
+      local a = parse_attrs(v)
+      if a and SIZED[a.type] then n = n + 1 end
+    end
+    if n > 1 then meta_set(F.MESSAGE_GROUPS, 1) end
+  end
   batched('HSET', K_CALLS, calls)
 end
 
@@ -293,6 +316,8 @@ local function store_item(it, json, before)
   count_blobs({json}, 1)
   redis.call('HSET', K_ATTRS, it.id, pack_attrs(it))
   redis.call('ZADD', K_ORDER, score(it.type, it.priority, it.seq), it.id)
+  local sized = size_score(it.type, it.tokens, it.seq)
+  if sized then redis.call('ZADD', K_SIZES, sized, it.id) end
   if before then
     redis.call('LINSERT', K_FIFO, 'BEFORE', before, it.id)
   else
@@ -302,6 +327,10 @@ local function store_item(it, json, before)
   if it.group ~= '' then
     local v = redis.call('HGET', K_GROUPS, it.group)
     redis.call('HSET', K_GROUPS, it.group, v and (v .. ' ' .. it.id) or it.id)
+    for id in string.gmatch(sized and v or '', '%S+') do  -- a message joins a group that holds one
+      local a = parse_attrs(redis.call('HGET', K_ATTRS, id))
+      if a and SIZED[a.type] then meta_set(F.MESSAGE_GROUPS, 1) break end
+    end
   end
   for _, call in ipairs(it.calls or {}) do
     redis.call('HSET', K_CALLS, call.id, it.group .. ' ' .. call.name)
@@ -445,6 +474,7 @@ local function remove_many(ids, reason, prepared)
     redis.call('HDEL', K_ATTRS, unpack(chunk))
     redis.call('HDEL', K_VECTORS, unpack(chunk))
     redis.call('ZREM', K_ORDER, unpack(chunk))
+    redis.call('ZREM', K_SIZES, unpack(chunk))
     redis.call('SREM', K_PINNED, unpack(chunk))
     for j, id in ipairs(chunk) do
       local a = r.attrs[i + j - 1]
@@ -502,7 +532,7 @@ local function value_end(json, from)
 end
 
 -- A tool result's stored JSON (either layout; `a` its attrs) in the lean layout with its content
--- replaced by the placeholder and metadata[CLEARED_KEY] = {tokens = its tokens before,
+-- replaced by the placeholder and metadata[CLEARED.key] = {tokens = its tokens before,
 -- compaction = `compaction`: the number of the compaction that clears it}; nil if it is in no
 -- known layout. metadata is the body's last field when it is set.
 local function cleared_json(json, a, compaction)
@@ -518,7 +548,7 @@ local function cleared_json(json, a, compaction)
   if not close then return nil end
   local rest = string.sub(lean, close + 1)
   local ms, me = string.find(rest, ',"metadata":', 1, true)
-  local mark, meta = '"' .. CLEARED_KEY .. '":{"tokens":' .. fmt(a.tokens) .. ',"compaction":' .. fmt(compaction) .. '}', nil
+  local mark, meta = '"' .. CLEARED.key .. '":{"tokens":' .. fmt(a.tokens) .. ',"compaction":' .. fmt(compaction) .. '}', nil
   if not ms then
     rest, meta = string.sub(rest, 1, -2), '{' .. mark .. '}}'
   else
@@ -531,7 +561,7 @@ local function cleared_json(json, a, compaction)
       meta = '{' .. mark .. ',' .. string.sub(meta, 2)
     end
   end
-  return string.sub(lean, 1, e - 1) .. cjson.encode(CLEARED_PLACEHOLDER) .. rest .. ',"metadata":' .. meta
+  return string.sub(lean, 1, e - 1) .. cjson.encode(CLEARED.placeholder) .. rest .. ',"metadata":' .. meta
 end
 
 -- Store a cleared tool result (`json` from cleared_json, `tokens` its new count); keeps the
@@ -545,6 +575,8 @@ local function clear_content(id, json, tokens)
   new_epoch()
   a.tokens, a.flags = tokens, cleared_flags(a.flags)
   redis.call('HSET', K_ATTRS, id, pack_attrs(a))
+  local sized = size_score(a.type, tokens, a.seq)
+  if sized then redis.call('ZADD', K_SIZES, sized, id) end
   bump(F.TOKENS, -freed)
   bump(F.TOKENS_OF .. a.type, -freed)
   event('item_cleared', 'item_id', id, 'type', a.type, 'token_count', fmt(tokens),

@@ -184,7 +184,7 @@ end
 
 -- Store the call's own items (ARGV[base + 1 ...], groups of ITEM_ARGS) as pending, each in a field
 -- of its own; the QUEUED reply, or QUEUEFULL (nothing written) when they would take the queue past
--- PENDING_MAX_INPUTS inputs or PENDING_MAX_BYTES bytes.
+-- PENDING.max_inputs inputs or PENDING.max_bytes bytes.
 local function enqueue_inputs(base, n, plan)
   local count, bytes = pending_size()
   local groups, bodies, size = {}, {}, 0
@@ -196,10 +196,10 @@ local function enqueue_inputs(base, n, plan)
     end
     groups[i], bodies[i] = cjson.encode(group), group[2]
   end
-  if count + n > PENDING_MAX_INPUTS or bytes + size > PENDING_MAX_BYTES then
+  if count + n > PENDING.max_inputs or bytes + size > PENDING.max_bytes then
     local holder = plan.holder
     return fail('QUEUEFULL', holder.owner, fmt(holder.until_ms - now_ms()), fmt(count), fmt(bytes),
-      fmt(PENDING_MAX_INPUTS), fmt(PENDING_MAX_BYTES))
+      fmt(PENDING.max_inputs), fmt(PENDING.max_bytes))
   end
   local last = redis.call('HINCRBY', K_TURN, 'pending_next', n)
   local fields = {}

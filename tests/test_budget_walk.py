@@ -1,0 +1,271 @@
+"""A build whose budget, not ``max_history_items``, decides how much conversation it takes reads
+what that budget can use: its facts read walks the conversation newest first in pages until the
+budget fills, then reads from ``:sizes`` only the older messages that may still fit what is left
+(``plans/facts_reach.py``). Each build chooses exactly what a whole read chooses, on windows above
+and below a page, with ``max_history_items`` above the window and binding inside it, with a writer
+acting between the pages; ``:sizes`` stays true through every way of writing items."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+
+import contextstore as cs
+from contextstore.core import layout
+from contextstore.errors import CorruptWindowError
+from contextstore.plans import facts_reach, facts_read
+
+from support import on_cluster, same_build, whole_reads
+
+KINDS = ("openai", "anthropic", "text")
+
+
+def _call(call_id: str) -> dict[str, Any]:
+    return {"id": call_id, "type": "function", "function": {"name": "look", "arguments": "{}"}}
+
+
+def _fill(w: Any, n: int, seed: int = 7, shared_group: bool = False) -> None:
+    """A system prompt, a pinned note, documents before the conversation and a custom item after
+    it, then ``n`` turns: messages of 1-150 words (a short one every few; of one token, now and
+    then in the older half only: what the room a budget leaves may still take there), a tool call
+    and its result every fifth turn; with ``shared_group``, one group of the caller's own that
+    holds two messages."""
+    rng = random.Random(seed)
+    w.add("You are terse.", role="system")
+    w.add("remember the code word", type="working_memory", pinned=True)
+    w.add("a retrieved fact " * 20, type="retrieved_document", priority=3)
+    w.add("a custom note " * 5, type="custom")
+    batch: list[dict[str, Any]] = []
+    for t in range(n):
+        size = rng.choice([1, 2, 3, 40, 80, 150]) if t % 4 else rng.choice([60, 90])
+        tiny = t < n // 2 and t % 9 == 4  # a one-token message, only in the older half
+        batch.append({"content": "k" if tiny else f"q{t} " + "word " * size, "role": "user"})
+        if t % 5 == 2:
+            batch.append({"content": "", "role": "assistant", "metadata": {"tool_calls": [_call(f"c{t}")]}})
+            batch.append({"content": f"r{t} " + "data " * 30, "role": "tool", "metadata": {"tool_call_id": f"c{t}"}})
+        batch.append({"content": f"a{t} " + "because " * rng.choice([2, 30, 70]), "role": "assistant"})
+        if len(batch) >= 200:
+            w.add_many(batch)
+            batch = []
+    if batch:
+        w.add_many(batch)
+    if shared_group:
+        w.add_many([
+            {"content": "a pair, first", "role": "user", "group": "pair"},
+            {"content": "a pair, second", "role": "assistant", "group": "pair"},
+        ])  # fmt: skip
+
+
+def _build(w: Any, kind: str, opts: cs.BuildOptions) -> Any:
+    return w.build_structured(opts) if kind == "text" else w.build_messages_structured(opts, format=kind)
+
+
+def _whole(make_store: Any, wid: str, kind: str, opts: cs.BuildOptions) -> Any:
+    with whole_reads():
+        return _build(make_store().window(wid), kind, opts)
+
+
+@pytest.fixture
+def small_pages(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pages of 32 ids and no window read whole at once: a window of hundreds of items walks as one
+    of many thousands does."""
+    monkeypatch.setattr(facts_read, "FIRST_PAGE", 32)
+    monkeypatch.setattr(facts_read, "EVERY_ATTRS", 0)
+
+
+@pytest.fixture
+def jumps(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Any]]:
+    """What each jump of a facts read listed from ``:sizes`` (None: it found the index short)."""
+    real, listed = facts_reach.Jump.took, []
+
+    def took(self: Any, *args: Any) -> Any:
+        listed.append(found := real(self, *args))
+        return found
+
+    monkeypatch.setattr(facts_reach.Jump, "took", took)
+    yield listed
+
+
+@pytest.mark.parametrize("turns", [12, 260], ids=["within a page", "pages"])  # 260: ~600 items, no listpack
+@pytest.mark.parametrize("cap", ["above the window", "binding"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_build_kind_with_a_large_cap_chooses_what_a_whole_read_chooses(
+    make_store, small_pages, jumps, turns, cap, kind
+):
+    w = make_store().window("w", max_tokens=10**7)
+    _fill(w, turns)
+    messages = sum(1 for i in w.items() if i.type.value in layout.SIZED_TYPES)
+    most = 100_000 if cap == "above the window" else messages * 2 // 3
+    for budget in (1500, 4000):
+        opts = cs.BuildOptions(max_tokens=budget, reserve_for_response=0, max_history_items=most)
+        whole = _whole(make_store, "w", kind, opts)
+        for cache in (0, None):
+            store = make_store(**({} if cache is None else {"item_cache_bytes": cache}))
+            same_build(_build(store.window("w"), kind, opts), whole, (kind, cap, budget, cache))
+            same_build(_build(store.window("w"), kind, opts), whole, (kind, cap, budget, cache, "again"))
+    if turns > 100:  # the walk stopped where the budget filled, and found older messages that fit
+        assert any(jumps)
+
+
+def test_a_big_window_reads_a_small_part_of_its_conversation(make_store, redis_url, r, jumps):
+    """1,300 turns (~3,000 items, more than a page): a stateless chat build with every message
+    competing reads the attrs of a small part of the conversation (the tool calls and results it
+    reads whole: items that are not messages compete whatever ``max_history_items`` says)."""
+    if on_cluster(redis_url):
+        pytest.skip("counts one server's commands")
+    w = make_store(item_limit=5000).window("big", max_tokens=10**7, max_items=5000)
+    _fill(w, 1300)
+    count = w.stats().total_items
+    opts = cs.BuildOptions(max_tokens=4000, reserve_for_response=0, max_history_items=100_000)
+    r.config_resetstat()
+    got = make_store(item_cache_bytes=0).window("big").build_messages_structured(opts)
+    listed = {*got.included_item_ids, *got.excluded_item_ids, *got.omitted_item_ids}
+    messages = [i.id for i in w.items() if i.type.value in layout.SIZED_TYPES]
+    read = sum(1 for i in messages if i in listed)
+    assert any(found is not None for found in jumps) and read < len(messages) * 0.3, (read, len(messages), count)
+    same_build(got, _whole(make_store, "big", "openai", opts))
+
+
+@pytest.mark.parametrize("when", ["between pages", "between the page and the jump", "after the jump"])
+def test_a_writer_between_pages_gives_the_build_of_the_window_it_left(make_store, redis_url, small_pages, when):
+    """Another worker adds while a build walks: the facts read notices (every round trip checks
+    the meta's stamp), reads again, and the build is a whole read's of the window after the add."""
+    if on_cluster(redis_url):
+        pytest.skip("a cluster's client reads with scripts")
+    writer = make_store().window("moving", max_tokens=10**7)
+    _fill(writer, 260)
+    opts = cs.BuildOptions(max_tokens=2500, reserve_for_response=0, max_history_items=100_000)
+    trips: list[str] = []
+    real_commands, real_jump = facts_read.Walk.commands, facts_reach.Jump.commands
+    wrote: list[str] = []
+
+    def act(where: str) -> None:
+        trips.append(where)
+        first = {"between pages": ("page", 2), "between the page and the jump": ("jump", 1)}.get(when, ("page", 99))
+        if not wrote and trips.count(first[0]) == first[1]:
+            wrote.append(writer.add("a late question?", role="user").id or "")
+
+    def page(self: Any, k: Any) -> Any:
+        act("page")
+        return real_commands(self, k)
+
+    def jump(self: Any, key: str) -> Any:
+        act("jump")
+        out = real_jump(self, key)
+        if when == "after the jump" and not wrote:
+            wrote.append(writer.add("a late question?", role="user").id or "")
+        return out
+
+    facts_read.Walk.commands, facts_reach.Jump.commands = page, jump  # type: ignore[method-assign]
+    try:
+        got = make_store(item_cache_bytes=0).window("moving").build_messages_structured(opts)
+    finally:
+        facts_read.Walk.commands, facts_reach.Jump.commands = real_commands, real_jump  # type: ignore[method-assign]
+    assert wrote and "jump" in trips
+    assert wrote[0] in got.included_item_ids  # the newest user message: in every chat build
+    same_build(got, _whole(make_store, "moving", "openai", opts))
+
+
+def _sized(r: redis.Redis, prefix: str, wid: str) -> dict[str, float]:
+    return {k.decode(): s for k, s in r.zrange(f"{prefix}:{{{wid}}}:sizes", 0, -1, withscores=True)}
+
+
+def _check_sizes(w: Any, r: redis.Redis, prefix: str) -> None:
+    """``:sizes`` holds every message of ``w``, scored by its size class and seq, and nothing else."""
+    want = {
+        i.id: float(layout.size_score(i.token_count, i.seq)) for i in w.items() if i.type.value in layout.SIZED_TYPES
+    }
+    assert _sized(r, prefix, w.window_id) == want
+    assert w.verify().ok
+
+
+def test_sizes_stays_true_through_every_way_of_writing_items(make_store, redis_url, r, prefix):
+    if on_cluster(redis_url):
+        pytest.skip("reads keys with a plain client")
+    store = make_store(summarizer=cs.ExtractiveSummarizer())
+    w = store.window("s", max_tokens=10**7, max_items=400)
+    _fill(w, 60)
+    _check_sizes(w, r, prefix)
+    w.add_many([{"content": f"more {n} " + "x " * n, "role": "user"} for n in range(200)])  # evicts the oldest
+    _check_sizes(w, r, prefix)
+    w.remove(w.items(types=["user_message"])[-3].id)
+    w.pop(2)
+    _check_sizes(w, r, prefix)
+    w.compact(cs.CompactionStrategy.CLEAR_TOOL_RESULTS, target_percent=1)
+    w.compact(cs.CompactionStrategy.REMOVE_LOW_PRIORITY, target_percent=60)
+    _check_sizes(w, r, prefix)
+    w.configure(max_tokens=w.stats().current_tokens)
+    assert w.compact(cs.CompactionStrategy.SUMMARIZE, target_percent=50)
+    _check_sizes(w, r, prefix)
+    w.undo_summary(next(i.id for i in w.items() if "." in (i.id or "")))  # ctx-<seq>.<n>
+    _check_sizes(w, r, prefix)
+    rewound = w.rewind(w.items(types=["user_message"])[-10].id)
+    _check_sizes(w, r, prefix)
+    w.undo_rewind(rewound)
+    _check_sizes(w, r, prefix)
+    child = w.fork("s-child")
+    _check_sizes(child, r, prefix)
+    w.restore(child.snapshot())
+    _check_sizes(w, r, prefix)
+    w.clear()
+    assert _sized(r, prefix, "s") == {} and w.verify().ok
+
+
+def test_a_window_written_before_sizes_builds_as_a_whole_read_does(
+    make_store, redis_url, r, prefix, small_pages, jumps
+):
+    """A window whose ``:sizes`` lacks messages (written before it was kept, or an upgrade's
+    adds since) is walked in pages: its count tells."""
+    if on_cluster(redis_url):
+        pytest.skip("writes keys with a plain client")
+    w = make_store().window("old", max_tokens=10**7)
+    _fill(w, 260)
+    r.delete(f"{prefix}:{{old}}:sizes")
+    w.add("one since the upgrade", role="user")
+    opts = cs.BuildOptions(max_tokens=2000, reserve_for_response=0, max_history_items=100_000)
+    got = make_store(item_cache_bytes=0).window("old").build_messages_structured(opts)
+    same_build(got, _whole(make_store, "old", "openai", opts))
+    assert jumps == [None]  # it found the index short (and never tried again), and read on in pages
+    assert w.verify().ok  # messages it lacks are not a problem
+
+
+def test_a_corrupt_sizes_never_changes_a_build(make_store, redis_url, r, prefix, small_pages):
+    """An id in ``:sizes`` that is no item sends the build to a whole read; a key of another type
+    is ``CorruptWindowError``; a score its message's tokens do not give is named by verify."""
+    if on_cluster(redis_url):
+        pytest.skip("writes keys with a plain client")
+    w = make_store().window("bad", max_tokens=10**7)
+    _fill(w, 260)
+    key, meta = f"{prefix}:{{bad}}:sizes", f"{prefix}:{{bad}}:meta"
+    opts = cs.BuildOptions(max_tokens=2000, reserve_for_response=0, max_history_items=100_000)
+    victim = w.items(types=["user_message"])[3]
+    r.zrem(key, victim.id)
+    r.zadd(key, {"no-such-item": 1 * layout.SIZE_WEIGHT + 5})  # the count still holds
+    got = make_store(item_cache_bytes=0).window("bad").build_messages_structured(opts)
+    same_build(got, _whole(make_store, "bad", "openai", opts))
+    assert any("no-such-item" in p for p in w.verify().problems)
+    r.zrem(key, "no-such-item")
+    r.zadd(key, {victim.id: 30 * layout.SIZE_WEIGHT + victim.seq})
+    assert any(victim.id in p and ":sizes score" in p for p in w.verify().problems)
+    r.delete(key)
+    r.set(key, "not a sorted set")
+    r.hincrby(meta, "seq", 0)
+    with pytest.raises(CorruptWindowError):
+        make_store(item_cache_bytes=0).window("bad").build_messages_structured(opts)
+
+
+def test_a_group_of_two_messages_counts_the_cap_by_pages(make_store, small_pages, jumps):
+    """Where ``max_history_items`` binds and a group of the caller's holds two messages, counting
+    messages from ``:sizes`` cannot place the cap: the build walks in pages, and is exact."""
+    w = make_store().window("pairs", max_tokens=10**7)
+    _fill(w, 260, shared_group=True)
+    assert w._state.config is not None
+    messages = sum(1 for i in w.items() if i.type.value in layout.SIZED_TYPES)
+    opts = cs.BuildOptions(max_tokens=2000, reserve_for_response=0, max_history_items=messages // 2)
+    got = make_store(item_cache_bytes=0).window("pairs").build_messages_structured(opts)
+    same_build(got, _whole(make_store, "pairs", "openai", opts))
+    assert jumps == []
