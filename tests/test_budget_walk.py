@@ -269,3 +269,20 @@ def test_a_group_of_two_messages_counts_the_cap_by_pages(make_store, small_pages
     got = make_store(item_cache_bytes=0).window("pairs").build_messages_structured(opts)
     same_build(got, _whole(make_store, "pairs", "openai", opts))
     assert jumps == []
+
+
+def test_a_budget_that_takes_much_of_a_window_reads_its_attrs_at_once(make_store, redis_url, r, jumps):
+    """Where the walk's first page (what fills the budget, twice) would be half the window or
+    more, one ``HGETALL`` of ``:attrs`` costs the shard less than pages and a jump: the build reads
+    every attrs after the meta (a fleet's long sessions, a third over their budget)."""
+    if on_cluster(redis_url):
+        pytest.skip("counts one server's commands")
+    w = make_store(item_limit=5000).window("third", max_tokens=10**7, max_items=5000)
+    _fill(w, 520)  # ~1,200 items: more than a window read whole without a budget's say
+    tokens = w.stats().current_tokens
+    opts = cs.BuildOptions(max_tokens=tokens // 3, reserve_for_response=0, max_history_items=100_000)
+    r.config_resetstat()
+    got = make_store(item_cache_bytes=0).window("third").build_messages_structured(opts)
+    stats = r.info("commandstats")
+    assert stats["cmdstat_hgetall"]["calls"] == 2 and "cmdstat_lrange" not in stats and not jumps
+    same_build(got, _whole(make_store, "third", "openai", opts))

@@ -50,16 +50,16 @@ class Budgeted(NamedTuple):
     bodies: bool = False
 
 
-def first_page(budgeted: Budgeted, meta: dict[str, str], most: int) -> int:
-    """How many of the newest ids a walk of a window whose meta is ``meta`` takes first, at most
-    ``most``: twice the messages of the window's average size that fill the budget, and some (a
-    build reads little more than it returns)."""
+def first_page(budgeted: Budgeted, meta: dict[str, str]) -> int | None:
+    """How many of the newest ids a walk of a window whose meta is ``meta`` takes first: twice the
+    messages of the window's average size that fill the budget, and some (a build reads little
+    more than it returns); None without a budget."""
     budget = budgeted.budget(meta)
     items = int(meta.get(Meta.ITEMS) or 0)
     if budget is None or not items:
-        return most
+        return None
     each = int(meta.get(Meta.TOKENS) or 0) // items + budgeted.overhead
-    return max(32, min(most, 2 * (budget // max(1, each)) + 16))
+    return max(32, 2 * (budget // max(1, each)) + 16)
 
 
 class Reach(NamedTuple):

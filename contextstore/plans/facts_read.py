@@ -213,14 +213,14 @@ def _facts_once(
 
 def _first_reach(recent: int, meta: dict[str, str], budgeted: Budgeted | None) -> tuple[bool, int]:
     """After the meta of a first read reaching ``recent`` ids back, past a small window: whether
-    it reads every attrs (the window holds no more, and no more than ``EVERY_ATTRS``), else how
+    it reads every attrs (the window holds no more, and no more than ``EVERY_ATTRS`` or twice what
+    the walk would take first: one ``HGETALL`` costs the shard less than that walk), else how
     many ids its walk takes first (``FIRST_PAGE`` at most; what fills a budget, for a build that
     chooses by its budget: ``facts_reach.first_page``)."""
     held = int(meta.get(Meta.ITEMS) or 0)
-    page = min(recent, FIRST_PAGE)
-    return recent >= held and held <= EVERY_ATTRS, page if budgeted is None else facts_reach.first_page(
-        budgeted, meta, page
-    )
+    page = facts_reach.first_page(budgeted, meta) if budgeted is not None else None
+    every = recent >= held and (held <= EVERY_ATTRS or (page is not None and 2 * page >= held))
+    return every, min(recent, FIRST_PAGE, page or FIRST_PAGE)
 
 
 def _walk_reads(k: Any, recent: int, unconversed: bool = True) -> tuple[tuple[Any, ...], ...]:
