@@ -286,3 +286,18 @@ def test_a_budget_that_takes_much_of_a_window_reads_its_attrs_at_once(make_store
     stats = r.info("commandstats")
     assert stats["cmdstat_hgetall"]["calls"] == 2 and "cmdstat_lrange" not in stats and not jumps
     same_build(got, _whole(make_store, "third", "openai", opts))
+
+
+def test_a_store_builds_each_kind_from_the_facts_another_kind_read(make_store, small_pages, jumps):
+    """A caching store keeps the last facts read of a window, whichever build read them: a text
+    build from a chat build's facts (whose messages cost 4 more each, so fewer were listed), and a
+    chat build from a text build's, each choose what a whole read chooses."""
+    w = make_store().window("mixed", max_tokens=10**7, max_items=1000)
+    _fill(w, 260)
+    store = make_store()  # a cap below the window's max_items: a caching store walks (else it reads all at once)
+    for n, (kind, budget) in enumerate([("openai", 1500), ("text", 1500), ("anthropic", 4000), ("text", 900)] * 2):
+        opts = cs.BuildOptions(max_tokens=budget, reserve_for_response=0, max_history_items=990)
+        same_build(_build(store.window("mixed"), kind, opts), _whole(make_store, "mixed", kind, opts), (n, kind))
+        if n == 3:
+            w.add("one more, between builds", role="user")
+    assert any(jumps)

@@ -118,10 +118,11 @@ def _room(
 ) -> int | None:  # fmt: skip
     """The most tokens a conversation unit older than ``frontier`` could find free when this text
     build offers it (``facts_reach.Room``): the budget less what the units offered before it cost
-    (``stubs`` whole: the walk reads their bodies, ``Budgeted.bodies``). None without a budget, or
-    before the budget left a unit out."""
+    (``stubs`` whole: the walk reads their bodies, ``Budgeted.bodies``). None without a budget,
+    before the budget left a unit out, or when a stub has no body (facts a chat build read: read
+    items always carry ``added_at``, stubs do not)."""
     budget = budget_in(state, options, meta)
-    if budget is None:
+    if budget is None or any(i.added_at is None for i in stubs):  # a stub: its edges are unknown
         return None
     costs = prompt.JointCosts(settings.joint_count, options, tight=options.exact_tokens)
     cost: Callable[[Unit], int] = lambda u: sum(map(costs.cost, u.items))  # noqa: E731

@@ -65,11 +65,12 @@ def first_page(budgeted: Budgeted, meta: dict[str, str]) -> int | None:
 class Reach(NamedTuple):
     """What a facts read holds of the conversation by the budget: every unit whose newest
     member's seq is at least ``frontier``, and every message older than it and above ``floor``
-    whose size class may fit ``room``; no unit at or below ``floor`` passes ``most``
+    whose size class holds messages of up to ``tokens`` stored tokens (what the room left, less
+    the build's overhead per message, let in); no unit at or below ``floor`` passes ``most``
     (``max_history_items``; 0: none lies there)."""
 
     frontier: int
-    room: int
+    tokens: int
     floor: int
     most: int
 
@@ -80,9 +81,9 @@ class Jump:
     gives way to the walk's next page when that reads fewer), then the listing."""
 
     def __init__(self, frontier: int, room: int, overhead: int, meta: dict[str, str], most: int, page: int) -> None:
-        self.frontier, self.room, self.most, self.page = frontier, room, most, page
+        self.frontier, self.tokens, self.most, self.page = frontier, room - overhead, most, page
         #: the size classes a message may have and still fit ``room``
-        self.classes = [c for c in CLASSES if class_floor(c) + overhead <= room]
+        self.classes = [c for c in CLASSES if class_floor(c) <= self.tokens]
         binds = messages_of(meta) > most
         #: the seq the next listing starts above, and the one it goes up to (the frontier, then
         #: the floor before); the floor after it, once the count says where
@@ -148,7 +149,7 @@ class Jump:
 
     def reach(self) -> Reach:
         """What the finished jump read (``done``)."""
-        return Reach(self.frontier, self.room, self.floor, self.most)
+        return Reach(self.frontier, self.tokens, self.floor, self.most)
 
 
 def start(budgeted: Budgeted, stubs: list[ContextItem], frontier: int, meta: dict[str, str], page: int) -> Jump | None:
@@ -168,11 +169,12 @@ def start(budgeted: Budgeted, stubs: list[ContextItem], frontier: int, meta: dic
 def holds(reach: Reach | None, budgeted: Budgeted | None, stubs: list[ContextItem], meta: dict[str, str]) -> bool:
     """Whether ``reach`` (what a facts read found by a budget) decides a build that ``budgeted``
     describes, given the facts' ``stubs``: the same ``max_history_items``, and no more room where
-    the unread conversation would be offered."""
+    the unread conversation would be offered, less its overhead per message (a chat build's
+    facts may serve a text build, whose messages cost less)."""
     if reach is None or budgeted is None or budgeted.most != reach.most:
         return False
     room = budgeted.room(stubs, reach.frontier, meta)
-    return room is not None and room <= reach.room
+    return room is not None and room - budgeted.overhead <= reach.tokens
 
 
 def messages_of(meta: dict[str, str]) -> int:
