@@ -1,7 +1,7 @@
 """What a call costs the shard in CPU instructions, for two versions side by side: a count that
 does not move with the machine's load (valgrind's callgrind counts instructions, not seconds).
 
-    python benchmarks/instructions.py --baseline /path/to/an/older/checkout [--server PATH] [--adds 200]
+    python benchmarks/instructions.py --baseline /path/to/an/older/checkout [--server PATH] [--adds 200] [--long]
 
 For each version (a worker process with that version first on its path) a redis-server runs under
 callgrind; the worker fills a window (--messages chat messages), and for each phase zeroes the
@@ -13,6 +13,7 @@ counters (``callgrind_control --zero``), makes its calls and dumps the server's 
   (``item_cache_bytes=0``: every build reads the window);
 - **turn, caching workers** and **turn, stateless workers**: as many turns of a fleet
   (``benchmarks/fleet.py``'s turn: four stores take turns on 12 sessions of 20-1,000 messages,
+  1,500-3,000 with ``--long``,
   each turn builds the chat messages within the session's budget, then adds the user's message, a
   tool call and its result one turn in three, and the answer; half the sessions fit their
   budget, half are 3x over it), with the default item cache and without one.
@@ -45,6 +46,7 @@ import random, subprocess, sys
 import contextstore as cs
 
 url, pid, messages, adds = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+smallest, span = (1500, 1500) if sys.argv[5:] == ["long"] else (20, 980)  # --long: the fleet's long sessions
 rng = random.Random(7)
 words = "the of and to in a is that for it as was with be by on not he this are or his from at which".split()
 text = lambda n=90: " ".join(rng.choice(words) for _ in range(n))
@@ -76,7 +78,7 @@ for kind, cache in (("caching", {}), ("stateless", {"item_cache_bytes": 0})):
     with cs.ContextStore.from_url(url, prefix=prefix, item_limit=5000) as filler:
         for sid in range(12):
             r, msgs = random.Random(sid), []
-            while len(msgs) < 20 + sid * 980 // 11:
+            while len(msgs) < smallest + sid * span // 11:
                 msgs += turn_of(r, f"s{sid}t{len(msgs)}")
             f = filler.window(str(sid), max_tokens=200_000, max_items=2000)
             for i in range(0, len(msgs), 200):
@@ -116,7 +118,7 @@ def _count(dump: Path) -> int:
 PHASES = ("add", "stateless build", "turn, caching workers", "turn, stateless workers")
 
 
-def _instructions(path: Path, binary: str, messages: int, adds: int) -> list[int]:
+def _instructions(path: Path, binary: str, messages: int, adds: int, long: bool = False) -> list[int]:
     """The server's instructions for each of ``PHASES`` (``adds`` calls each) of version ``path``."""
     d = tempfile.mkdtemp(prefix="cs-instr-")
     port = free_port()
@@ -134,7 +136,7 @@ def _instructions(path: Path, binary: str, messages: int, adds: int) -> list[int
             time.sleep(0.1)
         env = {**os.environ, "PYTHONPATH": str(path)}
         done = subprocess.run(
-            [sys.executable, "-c", WORKER, url, str(server.pid), str(messages), str(adds)],
+            [sys.executable, "-c", WORKER, url, str(server.pid), str(messages), str(adds), *(["long"] if long else [])],
             env=env, cwd=path, capture_output=True, text=True, timeout=3600,
         )  # fmt: skip
         if done.returncode != 0 or not done.stdout.strip().startswith(str(path)):
@@ -155,10 +157,11 @@ def main() -> int:
     ap.add_argument("--server", help="the redis-server binary (default: the bundled 6.2)")
     ap.add_argument("--adds", type=int, default=200)
     ap.add_argument("--messages", type=int, default=1000)
+    ap.add_argument("--long", action="store_true", help="the fleet turns on 12 sessions of 1,500-3,000 messages")
     args = ap.parse_args()
     binary = args.server or redis_binary()
     base, this = (
-        [n / args.adds for n in _instructions(path, binary, args.messages, args.adds)]
+        [n / args.adds for n in _instructions(path, binary, args.messages, args.adds, args.long)]
         for path in (args.baseline.resolve(), HERE)
     )
     version = subprocess.run([binary, "--version"], capture_output=True, text=True).stdout.split()[2]
