@@ -14,14 +14,12 @@ from ..core.layout import Meta, window_version
 from ..errors import InvalidOptionsError, raise_for_reply
 from ..render import markdown, prompt
 from ..render.select import (
-    CONVERSATION_RANK,
     RELEVANT_TYPES,
     Unit,
     all_compete,
-    build_key,
     choose,
     history_read,
-    offer_key,
+    room_before,
     units_for,
 )
 from ..types import BuildOptions, BuiltContext, CompactionStrategy, ContextItem
@@ -127,10 +125,7 @@ def _room(
     costs = prompt.JointCosts(settings.joint_count, options, tight=options.exact_tokens)
     cost: Callable[[Unit], int] = lambda u: sum(map(costs.cost, u.items))  # noqa: E731
     choice = choose(stubs, options, budget, cost)
-    if not choice.excluded:
-        return None
-    after = sum(cost(u) for u in choice.chosen if offer_key(u, build_key) > (CONVERSATION_RANK, 0, -frontier, 0))
-    return budget - choice.used + after
+    return room_before(choice, budget, cost, frontier)
 
 
 def _every(_: ContextItem) -> bool:

@@ -20,17 +20,15 @@ from ..core.layout import MESSAGE_OVERHEAD, REPLY_PRIMING, window_version
 from ..errors import BudgetTooSmallError, InvalidOptionsError, NoConversationError
 from ..render import messages, prompt
 from ..render.select import (
-    CONVERSATION_RANK,
     Choice,
     Unit,
     all_compete,
-    build_key,
     choose,
     history_read,
     members,
     newest_with,
-    offer_key,
     ranked_key,
+    room_before,
     units_for,
 )
 from ..types import BuildOptions, BuiltMessages, ContextItem, WindowConfig
@@ -143,10 +141,7 @@ def _room(
         choice = _chosen(options, budget, usable, memo, None, cost, pinned_need)
     except BudgetTooSmallError:
         return None
-    if not choice.excluded:
-        return None
-    after = sum(cost(u) for u in choice.chosen if offer_key(u, build_key) > (CONVERSATION_RANK, 0, -frontier, 0))
-    return budget - choice.used + after
+    return room_before(choice, budget, cost, frontier)
 
 
 def _build_messages(

@@ -362,6 +362,18 @@ def choose(
     return Choice(pinned, chosen, excluded, omitted, used)
 
 
+def room_before(choice: Choice, budget: int, cost: Callable[[Unit], int], frontier: int) -> int | None:
+    """The tokens ``choice`` leaves free where a conversation unit whose newest member is older than
+    ``frontier`` would be offered: the budget less what the units offered before it take (its
+    pinned and required units, the units before the conversation, the conversation from
+    ``frontier`` on). None when the budget left nothing out: the walk reads on instead
+    (``plans/facts_reach.py``)."""
+    if not choice.excluded:
+        return None
+    after = sum(cost(u) for u in choice.chosen if offer_key(u, build_key) > (CONVERSATION_RANK, 0, -frontier, 0))
+    return budget - choice.used + after
+
+
 def newest_with(units: Units, wanted: Callable[[ContextItem], bool]) -> Unit | None:
     """The unpinned unit whose newest member is newest among those holding a ``wanted`` item.
     The conversation's units are offered newest first: past the first of them that holds one,
