@@ -104,7 +104,7 @@ StoreFactory = Callable[..., Any]
 BOTH_APIS = {
     "test_api_smoke", "test_requests", "test_cold_builds", "test_plain_reads", "test_paged_reads",
     "test_appended_reads", "test_events", "test_summaries", "test_relevance", "test_failures",
-    "test_store_lifecycle", "test_metrics_stores", "test_build_paths",
+    "test_store_lifecycle", "test_metrics_stores", "test_build_paths", "test_budget_walk",
 }  # fmt: skip
 
 

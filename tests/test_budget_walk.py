@@ -131,12 +131,13 @@ def test_a_big_window_reads_a_small_part_of_its_conversation(make_store, redis_u
 
 
 @pytest.mark.parametrize("when", ["between pages", "between the page and the jump", "after the jump"])
-def test_a_writer_between_pages_gives_the_build_of_the_window_it_left(make_store, redis_url, small_pages, when):
+def test_a_writer_between_pages_gives_the_build_of_the_window_it_left(make_store, redis_url, prefix, small_pages, when):
     """Another worker adds while a build walks: the facts read notices (every round trip checks
     the meta's stamp), reads again, and the build is a whole read's of the window after the add."""
     if on_cluster(redis_url):
         pytest.skip("a cluster's client reads with scripts")
-    writer = make_store().window("moving", max_tokens=10**7)
+    other = cs.ContextStore.from_url(redis_url, prefix=prefix)  # sync: it writes in the middle of an async build
+    writer = other.window("moving", max_tokens=10**7)
     _fill(writer, 260)
     opts = cs.BuildOptions(max_tokens=2500, reserve_for_response=0, max_history_items=100_000)
     trips: list[str] = []
@@ -168,6 +169,7 @@ def test_a_writer_between_pages_gives_the_build_of_the_window_it_left(make_store
     assert wrote and "jump" in trips
     assert wrote[0] in got.included_item_ids  # the newest user message: in every chat build
     same_build(got, _whole(make_store, "moving", "openai", opts))
+    other.close()
 
 
 def _sized(r: redis.Redis, prefix: str, wid: str) -> dict[str, float]:
