@@ -2,13 +2,15 @@
 what that budget can use: its facts read walks the conversation newest first in pages until the
 budget fills, then reads from ``:sizes`` only the older messages that may still fit what is left
 (``plans/facts_reach.py``). Each build chooses exactly what a whole read chooses, on windows above
-and below a page, with ``max_history_items`` above the window and binding inside it, with a writer
-acting between the pages; ``:sizes`` stays true through every way of writing items."""
+and below a page, with ``max_history_items`` above the window and binding inside it, with relevance
+scores ordering the documents before the conversation, with a writer acting between the pages;
+``:sizes`` stays true through every way of writing items."""
 
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
+import zlib
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -16,6 +18,7 @@ import redis
 
 import contextstore as cs
 from contextstore.core import layout
+from contextstore.core.parts import text_of
 from contextstore.errors import CorruptWindowError
 from contextstore.plans import facts_reach, facts_read
 
@@ -111,6 +114,72 @@ def test_every_build_kind_with_a_large_cap_chooses_what_a_whole_read_chooses(
         assert any(jumps)
 
 
+class _Scorer:
+    """Relevance scores that put the shortest texts first (an order unlike build order, where the
+    largest documents came first), and the number of items each call scored."""
+
+    def __init__(self) -> None:
+        self.calls: list[int] = []
+
+    def score(self, query: str | None, items: Sequence[cs.ContextItem]) -> list[float]:
+        self.calls.append(len(items))
+        return [-len(text_of(i.content)) - zlib.crc32(i.id.encode()) / 2**32 for i in items]
+
+
+def _documents(w: Any, n: int, seed: int = 3) -> None:
+    """Three documents of 400 words, then ``n`` documents and working notes of 5-40 words: in
+    build order the large ones fill most of a small budget, best first (the short ones) they
+    leave the conversation more, so the room the walk works out follows their scores."""
+    rng = random.Random(seed)
+    w.add_many([{"content": f"big{d} " + "fact " * 400, "type": "retrieved_document"} for d in range(3)])
+    w.add_many([
+        {"content": f"doc{d} " + "fact " * rng.choice([5, 20, 40]),
+         "type": "retrieved_document" if d % 3 else "working_memory"}
+        for d in range(n)
+    ])  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_build_with_a_query_stops_where_its_budget_fills(make_store, small_pages, jumps, kind):
+    """With a query and a relevance scorer the documents before the conversation go best first, so
+    the room they leave it follows their scores: the walk reads them whole, scores them, and stops
+    where the budget fills as any build does. It chooses what a whole read chooses, and the scorer
+    runs once a build."""
+    w = make_store().window("ranked", max_tokens=10**7)
+    _fill(w, 260)
+    _documents(w, 21)
+    for budget in (1050, 1300, 1350, 1600, 1900, 4000):  # where the order of the documents matters
+        opts = cs.BuildOptions(max_tokens=budget, reserve_for_response=0, max_history_items=100_000, query="facts")
+        whole = _whole(lambda **kw: make_store(relevance_scorer=_Scorer(), **kw), "ranked", kind, opts)
+        for cache in (0, None):
+            scorer = _Scorer()
+            store = make_store(relevance_scorer=scorer, **({} if cache is None else {"item_cache_bytes": cache}))
+            same_build(_build(store.window("ranked"), kind, opts), whole, (kind, budget, cache))
+            assert scorer.calls == [26], scorer.calls  # 24 documents and the two of _fill
+    assert jumps  # the walk worked out the room the scored documents leave, and the budget decided
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_facts_a_smaller_build_read_serve_a_larger_one_only_as_a_start(make_store, small_pages, kind):
+    """A caching store builds an unchanged window with a small ``max_history_items`` or budget,
+    then with a larger one: the facts the first read (as far as its cap, or its budget, reached;
+    and a build with a query's documents in their order) do not hold every message the second
+    may take, so its walk reads on from them."""
+    w = make_store().window("grows", max_tokens=10**7, max_items=1000)
+    _fill(w, 260)
+    store = make_store(relevance_scorer=_Scorer())  # a cap below max_items: a caching store walks
+    builds = [(10**6, 10), (10**6, 100), (10**6, 10), (10**6, 300), (1500, 990), (12000, 990), (1300, 990)]
+    builds += [(6000, 990), (1900, 990, "facts"), (8000, 990, "facts")]
+    for n, (budget, cap, *query) in enumerate(builds):
+        opts = cs.BuildOptions(
+            max_tokens=budget, reserve_for_response=0, max_history_items=cap, query=[*query, None][0]
+        )
+        whole = _whole(lambda **kw: make_store(relevance_scorer=_Scorer(), **kw), "grows", kind, opts)
+        same_build(_build(store.window("grows"), kind, opts), whole, (n, kind, budget, cap, query))
+        if n == 7:
+            _documents(w, 21)
+
+
 def test_a_big_window_reads_a_small_part_of_its_conversation(make_store, redis_url, r, jumps):
     """1,300 turns (~3,000 items, more than a page): a stateless chat build with every message
     competing reads the attrs of a small part of the conversation (the tool calls and results it
@@ -130,16 +199,25 @@ def test_a_big_window_reads_a_small_part_of_its_conversation(make_store, redis_u
     same_build(got, _whole(make_store, "big", "openai", opts))
 
 
+@pytest.mark.parametrize("late", ["a question", "a document"])
 @pytest.mark.parametrize("when", ["between pages", "between the page and the jump", "after the jump"])
-def test_a_writer_between_pages_gives_the_build_of_the_window_it_left(make_store, redis_url, prefix, small_pages, when):
+def test_a_writer_between_pages_gives_the_build_of_the_window_it_left(
+    make_store, redis_url, prefix, small_pages, when, late
+):
     """Another worker adds while a build walks: the facts read notices (every round trip checks
-    the meta's stamp), reads again, and the build is a whole read's of the window after the add."""
+    the meta's stamp), reads again, and the build is a whole read's of the window after the add.
+    A late document, with a build that has a query, changes the scores the walk's room came from."""
     if on_cluster(redis_url):
         pytest.skip("a cluster's client reads with scripts")
     other = cs.ContextStore.from_url(redis_url, prefix=prefix)  # sync: it writes in the middle of an async build
     writer = other.window("moving", max_tokens=10**7)
     _fill(writer, 260)
-    opts = cs.BuildOptions(max_tokens=2500, reserve_for_response=0, max_history_items=100_000)
+    query = {"a document": "facts"}.get(late)
+    opts = cs.BuildOptions(max_tokens=2500, reserve_for_response=0, max_history_items=100_000, query=query)
+    if query:
+        _documents(writer, 21)
+    # the shortest document scores best: it goes first and changes the room the others leave
+    adds = {"a question": {"role": "user"}, "a document": {"type": "retrieved_document"}}[late]
     trips: list[str] = []
     real_commands, real_jump = facts_read.Walk.commands, facts_reach.Jump.commands
     wrote: list[str] = []
@@ -148,7 +226,7 @@ def test_a_writer_between_pages_gives_the_build_of_the_window_it_left(make_store
         trips.append(where)
         first = {"between pages": ("page", 2), "between the page and the jump": ("jump", 1)}.get(when, ("page", 99))
         if not wrote and trips.count(first[0]) == first[1]:
-            wrote.append(writer.add("a late question?", role="user").id or "")
+            wrote.append(writer.add("a late question?", **adds).id or "")
 
     def page(self: Any, k: Any) -> Any:
         act("page")
@@ -158,17 +236,19 @@ def test_a_writer_between_pages_gives_the_build_of_the_window_it_left(make_store
         act("jump")
         out = real_jump(self, key)
         if when == "after the jump" and not wrote:
-            wrote.append(writer.add("a late question?", role="user").id or "")
+            wrote.append(writer.add("a late question?", **adds).id or "")
         return out
 
     facts_read.Walk.commands, facts_reach.Jump.commands = page, jump  # type: ignore[method-assign]
     try:
-        got = make_store(item_cache_bytes=0).window("moving").build_messages_structured(opts)
+        got = (
+            make_store(item_cache_bytes=0, relevance_scorer=_Scorer()).window("moving").build_messages_structured(opts)
+        )
     finally:
         facts_read.Walk.commands, facts_reach.Jump.commands = real_commands, real_jump  # type: ignore[method-assign]
     assert wrote and "jump" in trips
-    assert wrote[0] in got.included_item_ids  # the newest user message: in every chat build
-    same_build(got, _whole(make_store, "moving", "openai", opts))
+    assert wrote[0] in got.included_item_ids  # the newest user message (the best document): in every chat build
+    same_build(got, _whole(lambda **kw: make_store(relevance_scorer=_Scorer(), **kw), "moving", "openai", opts))
     other.close()
 
 

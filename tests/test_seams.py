@@ -212,33 +212,59 @@ def _compaction(strategy: str) -> Callable[[Seam, Any], None]:
 
 #: name -> (body, whether it removes items by design: a concurrent writer's may go with them)
 def cap_builds_by_budget(seam: Seam, w: Any) -> None:
-    """A window of 900 messages, some short, built with every message competing
-    (``max_history_items`` above the messages) within a small budget, its walk in pages of 64 (as
-    a window of thousands would be): the walk stops where the budget fills and finds the older
-    messages that still fit in ``:sizes``; it includes what a whole read includes (with a writer
-    adding meanwhile: within the budget, the facts read again when the window moved)."""
+    """A window of 900 messages, some short, and retrieved documents, built with every message
+    competing (``max_history_items`` above the messages) within a small budget, with and without a
+    query (the documents then go best first, and the room they leave follows their scores), its
+    walk in pages of 64 (as a window of thousands would be): the walk stops where the budget fills
+    and finds the older messages that still fit in ``:sizes``; it includes what a whole read
+    includes (with a writer adding meanwhile: within the budget, the facts read again when the
+    window moved)."""
     w.configure(max_tokens=10**7, max_items=1000)  # no compaction, no eviction: the build's budget decides
+    w.add_many([
+        {"content": seam.text(f"doc {d} " + "word " * (8 * d) + "fact " * (40 - 8 * d)), "type": "retrieved_document"}
+        for d in range(6)
+    ])  # fmt: skip
     words = [seam.text(f"a longer message {n} " + "word " * 40) if n % 7 else f"ok {n}" for n in range(900)]
     for at in range(0, 900, 300):
         w.add_many([{"content": words[n], "role": ("user", "assistant")[n % 2]} for n in range(at, at + 300)])
-    # every message competes (a cap of 1,000 would have a caching store read every item at once)
-    opts = cs.BuildOptions(max_tokens=3000, reserve_for_response=0, max_history_items=950)
-    pages, took, listed = (facts_read.FIRST_PAGE, facts_read.EVERY_ATTRS), facts_reach.Jump.took, []
+    for query in (None, "word"):
+        # every message competes (a cap of 1,000 would have a caching store read every item at once)
+        opts = cs.BuildOptions(max_tokens=3000, reserve_for_response=0, max_history_items=950, query=query)
+        got, listed = _walked_in_pages(w, opts)
+        assert got.total_tokens <= 3000 and got.excluded_item_ids
+        # :sizes answered, at this boundary too (a caching store's second build: or the reach its
+        # first one found by the budget held for it)
+        assert any(found is not None for found in listed), (query, listed)
+        if not seam.writer:
+            with whole_reads():
+                same_build(got, w.build_messages_structured(opts))
+
+
+def _walked_in_pages(w: Any, opts: cs.BuildOptions) -> tuple[Any, list[Any]]:
+    """``w``'s chat build with ``opts``, its walk in pages of 64, and what each of its jumps listed
+    (``"held"`` where a reach an earlier build found held for it)."""
+    pages, took, holds, listed = (
+        (facts_read.FIRST_PAGE, facts_read.EVERY_ATTRS),
+        facts_reach.Jump.took,
+        facts_reach.holds,
+        [],
+    )
 
     def listing(jump: Any, *args: Any) -> Any:
         listed.append(found := took(jump, *args))
         return found
 
-    facts_read.FIRST_PAGE, facts_read.EVERY_ATTRS, facts_reach.Jump.took = 64, 0, listing  # type: ignore[method-assign]
+    def held(*args: Any) -> bool:
+        if found := holds(*args):
+            listed.append("held")
+        return found
+
+    facts_read.FIRST_PAGE, facts_read.EVERY_ATTRS = 64, 0
+    facts_reach.Jump.took, facts_reach.holds = listing, held  # type: ignore[method-assign]
     try:
-        got = w.build_messages_structured(opts)
+        return w.build_messages_structured(opts), listed
     finally:
-        (facts_read.FIRST_PAGE, facts_read.EVERY_ATTRS), facts_reach.Jump.took = pages, took  # type: ignore[method-assign]
-    assert got.total_tokens <= 3000 and got.excluded_item_ids
-    assert any(found is not None for found in listed)  # :sizes answered, at this boundary too
-    if not seam.writer:
-        with whole_reads():
-            same_build(got, w.build_messages_structured(opts))
+        (facts_read.FIRST_PAGE, facts_read.EVERY_ATTRS), facts_reach.Jump.took, facts_reach.holds = pages, took, holds  # type: ignore[method-assign]
 
 
 CAPABILITIES: dict[str, tuple[Callable[[Seam, Any], None], bool]] = {

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import TypeVar
 
@@ -13,15 +13,7 @@ from ..core import validate, wire
 from ..core.layout import Meta, window_version
 from ..errors import InvalidOptionsError, raise_for_reply
 from ..render import markdown, prompt
-from ..render.select import (
-    RELEVANT_TYPES,
-    Unit,
-    all_compete,
-    choose,
-    history_read,
-    room_before,
-    units_for,
-)
+from ..render.select import Unit, all_compete, choose, history_read, ranked_key, room_before, units_for
 from ..types import BuildOptions, BuiltContext, CompactionStrategy, ContextItem
 from .base import Plan, ScriptCall, Settings, WindowState
 from .budget import budget_in, budget_of
@@ -30,7 +22,7 @@ from .compaction import compact, has_helper
 from .facts_reach import Budgeted
 from .items import items
 from .reads import read
-from .relevance import scores
+from .relevance import BuildScores
 
 log = logging.getLogger("contextstore")
 T = TypeVar("T")
@@ -61,29 +53,6 @@ def compact_first(
     return freed, again.items()
 
 
-def scored(settings: Settings, options: BuildOptions) -> bool:
-    """Whether a build with ``options`` orders the retrieved documents and working memory by
-    relevance scores (``relevance_of``), which need their texts."""
-    return bool(options.query) and settings.relevance_scorer is not None and options.include_relevant_memory
-
-
-def is_scored(item: ContextItem) -> bool:
-    """Whether a build with relevance scores (``scored``) scores ``item``."""
-    return item.type in RELEVANT_TYPES
-
-
-def relevance_of(
-    settings: Settings, state: WindowState, options: BuildOptions, window_items: list[ContextItem]
-) -> Plan[dict[str, float] | None]:
-    """With a query and a relevance scorer: the scores of the retrieved documents and working
-    memory (item id -> score); else None (build order by priority alone)."""
-    if not scored(settings, options):
-        return None
-    relevant = [i for i in window_items if is_scored(i)]
-    got = yield from scores(settings, state, options.query, relevant)
-    return {i.id or "": s for i, s in zip(relevant, got, strict=True)}
-
-
 def built_event(state: WindowState, fields: dict[str, str], held: dict[str, str] | None) -> Plan[bool]:
     """Append the ``built`` event (no request id: a retry may log a second one, which is
     harmless); False when the window no longer holds ``held`` (nothing written)."""
@@ -95,36 +64,39 @@ def build(settings: Settings, state: WindowState, options: object = None) -> Pla
     """The prompt within the budget: pinned items first, then candidates in build order while
     they fit. Deletes nothing unless ``compact=True``; appends a ``built`` event."""
     opts = prompt.validate_options(options)
-    run = partial(_build, settings, state, opts, time.perf_counter())
-    rank = scored(settings, opts)
-    room, budget = partial(_room, settings, state, opts), partial(budget_in, state, opts)
+    ranks = BuildScores.for_build(settings, state, opts)
+    run = partial(_build, settings, state, opts, time.perf_counter(), ranks)
+    room, budget = partial(_room, settings, state, opts, ranks), partial(budget_in, state, opts)
     recipe = Recipe(
         opts,
         partial(_history_read, opts),
-        chooses=not rank,  # by its budget, as its walk reads (with relevance scores: every item it may offer)
+        chooses=True,  # by its budget, as its walk reads
         whole=_every,  # a prompt counts its joints from each item's edges: every item whole
-        fresh=opts.compact or rank,
+        fresh=opts.compact or ranks is not None,
         all_compete=all_compete(opts, state.config.max_items),
-        budgeted=None if rank else Budgeted(room, 0, opts.max_history_items, budget, bodies=True),
+        budgeted=Budgeted(room, 0, opts.max_history_items, budget, bodies=True, scores=ranks),
     )
     return (yield from build_read(settings, state, recipe, run))
 
 
 def _room(
-    settings: Settings, state: WindowState, options: BuildOptions, stubs: list[ContextItem], frontier: int,
-    meta: dict[str, str],
+    settings: Settings, state: WindowState, options: BuildOptions, ranks: BuildScores | None,
+    stubs: list[ContextItem], frontier: int, meta: dict[str, str], relevance: Mapping[str, float] | None,
 ) -> int | None:  # fmt: skip
     """The most tokens a conversation unit older than ``frontier`` could find free when this text
     build offers it (``facts_reach.Room``): the budget less what the units offered before it cost
-    (``stubs`` whole: the walk reads their bodies, ``Budgeted.bodies``). None without a budget,
-    before the budget left a unit out, or when a stub has no body (facts a chat build read: read
-    items always carry ``added_at``, stubs do not)."""
+    (``stubs`` whole: the walk reads their bodies, ``Budgeted.bodies``), offered in the order their
+    ``relevance`` scores give (``ranks``: a build with a query). None without a budget, without the
+    scores a build with a query orders by, before the budget left a unit out, or when a stub has
+    no body (facts a chat build read: read items always carry ``added_at``, stubs do not)."""
     budget = budget_in(state, options, meta)
     if budget is None or any(i.added_at is None for i in stubs):  # a stub: its edges are unknown
         return None
+    if ranks is not None and relevance is None:
+        return None
     costs = prompt.JointCosts(settings.joint_count, options, tight=options.exact_tokens)
     cost: Callable[[Unit], int] = lambda u: sum(map(costs.cost, u.items))  # noqa: E731
-    choice = choose(stubs, options, budget, cost)
+    choice = choose(stubs, options, budget, cost, key=ranked_key(relevance))
     return room_before(choice, budget, cost, frontier)
 
 
@@ -143,12 +115,14 @@ def _build(
     state: WindowState,
     opts: BuildOptions,
     started: float,
+    ranks: BuildScores | None,
     found: wire.ReadReply,
     held: dict[str, str] | None,
     _bodies: Bodies | None = None,
 ) -> Plan[BuiltContext | None]:
-    """``build`` from ``found`` (its items whole: ``build_read`` read them); None when ``held``
-    no longer holds (nothing written)."""
+    """``build`` from ``found`` (its items whole: ``build_read`` read them), its scored items
+    ordered by ``ranks`` (a build with a query); None when ``held`` no longer holds (nothing
+    written)."""
     cfg = found.config(state.config)
     budget = budget_of(opts, found, cfg, state.window_id)
     decoded = found.items()
@@ -156,7 +130,7 @@ def _build(
     prompt.check_pinned(decoded, opts, budget, settings.joint_count, memo)
     freed, window_items = yield from compact_first(settings, state, found, decoded, budget, opts)
     held = None if freed else held  # built on the read after the compaction
-    relevance = yield from relevance_of(settings, state, opts, window_items)
+    relevance = (yield from ranks.of(window_items)) if ranks is not None else None
     memos = found.cached.costs if found.cached is not None and not freed else None
     built = prompt.build(window_items, opts, budget, settings.counter, settings.joint_count, relevance, memos, memo)
     ms = (time.perf_counter() - started) * 1000

@@ -16,11 +16,10 @@ from ..core.itemcache import CachedWindow, Derived, Grown, ItemCache, WholeListi
 from ..core.layout import Meta, build_inputs
 from ..errors import BudgetTooSmallError, InvalidOptionsError, NoConversationError, raise_for_reply
 from ..types import BuildOptions, ContextItem
-from . import facts_reach
 from .base import PlainRead, Plan, ScriptCall, Settings, WindowState
 from .budget import uses_every_item
 from .facts_reach import Budgeted
-from .facts_read import Facts, Settled, read_facts, recent_for
+from .facts_read import Facts, Settled, decides, read_facts, recent_for
 from .reads import ATTEMPTS, STAMP, read, stamp
 
 __all__ = ["Bodies", "Facts", "Recipe", "build_read", "read_bodies", "read_facts", "read_whole", "recent_for"]
@@ -87,7 +86,7 @@ def build_read(settings: Settings, state: WindowState, recipe: Recipe, run: Run[
     whole, settled = recipe.whole, recipe.settled
     cache, window = settings.item_cache, state.keys.meta
     last = cache.last_facts(window)
-    if last is not None and not recipe.fresh and not cache.moving(window) and _decides(last, recipe):
+    if last is not None and not recipe.fresh and not cache.moving(window) and decides(last, settled, recipe.budgeted):
         done = yield from _from_last(settings, state, last, whole, run)
         if done is not None:
             return done
@@ -140,14 +139,6 @@ def _reads_everything(
     if 2 * held >= int(meta.get(Meta.ITEMS) or 0):
         return False
     return uses_every_item(state, recipe.options, recipe.chooses, wire.ReadReply(meta, 0, []))
-
-
-def _decides(got: Facts, recipe: Recipe) -> bool:
-    """Whether the facts ``got`` (read for some build) decide a build of ``recipe``: by how far
-    back they hold the conversation (``settled``), or by its budget (``facts_reach.holds``)."""
-    if got.oldest == 0 or recipe.settled(got.found.items(), got.oldest):
-        return True
-    return facts_reach.holds(got.reach, recipe.budgeted, got.found.items(), got.found.meta)
 
 
 def _run_on(

@@ -9,7 +9,7 @@ item cache lacks (``build_read.build_read``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any, Literal
 
@@ -34,17 +34,10 @@ from ..render.select import (
 from ..types import BuildOptions, BuiltMessages, ContextItem, WindowConfig
 from .base import Plan, Settings, WindowState
 from .budget import budget_in, budget_of
-from .build import (
-    built_event,
-    compact_first,
-    dropped_newest,
-    is_scored,
-    relevance_of,
-    scored,
-    seq_lookup,
-)
+from .build import built_event, compact_first, dropped_newest, seq_lookup
 from .build_read import Bodies, Recipe, build_read
 from .facts_reach import Budgeted
+from .relevance import BuildScores
 
 FORMATS = ("openai", "anthropic")
 #: the key of message costs among a cached window's cost memos
@@ -81,26 +74,17 @@ def build_messages(
     """Chat messages within the budget (content plus a per-message overhead): whole units,
     pinned first; every tool result right after its call. Appends a ``built`` event."""
     opts, fmt = prompt.validate_options(options), _check_format(format)
-    run = partial(_build_messages, settings, state, opts, fmt)
-    rank = scored(settings, opts)  # relevance scores need the texts they score
-    budgeted = (
-        None
-        if rank
-        else Budgeted(
-            partial(_room, settings, state, opts),
-            MESSAGE_OVERHEAD,
-            opts.max_history_items,
-            partial(budget_in, state, opts),
-        )
-    )
+    ranks = BuildScores.for_build(settings, state, opts)  # relevance scores need the texts they score
+    run = partial(_build_messages, settings, state, opts, fmt, ranks)
+    room, budget = partial(_room, settings, state, opts, ranks), partial(budget_in, state, opts)
     recipe = Recipe(
         opts,
         partial(_settled, opts),
         chooses=True,
-        whole=is_scored if rank else None,
-        fresh=opts.compact or rank,
+        whole=BuildScores.wanted if ranks is not None else None,
+        fresh=opts.compact or ranks is not None,
         all_compete=all_compete(opts, state.config.max_items),
-        budgeted=budgeted,
+        budgeted=Budgeted(room, MESSAGE_OVERHEAD, opts.max_history_items, budget, scores=ranks),
     )
     return (yield from build_read(settings, state, recipe, run))
 
@@ -122,23 +106,25 @@ def _settled(options: BuildOptions, items: list[ContextItem], oldest: int) -> bo
 
 
 def _room(
-    settings: Settings, state: WindowState, options: BuildOptions, stubs: list[ContextItem], frontier: int,
-    meta: dict[str, str],
+    settings: Settings, state: WindowState, options: BuildOptions, ranks: BuildScores | None,
+    stubs: list[ContextItem], frontier: int, meta: dict[str, str], relevance: Mapping[str, float] | None,
 ) -> int | None:  # fmt: skip
     """The most tokens a conversation unit older than ``frontier`` could find free when this build
     offers it (``facts_reach.Room``): the budget less what the units offered before it take, as
-    the build chooses from ``stubs``. None when they do not decide it: no budget, the newest user
-    message not among them, or nothing left out by the budget yet."""
+    the build chooses from ``stubs`` (its scored items in the order their ``relevance`` gives:
+    ``ranks``, a build with a query). None when they do not decide it: no budget, no scores for a
+    build with a query, the newest user message not among them, or nothing left out by the
+    budget yet."""
     found, budget = wire.ReadReply(meta, 0, []), budget_in(state, options, meta)
     memo = Derived()
     usable, _ = _message_units(stubs, memo)
     question = _question(usable, memo, options)
-    if budget is None or question is None or question.newest < frontier:
+    if budget is None or question is None or question.newest < frontier or (ranks is not None and relevance is None):
         return None
     cost = _message_cost(settings, found)
     pinned_need = REPLY_PRIMING + sum(cost(u) for u in units_for(stubs, memo).pinned)
     try:
-        choice = _chosen(options, budget, usable, memo, None, cost, pinned_need)
+        choice = _chosen(options, budget, usable, memo, relevance, cost, pinned_need)
     except BudgetTooSmallError:
         return None
     return room_before(choice, budget, cost, frontier)
@@ -149,6 +135,7 @@ def _build_messages(
     state: WindowState,
     opts: BuildOptions,
     fmt: Literal["openai", "anthropic"],
+    ranks: BuildScores | None,
     found: wire.ReadReply,
     held: dict[str, str] | None,
     bodies: Bodies | None = None,
@@ -166,7 +153,7 @@ def _build_messages(
     if freed:  # built on the read after the compaction, whole
         held, bodies = None, None
     usable, incomplete = _message_units(window_items, derived)
-    relevance = yield from relevance_of(settings, state, opts, usable)
+    relevance = (yield from ranks.of(window_items)) if ranks is not None else None
     choice = _chosen(opts, budget, usable, derived, relevance, cost, pinned_need)
     ordered, roles = messages.arrange(members(choice.pinned + choice.chosen), opts.order, relevance)
     omitted = sorted(choice.omitted + incomplete, key=seq_lookup(window_items)) if choice.omitted or incomplete else []
@@ -230,7 +217,7 @@ def _chosen(
     budget: int | None,
     usable: list[ContextItem],
     derived: Derived,
-    relevance: dict[str, float] | None,
+    relevance: Mapping[str, float] | None,
     cost: Callable[[Unit], int],
     pinned_need: int,
 ) -> Choice:

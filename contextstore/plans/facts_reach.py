@@ -8,7 +8,9 @@ messages only (the walk reads every other item, and the groups of what it reads)
 least its newest message's stored tokens plus the build's overhead per message. So where the
 unread conversation would be offered with ``room`` tokens left, only messages of a size class
 (``layout.size_class``) whose floor plus that overhead is at most ``room`` may be taken; the room
-there depends only on what is offered before it, all read. ``:sizes`` lists each such class's
+there depends only on what is offered before it, all read (and, in a build with a query, on
+the relevance scores of its retrieved documents and working memory: the walk reads those whole
+and scores them first, ``Budgeted.scores``). ``:sizes`` lists each such class's
 messages by seq (one ``ZRANGEBYSCORE`` each), and every other unread message is excluded as a
 whole read would exclude it. Where ``max_history_items`` may bind (the window holds more messages
 than it lets in), only messages it surely lets in are listed: those whose seq is above a floor
@@ -18,19 +20,24 @@ every conversation unit to hold one message (``Meta.MESSAGE_GROUPS`` unset). San
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, NamedTuple
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..core.layout import MAX_SEQ, MAX_TOKENS, SIZE_WEIGHT, SIZED_TYPES, Meta, class_floor, size_class
 from ..render.select import units_of
 from ..types import ContextItem
 
-#: ``room(stubs, frontier, meta)``: the most tokens a conversation unit whose newest member is
-#: older than ``frontier`` could find free when the build offers it, given the ``stubs`` read (every
-#: unit whose newest member's seq is at least ``frontier`` among them) and the window's ``meta``;
-#: None when they do not decide it (no budget, the newest user message not read, or the budget
-#: has not left a read unit out yet: reading on is cheaper than listing by size)
-Room = Callable[[list[ContextItem], int, dict[str, str]], "int | None"]
+if TYPE_CHECKING:
+    from .relevance import BuildScores
+
+#: ``room(stubs, frontier, meta, relevance)``: the most tokens a conversation unit whose newest
+#: member is older than ``frontier`` could find free when the build offers it, given the ``stubs``
+#: read (every unit whose newest member's seq is at least ``frontier`` among them), the window's
+#: ``meta`` and the relevance scores of the scored items among the stubs (a build with a query;
+#: else None); None when they do not decide it (no budget, no scores for a build with a query,
+#: the newest user message not read, or the budget has not left a read unit out yet: reading on
+#: is cheaper than listing by size)
+Room = Callable[[list[ContextItem], int, dict[str, str], "Mapping[str, float] | None"], "int | None"]
 #: the size classes a message may have
 CLASSES = range(size_class(MAX_TOKENS) + 1)
 
@@ -48,6 +55,9 @@ class Budgeted(NamedTuple):
     #: whether the walk reads each item's body with its attrs (a text build: its costs need the
     #: items' edges, and it reads every body it may offer anyway)
     bodies: bool = False
+    #: a build with a query: the relevance scores its room needs (of the items ``scores.wanted``
+    #: picks, read whole first); None: none
+    scores: BuildScores | None = None
 
 
 def first_page(budgeted: Budgeted, meta: dict[str, str]) -> int | None:
@@ -152,13 +162,17 @@ class Jump:
         return Reach(self.frontier, self.tokens, self.floor, self.most)
 
 
-def start(budgeted: Budgeted, stubs: list[ContextItem], frontier: int, meta: dict[str, str], page: int) -> Jump | None:
+def start(
+    budgeted: Budgeted, stubs: list[ContextItem], frontier: int, meta: dict[str, str], page: int,
+    relevance: Mapping[str, float] | None = None,
+) -> Jump | None:  # fmt: skip
     """A jump from the conversation read down to ``frontier``, when the budget decides what is
-    older; None when it does not (``Room``), or ``max_history_items`` may bind where a group
-    holds two messages (the count needs the conversation read in pages)."""
+    older (given the scored stubs' ``relevance``); None when it does not (``Room``), or
+    ``max_history_items`` may bind where a group holds two messages (the count needs the
+    conversation read in pages)."""
     if frontier <= 1:
         return None
-    room = budgeted.room(stubs, frontier, meta)
+    room = budgeted.room(stubs, frontier, meta, relevance)
     if room is None:
         return None
     if messages_of(meta) > budgeted.most and meta.get(Meta.MESSAGE_GROUPS) == "1":
@@ -166,14 +180,17 @@ def start(budgeted: Budgeted, stubs: list[ContextItem], frontier: int, meta: dic
     return Jump(frontier, room, budgeted.overhead, meta, budgeted.most, page)
 
 
-def holds(reach: Reach | None, budgeted: Budgeted | None, stubs: list[ContextItem], meta: dict[str, str]) -> bool:
+def holds(
+    reach: Reach | None, budgeted: Budgeted | None, stubs: list[ContextItem], meta: dict[str, str],
+    relevance: Mapping[str, float] | None = None,
+) -> bool:  # fmt: skip
     """Whether ``reach`` (what a facts read found by a budget) decides a build that ``budgeted``
-    describes, given the facts' ``stubs``: the same ``max_history_items``, and no more room where
-    the unread conversation would be offered, less its overhead per message (a chat build's
-    facts may serve a text build, whose messages cost less)."""
+    describes, given the facts' ``stubs`` (and the scored ones' ``relevance``): the same
+    ``max_history_items``, and no more room where the unread conversation would be offered, less
+    its overhead per message (a chat build's facts may serve a text build, whose messages cost less)."""
     if reach is None or budgeted is None or budgeted.most != reach.most:
         return False
-    room = budgeted.room(stubs, reach.frontier, meta)
+    room = budgeted.room(stubs, reach.frontier, meta, relevance)
     return room is not None and room - budgeted.overhead <= reach.tokens
 
 

@@ -18,7 +18,7 @@ from .facts_reach import Budgeted, Reach
 from .facts_walk import Facts, Walk, unconversed_reads
 from .reads import ATTEMPTS, STAMP, raw_stamp
 
-__all__ = ["Facts", "Settled", "read_facts", "recent_for"]
+__all__ = ["Facts", "Settled", "decides", "read_facts", "recent_for"]
 
 
 #: the most ids a facts read of a window larger than ``EVERY_ATTRS`` items takes first: a build
@@ -200,7 +200,7 @@ def _facts_once(
     walk = Walk(set(pinned).union(*listed), page, recent)
     walk.with_bodies = settled[1] is not None and settled[1].bodies
     change = _since(last.found.meta, text_meta) if last is not None else None
-    if last is not None and change == (0, 0):  # as last read: the same items, under the meta read now
+    if last is not None and change == (0, 0) and decides(last, *settled):  # as last read: the same items
         return _as_last(last, text_meta, len(pinned))
     if last is not None and change is not None:
         _reuse(walk, last, change, oldest, dict(zip((g.encode() for g in guess), guessed, strict=True)))
@@ -209,6 +209,15 @@ def _facts_once(
     if not int(cursor):  # the whole of :attrs
         walk.attrs, walk.todo, walk.whole = scanned, set(), True
     return (yield from _walked(state, walk, (meta, text_meta), pinned, settled))
+
+
+def decides(got: Facts, settled: Settled, budgeted: Budgeted | None) -> bool:
+    """Whether the facts ``got`` (read for some build) decide a build: by how far back they hold
+    the conversation (``settled``), or by its budget (``facts_reach.holds``; not a build with a
+    query, whose room needs scores worked out on a read)."""
+    if got.oldest == 0 or settled(got.found.items(), got.oldest):
+        return True
+    return facts_reach.holds(got.reach, budgeted, got.found.items(), got.found.meta)
 
 
 def _first_reach(recent: int, meta: dict[str, str], budgeted: Budgeted | None) -> tuple[bool, int]:
@@ -275,9 +284,11 @@ def _walked(
             elif walk.whole or decides(stubs, walk.oldest()):
                 found = wire.ReadReply(text_meta, len(pinned), [], stubs)
                 return Facts(found, walk.attrs, walk.items, walk.oldest(), walk.grown)
-            elif budgeted is not None and (done := _by_budget(walk, budgeted, stubs, text_meta)) is not None:
-                found = wire.ReadReply(text_meta, len(pinned), [], facts_reach.beyond(done, stubs))
-                return Facts(found, walk.attrs, walk.items, walk.oldest(), walk.grown, done)
+            elif budgeted is not None and (reach := (yield from _by_budget(walk, budgeted, stubs, text_meta))):
+                found = wire.ReadReply(text_meta, len(pinned), [], facts_reach.beyond(reach, stubs))
+                return Facts(found, walk.attrs, walk.items, walk.oldest(), walk.grown, reach)
+            elif walk.pending():  # the bodies of the items a build with a query scores (``_by_budget``)
+                pass
             elif walk.jump is not None:
                 listed = yield from _listed(state, walk, meta, stubs, text_meta)
                 if listed is True:
@@ -295,16 +306,24 @@ def _walked(
             return None  # an id without attrs or body: corrupt, the whole read says where
 
 
-def _by_budget(walk: Walk, budgeted: Budgeted, stubs: list[ContextItem], meta: dict[str, str]) -> Reach | None:
+def _by_budget(walk: Walk, budgeted: Budgeted, stubs: list[ContextItem], meta: dict[str, str]) -> Plan[Reach | None]:
     """What the walk holds of the conversation by the budget when that decides the build (a reach
     it reused or finished); else None, with a jump started (``walk.jump``) when the budget
-    filled in what was read (``facts_reach.start``)."""
-    if facts_reach.holds(walk.reach, budgeted, stubs, meta):
+    filled in what was read (``facts_reach.start``). A build with a query (``Budgeted.scores``)
+    scores its retrieved documents and working memory first: their bodies are read next when
+    the walk does not hold them yet (``Walk.with_whole``)."""
+    relevance = None
+    if budgeted.scores is not None:
+        scored = walk.with_whole(budgeted.scores.wanted, stubs)
+        if scored is None:
+            return None
+        relevance = yield from budgeted.scores.of(scored)
+    if facts_reach.holds(walk.reach, budgeted, stubs, meta, relevance):
         return walk.reach
     if walk.jump is not None:
         return walk.jump.reach() if walk.jump.done() else None
     if not walk.sized and not (walk.with_bodies and any((s.id or "") not in walk.items for s in stubs)):
-        walk.jump = facts_reach.start(budgeted, stubs, walk.oldest(), meta, walk.size)
+        walk.jump = facts_reach.start(budgeted, stubs, walk.oldest(), meta, walk.size, relevance)
         walk.sized = walk.jump is not None
     return None
 

@@ -5,6 +5,7 @@ back along ``:fifo`` it has come."""
 from __future__ import annotations
 
 import bisect
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -186,6 +187,15 @@ class Walk:
         """Read the attrs of ``ids`` (a jump's, ``plans/facts_reach.py``) next, with their groups."""
         self.jumped.update(ids)
         self.todo.update(ids)
+
+    def with_whole(self, wanted: Callable[[ContextItem], bool], stubs: list[ContextItem]) -> list[ContextItem] | None:
+        """``stubs`` with the items ``wanted`` picks whole, from the bodies read; None when some
+        were not read (their bodies are read in the next round trip)."""
+        missing = [s.id or "" for s in stubs if wanted(s) and (s.id or "") not in self.items]
+        for item_id in missing:
+            key = item_id.encode()
+            self.bodies.add(key if key in self.attrs else item_id)
+        return None if missing else [self.items[s.id or ""] if wanted(s) else s for s in stubs]
 
     def pending(self) -> bool:
         """Whether ids, groups or bodies are still to read."""

@@ -1,5 +1,6 @@
 """Relevance scores for SELECTIVE and for builds with a query: the store's scorer, with the
-item vectors of an ``EmbeddingScorer`` cached in the window's ``:vectors`` hash."""
+item vectors of an ``EmbeddingScorer`` cached in the window's ``:vectors`` hash; a build's scores
+worked out once (``BuildScores``)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,47 @@ from typing import Any
 from ..core.parts import text_of
 from ..errors import HelperError
 from ..relevance.embedding import EmbeddingScorer, Vector, cosine
-from ..types import ContextItem
+from ..render.select import RELEVANT_TYPES
+from ..types import BuildOptions, ContextItem
 from .base import External, Plan, ScriptCall, Settings, WindowState, helper_call
+
+
+class BuildScores:
+    """The relevance scores of one build with a query (``for_build``): the retrieved documents'
+    and working memory's (``wanted``), worked out once for each list of them. The walk that reads
+    the build's facts asks first (``plans/facts_reach.py``: the room its budget leaves the
+    conversation follows from them), the build again for what it chooses from; the scorer runs
+    again only when those items differ (another worker's add between the two)."""
+
+    __slots__ = ("_asked", "_got", "_query", "_settings", "_state")
+
+    def __init__(self, settings: Settings, state: WindowState, query: str | None) -> None:
+        self._settings, self._state, self._query = settings, state, query
+        self._asked: list[tuple[str | None, int, Any]] | None = None
+        self._got: dict[str, float] = {}
+
+    @classmethod
+    def for_build(cls, settings: Settings, state: WindowState, options: BuildOptions) -> BuildScores | None:
+        """The scores of a build with ``options``: with a query, a relevance scorer and
+        ``include_relevant_memory``; else None (build order by priority alone)."""
+        if not (options.query and settings.relevance_scorer is not None and options.include_relevant_memory):
+            return None
+        return cls(settings, state, options.query)
+
+    @staticmethod
+    def wanted(item: ContextItem) -> bool:
+        """Whether the build scores ``item`` (whose text it then needs whole)."""
+        return item.type in RELEVANT_TYPES
+
+    def of(self, items: Sequence[ContextItem]) -> Plan[dict[str, float]]:
+        """Item id -> score for the scored items among ``items`` (whole), as the last call
+        answered when it was asked of the very same items (id, seq and content)."""
+        relevant = [i for i in items if self.wanted(i)]
+        asked = [(i.id, i.seq, i.content) for i in relevant]
+        if asked != self._asked:
+            got = yield from scores(self._settings, self._state, self._query, relevant)
+            self._asked, self._got = asked, {i.id or "": s for i, s in zip(relevant, got, strict=True)}
+        return self._got
 
 
 def scores(
