@@ -48,12 +48,17 @@ BUDGET = cs.BuildOptions(max_tokens=8000, reserve_for_response=0)
 BUDGET_100 = cs.BuildOptions(max_tokens=8000, reserve_for_response=0, max_history_items=100)
 #: the same budget letting every message compete: an agent that wants the most history that fits
 BUDGET_ALL = cs.BuildOptions(max_tokens=8000, reserve_for_response=0, max_history_items=100_000)
+#: the same, with a query: the window's retrieved documents go best first (BM25), before the conversation
+BUDGET_QUERY = cs.BuildOptions(max_tokens=8000, reserve_for_response=0, max_history_items=100_000, query="pricing")
 #: the cold builds measured against what they return: (options, chat messages or a prompt)
 MEASURED_BUILDS = {
     "build, cold, 100 messages": (BUDGET_100, "messages"),
     "build, cold, every message competes": (BUDGET_ALL, "messages"),
     "build_structured, cold, every message competes": (BUDGET_ALL, "prompt"),
+    "build, cold, every message competes, a query": (BUDGET_QUERY, "messages"),
 }
+#: how many retrieved documents the window holds while the build with a query runs (then removed)
+DOCUMENTS = 12
 
 
 def _counters(r: redis.Redis) -> tuple[float, int, int]:
@@ -186,7 +191,9 @@ def one_size(url: str, n: int, builds_only: bool = False) -> dict[str, dict[str,
         out["stats"] = measured(r, w.stats)
         out["build, cold"] = measured(r, lambda: w.build_messages(BUDGET))
         for name, (options, kind) in MEASURED_BUILDS.items():
-            out[name] = _measured_build(r, prefix, w, options, kind)
+            if options.query is None:
+                out[name] = _measured_build(r, prefix, w, options, kind)
+        out.update(_with_documents(url, r, prefix, w, limit))
         if builds_only:
             return out
         out["items(limit=50)"] = measured(r, lambda: w.items(limit=50))
@@ -225,6 +232,28 @@ def _measured_build(
     out = measured(r, lambda: built.append(once()))
     out["returned"] = _stored_bytes(r, prefix, built[0].included_item_ids)
     out["command_us"] = command_usec(r, once)
+    return out
+
+
+def _with_documents(
+    url: str, r: redis.Redis, prefix: str, w: cs.ContextWindow, limit: int
+) -> dict[str, dict[str, float]]:
+    """The cold builds with a query (a stateless store with a BM25 scorer), while the window holds
+    ``DOCUMENTS`` retrieved documents of 40-160 words (removed after)."""
+    docs = [f"doc-{d}" for d in range(DOCUMENTS)]
+    w.add_many([
+        {"content": f"doc {d}: " + "pricing tiers and limits " * (10 + 10 * (d % 4)), "type": "retrieved_document",
+         "id": docs[d]}
+        for d in range(DOCUMENTS)
+    ])  # fmt: skip
+    out = {}
+    options = {"item_limit": limit, "item_cache_bytes": 0, "relevance_scorer": cs.BM25Scorer()}
+    with cs.ContextStore.from_url(url, prefix=prefix, **options) as s:
+        for name, (options, kind) in MEASURED_BUILDS.items():
+            if options.query is not None:
+                out[name] = _measured_build(r, prefix, s.handle("big"), options, kind)
+    for doc in docs:
+        w.remove(doc)
     return out
 
 

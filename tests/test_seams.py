@@ -212,7 +212,7 @@ def _compaction(strategy: str) -> Callable[[Seam, Any], None]:
 
 #: name -> (body, whether it removes items by design: a concurrent writer's may go with them)
 def cap_builds_by_budget(seam: Seam, w: Any) -> None:
-    """A window of 900 messages, some short, and retrieved documents, built with every message
+    """A window of 900 messages, some of one token, and retrieved documents, built with every message
     competing (``max_history_items`` above the messages) within a small budget, with and without a
     query (the documents then go best first, and the room they leave follows their scores), its
     walk in pages of 64 (as a window of thousands would be): the walk stops where the budget fills
@@ -224,7 +224,8 @@ def cap_builds_by_budget(seam: Seam, w: Any) -> None:
         {"content": seam.text(f"doc {d} " + "word " * (8 * d) + "fact " * (40 - 8 * d)), "type": "retrieved_document"}
         for d in range(6)
     ])  # fmt: skip
-    words = [seam.text(f"a longer message {n} " + "word " * 40) if n % 7 else f"ok {n}" for n in range(900)]
+    # one-token messages in the older half only: what the room the newest leave may still take there
+    words = ["k" if n < 450 and n % 7 == 0 else seam.text(f"a longer message {n} " + "word " * 40) for n in range(900)]
     for at in range(0, 900, 300):
         w.add_many([{"content": words[n], "role": ("user", "assistant")[n % 2]} for n in range(at, at + 300)])
     for query in (None, "word"):

@@ -101,6 +101,9 @@ class Jump:
         self.top = frontier - 1
         self.final = self.floor == 0
         self.lower = self.floor
+        if not self.classes:  # no older message fits: nothing to count or list (``done`` at once)
+            self.floor = self.lower = self.top = 0
+            self.final = True
         self.checked = False  # whether :sizes was found to hold every message (ZCARD)
         self.counted = False  # whether the region's messages were counted
         #: :sizes holds fewer entries than the window has messages: the walk reads on in pages

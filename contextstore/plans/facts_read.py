@@ -273,7 +273,7 @@ def _walked(
     is read), or the budget does (``_by_budget``); ``_MOVED`` when the window changed under it,
     None when an item is corrupt. ``metas``: the window's meta as read, and as text."""
     meta, text_meta = metas
-    decides, budgeted = settled
+    history_decides, budgeted = settled
     while True:
         if not walk.pending():
             stubs = walk.stubs(pinned)
@@ -281,7 +281,7 @@ def _walked(
                 return None
             if walk.pending():  # bodies the stubs need: read in the next round trip
                 pass
-            elif walk.whole or decides(stubs, walk.oldest()):
+            elif walk.whole or history_decides(stubs, walk.oldest()):
                 found = wire.ReadReply(text_meta, len(pinned), [], stubs)
                 return Facts(found, walk.attrs, walk.items, walk.oldest(), walk.grown)
             elif budgeted is not None and (reach := (yield from _by_budget(walk, budgeted, stubs, text_meta))):
@@ -325,6 +325,8 @@ def _by_budget(walk: Walk, budgeted: Budgeted, stubs: list[ContextItem], meta: d
     if not walk.sized and not (walk.with_bodies and any((s.id or "") not in walk.items for s in stubs)):
         walk.jump = facts_reach.start(budgeted, stubs, walk.oldest(), meta, walk.size, relevance)
         walk.sized = walk.jump is not None
+        if walk.jump is not None and walk.jump.done():  # no older message fits what is left
+            return walk.jump.reach()
     return None
 
 
