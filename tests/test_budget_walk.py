@@ -32,13 +32,14 @@ def _call(call_id: str) -> dict[str, Any]:
 
 
 def _fill(w: Any, n: int, seed: int = 7, shared_group: bool = False) -> None:
-    """A system prompt, a pinned note, documents before the conversation and a custom item after
+    """A system prompt, a pinned user message and note, documents before the conversation and a custom item after
     it, then ``n`` turns: messages of 1-150 words (a short one every few; of one token, now and
     then in the older half only: what the room a budget leaves may still take there), a tool call
     and its result every fifth turn; with ``shared_group``, one group of the caller's own that
     holds two messages."""
     rng = random.Random(seed)
     w.add("You are terse.", role="system")
+    w.add("the user's standing request, pinned", role="user", pinned=True)  # in every build, however old
     w.add("remember the code word", type="working_memory", pinned=True)
     w.add("a retrieved fact " * 20, type="retrieved_document", priority=3)
     w.add("a custom note " * 5, type="custom")
@@ -199,6 +200,23 @@ def test_a_big_window_reads_a_small_part_of_its_conversation(make_store, redis_u
     same_build(got, _whole(make_store, "big", "openai", opts))
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_pinned_messages_count_for_no_cap_and_stay_however_old(make_store, small_pages, kind):
+    """Pinned messages spread through a conversation whose ``max_history_items`` binds: the walk's
+    count of the messages above its floor leaves them out (the cap counts no pinned unit), and
+    the ones older than the floor stay in every build."""
+    w = make_store().window("pins", max_tokens=10**7, max_items=1000)
+    w.add_many([
+        {"content": f"p{n}" if n % 10 == 0 else "k" if n < 300 and n % 5 == 4 else f"message {n} " + "word " * 40,
+         "role": ("user", "assistant")[n % 2], "pinned": n % 10 == 0}
+        for n in range(600)
+    ])  # fmt: skip
+    for budget in (1200, 2000, 3000):
+        opts = cs.BuildOptions(max_tokens=budget, reserve_for_response=0, max_history_items=300)
+        got = _build(make_store(item_cache_bytes=0).window("pins"), kind, opts)
+        same_build(got, _whole(make_store, "pins", kind, opts), (kind, budget))
+
+
 def test_a_walk_whose_budget_is_full_reads_nothing_of_sizes(make_store, redis_url, r, small_pages):
     """When what the newest conversation takes leaves less than a message's overhead, no older
     message can fit: the walk stops there without counting or listing ``:sizes``."""
@@ -310,7 +328,9 @@ def test_sizes_stays_true_through_every_way_of_writing_items(make_store, redis_u
     _check_sizes(child, r, prefix)
     w.restore(child.snapshot())
     _check_sizes(w, r, prefix)
-    w.clear()
+    w.clear()  # the pinned items stay
+    _check_sizes(w, r, prefix)
+    w.clear(include_pinned=True)
     assert _sized(r, prefix, "s") == {} and w.verify().ok
 
 

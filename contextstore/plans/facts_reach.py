@@ -77,7 +77,8 @@ class Reach(NamedTuple):
     member's seq is at least ``frontier``, and every message older than it and above ``floor``
     whose size class holds messages of up to ``tokens`` stored tokens (what the room left, less
     the build's overhead per message, let in); no unit at or below ``floor`` passes ``most``
-    (``max_history_items``; 0: none lies there)."""
+    (``max_history_items``; 0: none lies there), or (when no size class fits what is left: the
+    floor right under the frontier) could fit the budget."""
 
     frontier: int
     tokens: int
@@ -101,8 +102,8 @@ class Jump:
         self.top = frontier - 1
         self.final = self.floor == 0
         self.lower = self.floor
-        if not self.classes:  # no older message fits: nothing to count or list (``done`` at once)
-            self.floor = self.lower = self.top = 0
+        if not self.classes:  # no older message fits: nothing to count or list (``done`` at once),
+            self.floor = self.lower = self.top = frontier - 1  # and no older unit read is offered
             self.final = True
         self.checked = False  # whether :sizes was found to hold every message (ZCARD)
         self.counted = False  # whether the region's messages were counted
@@ -145,11 +146,12 @@ class Jump:
     def _place_floor(self, above: int, stubs: list[ContextItem]) -> None:
         """Where the floor goes after this region (``lower``), from ``above``, the messages above
         it: each unit then counts one message, so the units above it are those messages unread
-        and the units read. With ``most`` of them or more, no unit below passes
+        and the unpinned units read (every pinned item is read, and ``max_history_items`` counts
+        no pinned unit). With ``most`` of them or more, no unit below passes
         ``max_history_items``: the floor is final. Else each unit above ``floor - (most - n)``
         has fewer than ``most`` newer, and passes."""
         above -= sum(1 for s in stubs if _message(s) and s.seq > self.floor)
-        above += sum(1 for u in units_of(stubs) if u.messages and u.newest > self.floor)
+        above += sum(1 for u in units_of(stubs) if u.messages and not u.pinned and u.newest > self.floor)
         if above >= self.most:
             self.final = True
         else:
@@ -207,10 +209,11 @@ def _message(item: ContextItem) -> bool:
 
 
 def beyond(reach: Reach, stubs: list[ContextItem]) -> list[ContextItem]:
-    """``stubs`` without the conversation units no build lets in past ``max_history_items``
-    (newest member at or below ``reach.floor``): read for their groups or an earlier build, they
-    would count as competing among the few units read."""
+    """``stubs`` without the unpinned conversation units the build does not offer (newest member
+    at or below ``reach.floor``: past ``max_history_items``, or past the budget): read for their
+    groups or an earlier build, they would count as competing among the few units read. A pinned
+    unit is in every build, however old."""
     if not reach.floor:
         return stubs
-    gone = {id(i) for u in units_of(stubs) if u.messages and u.newest <= reach.floor for i in u.items}
+    gone = {id(i) for u in units_of(stubs) if u.messages and not u.pinned and u.newest <= reach.floor for i in u.items}
     return [s for s in stubs if id(s) not in gone] if gone else stubs
