@@ -181,6 +181,22 @@ def test_facts_a_smaller_build_read_serve_a_larger_one_only_as_a_start(make_stor
             _documents(w, 21)
 
 
+@pytest.mark.parametrize("kind", ["openai", "text"])
+def test_a_full_budget_s_facts_serve_a_larger_one_as_a_start(make_store, small_pages, kind):
+    """A caching store's build whose budget was full left out the older units it read for their
+    groups (it could offer none); a larger build on the unchanged window walks on from those
+    facts, and reads those units again when it may offer them."""
+    w = make_store().window("full", max_tokens=10**7, max_items=1000)
+    _fill(w, 260)
+    for first in (1063, 1126, 1140, 1385):  # budgets the newest conversation fills to the token here
+        store = make_store()
+        for budget in (first, 4000):
+            opts = cs.BuildOptions(max_tokens=budget, reserve_for_response=0, max_history_items=990)
+            same_build(
+                _build(store.window("full"), kind, opts), _whole(make_store, "full", kind, opts), (first, budget)
+            )
+
+
 def test_a_big_window_reads_a_small_part_of_its_conversation(make_store, redis_url, r):
     """1,300 turns (~3,000 items, more than a page): a stateless chat build with every message
     competing reads the attrs of a small part of the conversation (the tool calls and results it

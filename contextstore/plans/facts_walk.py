@@ -210,8 +210,14 @@ class Walk:
     def reuse(self, last: Facts, gone: set[str]) -> None:
         """Take ``last``'s attrs (and the items it read whole) as read: every item it held but
         those ``gone`` is still there at the same seq, and the page holds every item added since
-        (``_since``)."""
-        self.attrs.update(last.attrs)
+        (``_since``). Attrs ``last`` read of items it left out (``facts_reach.beyond``: units
+        its build could not offer) are not taken: a build that can offers them once it reads them."""
+        held = last.found.items()
+        if len(held) == len(last.attrs):
+            self.attrs.update(last.attrs)
+        else:
+            ids = {i.id for i in held}
+            self.attrs.update((k, v) for k, v in last.attrs.items() if wire.text(k) in ids)
         self.items.update(last.whole)
         for item_id in gone:
             self.attrs.pop(item_id.encode(), None)
