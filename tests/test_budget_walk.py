@@ -197,6 +197,34 @@ def test_a_full_budget_s_facts_serve_a_larger_one_as_a_start(make_store, small_p
             )
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_a_caching_store_s_builds_between_writes_choose_what_whole_reads_choose(make_store, small_pages, seed):
+    """Builds of every kind, budget, cap and query, one after another on a caching store, with
+    adds, removals and pins between some of them: each chooses what a whole read chooses, whatever
+    facts the store kept from the build before."""
+    rng = random.Random(seed)
+    w = make_store().window("mixed", max_tokens=10**7, max_items=1000)
+    _fill(w, 200, seed=seed)
+    _documents(w, 9, seed=seed)
+    store = make_store(relevance_scorer=_Scorer())
+    for step in range(30):
+        kind, budget = rng.choice(KINDS), rng.choice([700, 1100, 1600, 2500, 4000, 9000])
+        cap, query = rng.choice([10, 60, 300, 990]), rng.choice([None, None, "facts"])
+        opts = cs.BuildOptions(max_tokens=budget, reserve_for_response=0, max_history_items=cap, query=query)
+        whole = _whole(lambda **kw: make_store(relevance_scorer=_Scorer(), **kw), "mixed", kind, opts)
+        same_build(_build(store.window("mixed"), kind, opts), whole, (seed, step, kind, budget, cap, query))
+        change = rng.random()
+        if change < 0.2:
+            w.add(
+                rng.choice(["k", "a short one", "a longer message " + "word " * 60]),
+                role=rng.choice(["user", "assistant"]),
+            )
+        elif change < 0.3:
+            w.remove(rng.choice([i.id for i in w.items(limit=40) if not i.pinned and not i.group]) or "")
+        elif change < 0.35:
+            w.pin(rng.choice([i.id for i in w.items(limit=300) if i.type.value in layout.SIZED_TYPES]) or "")
+
+
 def test_a_big_window_reads_a_small_part_of_its_conversation(make_store, redis_url, r):
     """1,300 turns (~3,000 items, more than a page): a stateless chat build with every message
     competing reads the attrs of a small part of the conversation (the tool calls and results it

@@ -285,8 +285,11 @@ def _walked(
                 found = wire.ReadReply(text_meta, len(pinned), [], stubs)
                 return Facts(found, walk.attrs, walk.items, walk.oldest(), walk.grown)
             elif budgeted is not None and (reach := (yield from _by_budget(walk, budgeted, stubs, text_meta))):
-                found = wire.ReadReply(text_meta, len(pinned), [], facts_reach.beyond(reach, stubs))
-                return Facts(found, walk.attrs, walk.items, walk.oldest(), walk.grown, reach)
+                offered = facts_reach.beyond(reach, stubs)  # units left out: not grown from the last facts'
+                found = wire.ReadReply(text_meta, len(pinned), [], offered)
+                return Facts(
+                    found, walk.attrs, walk.items, walk.oldest(), walk.grown if offered is stubs else None, reach
+                )
             elif walk.pending():  # the bodies of the items a build with a query scores (``_by_budget``)
                 pass
             elif walk.jump is not None:
