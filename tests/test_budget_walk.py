@@ -198,14 +198,20 @@ def test_a_full_budget_s_facts_serve_a_larger_one_as_a_start(make_store, small_p
 
 
 @pytest.mark.parametrize("seed", range(3))
-def test_a_caching_store_s_builds_between_writes_choose_what_whole_reads_choose(make_store, small_pages, seed):
+@pytest.mark.parametrize("evicting", [False, True], ids=["", "evicting"])
+def test_a_caching_store_s_builds_between_writes_choose_what_whole_reads_choose(
+    make_store, small_pages, seed, evicting
+):
     """Builds of every kind, budget, cap and query, one after another on a caching store, with
-    adds, removals and pins between some of them: each chooses what a whole read chooses, whatever
-    facts the store kept from the build before."""
+    adds (``evicting``: each evicts the oldest unpinned item), removals and pins between some of
+    them: each chooses what a whole read chooses, whatever facts the store kept from the build
+    before."""
     rng = random.Random(seed)
     w = make_store().window("mixed", max_tokens=10**7, max_items=1000)
     _fill(w, 200, seed=seed)
     _documents(w, 9, seed=seed)
+    if evicting:
+        w.configure(max_items=w.stats().total_items)
     store = make_store(relevance_scorer=_Scorer())
     for step in range(30):
         kind, budget = rng.choice(KINDS), rng.choice([700, 1100, 1600, 2500, 4000, 9000])
