@@ -195,6 +195,25 @@ def cap_events(seam: Seam, w: Any) -> None:
     assert ("item_added", "ev") in kinds and ("pinned", "ev") in kinds
 
 
+def cap_reasoning_blocks(seam: Seam, w: Any) -> None:
+    """An assistant message's thinking blocks (its text hostile where the boundary is) come back
+    byte for byte, first, in an Anthropic build; a Chat Completions build leaves them out."""
+    thinking = {"type": "thinking", "thinking": seam.text("call look"), "signature": "EqQBCgIYAhIM1gbcDa9GJw=="}
+    call = {"id": "toolu_1", "type": "function", "function": {"name": "look", "arguments": "{}"}}
+    w.add(seam.text("look, please"), role="user")
+    w.add_many([
+        {"content": [thinking, {"type": "text", "text": "Looking."}], "role": "assistant",
+         "metadata": {"tool_calls": [call]}},
+        {"content": seam.text("seen"), "role": "tool", "metadata": {"tool_call_id": "toolu_1"}},
+    ])  # fmt: skip
+    opts = cs.BuildOptions(reserve_for_response=0, max_history_items=1000)  # beside a writer's messages too
+    built = w.build_messages(opts, format="anthropic")
+    flat = [b for m in built["messages"] if m["role"] == "assistant" for b in m["content"]]
+    at = flat.index(thinking)  # a writer's assistant messages may share the turn
+    assert [b["type"] for b in flat[at : at + 3]] == ["thinking", "text", "tool_use"]
+    assert "thinking" not in str(w.build_messages(opts)) and thinking["signature"] not in str(w.build_messages(opts))
+
+
 def _compaction(strategy: str) -> Callable[[Seam, Any], None]:
     def cap(seam: Seam, w: Any) -> None:
         _conversation(seam, w, 3)
@@ -281,6 +300,7 @@ CAPABILITIES: dict[str, tuple[Callable[[Seam, Any], None], bool]] = {
     "usage": (cap_usage, False),
     "events": (cap_events, False),
     "builds by budget": (cap_builds_by_budget, False),
+    "reasoning blocks": (cap_reasoning_blocks, False),
     **{f"compact: {s.value}": (_compaction(s.value), True) for s in cs.CompactionStrategy},
 }
 BOUNDARIES = (

@@ -22,7 +22,10 @@ from .images import IMAGE_TYPES, broken, dimensions, header
 
 #: the part types of each format ("text" is both)
 OPENAI_TYPES = frozenset({"text", "image_url", "input_audio", "file"})
-ANTHROPIC_TYPES = frozenset({"text", "image", "document"})
+ANTHROPIC_TYPES = frozenset({"text", "image", "document", "thinking", "redacted_thinking"})
+#: the part types a provider hands back opaque, for its own next request only (an assistant
+#: message's reasoning, signed): type -> the format that sends it back; every other leaves it out
+OPAQUE_TYPES = {"thinking": "anthropic", "redacted_thinking": "anthropic"}
 #: at most this many parts in one item
 MAX_PARTS = 256
 #: an image whose dimensions are not known (by URL or file id): the most either provider charges
@@ -65,6 +68,12 @@ def _check_part(n: int, part: object) -> None:
     if kind == "text":
         if not isinstance(part.get("text"), str):
             raise bad("needs 'text', a str")
+    elif kind == "thinking":
+        if not isinstance(part.get("thinking"), str) or not isinstance(part.get("signature"), str):
+            raise bad("needs 'thinking' and its 'signature', both str, as the provider returned them")
+    elif kind == "redacted_thinking":
+        if not isinstance(part.get("data"), str):
+            raise bad("needs 'data', a str, as the provider returned it")
     elif kind == "image_url":
         image = part.get("image_url")
         if not isinstance(image, dict) or not isinstance(image.get("url"), str):
@@ -85,6 +94,17 @@ def _check_part(n: int, part: object) -> None:
             _check_url(file["file_data"], bad)
     else:  # image, document
         _check_source(part.get("source"), kind, bad)
+
+
+def check_opaque_owner(parts: list[dict[str, Any]], role: str) -> None:
+    """A provider's opaque parts (``OPAQUE_TYPES``: reasoning it signed) come only in the assistant
+    message it answered with (``role``: the item's chat role); ``InvalidItemError`` otherwise."""
+    for n, part in enumerate(parts):
+        if part["type"] in OPAQUE_TYPES and role != "assistant":
+            raise InvalidItemError(
+                f"content part {n} ({part['type']!r}) is the provider's own reasoning: it belongs to the "
+                f"assistant message it came in, not to a {role} item"
+            )
 
 
 def _check_url(url: str, bad: Callable[[str], InvalidItemError]) -> None:
@@ -164,13 +184,17 @@ def image_tokens(width: int, height: int, detail: str = "auto") -> int:
 
 
 def tokens(parts: list[dict[str, Any]], count_text: Callable[[str], int]) -> int:
-    """The tokens of ``parts``: text by ``count_text``; an image by its dimensions
-    (``image_tokens``; ``UNKNOWN_IMAGE_TOKENS`` by URL or file id); anything else a token per
-    ``BYTES_PER_TOKEN`` bytes of its data, at least ``MIN_PART_TOKENS``."""
+    """The tokens of ``parts``: text (and a thinking block's text) by ``count_text``; an image by
+    its dimensions (``image_tokens``; ``UNKNOWN_IMAGE_TOKENS`` by URL or file id); anything else
+    (a redacted thinking block too) a token per ``BYTES_PER_TOKEN`` bytes of its data, at least
+    ``MIN_PART_TOKENS`` (a redacted thinking block: at least one)."""
     total = 0
     for part in parts:
-        if part["type"] == "text":
-            total += count_text(part["text"])
+        if part["type"] in ("text", "thinking"):
+            total += count_text(part[part["type"]])
+            continue
+        if part["type"] == "redacted_thinking":  # encrypted: about its text's size
+            total += max(1, len(part["data"]) // BYTES_PER_TOKEN)
             continue
         data, _, size = measured(part)
         total += part_tokens(part, data, size, str((part.get("image_url") or {}).get("detail", "auto")))
@@ -287,10 +311,12 @@ def _bytes(n: int) -> str:
 def text_of(content: str | list[dict[str, Any]], sha: bool = False) -> str:
     """The text ``content`` stands for where only text goes (a text build, markdown, a summary,
     a relevance score, the CLI): a str as it is; parts as their text, each other part as its
-    ``label`` (with ``sha``, as the CLI shows it), one a line."""
+    ``label`` (with ``sha``, as the CLI shows it, a provider's opaque reasoning too; without, it
+    is left out), one a line."""
     if isinstance(content, str):
         return content
-    return "\n".join(p["text"] if p["type"] == "text" else label(p, sha) for p in content)
+    shown = (p for p in content if sha or p["type"] not in OPAQUE_TYPES)  # the CLI shows reasoning's label
+    return "\n".join(p["text"] if p["type"] == "text" else label(p, sha) for p in shown)
 
 
 # -- formats -----------------------------------------------------------------------------------
@@ -312,9 +338,14 @@ def for_format(parts: list[dict[str, Any]], fmt: str) -> list[dict[str, Any]]:
     """``parts`` as a build in ``fmt`` ("openai" or "anthropic") sends them: a part of that
     format as stored (no key added; a copy, so that a caller changing what a build gave it
     changes no item a store holds); one of the other converted where it has an equivalent
-    (text; an image by base64 or URL), else ``InvalidItemError`` naming it."""
+    (text; an image by base64 or URL), else ``InvalidItemError`` naming it; another provider's
+    opaque reasoning (``OPAQUE_TYPES``) left out."""
     native = OPENAI_TYPES if fmt == "openai" else ANTHROPIC_TYPES
-    return [copied(p) if p["type"] in native else _converted(n, p, fmt) for n, p in enumerate(parts)]
+    return [
+        copied(p) if p["type"] in native else _converted(n, p, fmt)
+        for n, p in enumerate(parts)
+        if OPAQUE_TYPES.get(p["type"], fmt) == fmt
+    ]
 
 
 def _converted(n: int, part: dict[str, Any], fmt: str) -> dict[str, Any]:

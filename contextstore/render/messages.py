@@ -131,7 +131,9 @@ def _openai_content(item: ContextItem, role: str) -> str | list[dict[str, Any]]:
     OpenAI's shape (``parts.for_format``), text parts only but in a user message."""
     if isinstance(item.content, str):
         return item.content
-    converted = parts.for_format(item.content, "openai")
+    converted = parts.for_format(item.content, "openai")  # another provider's reasoning left out
+    if not converted:
+        return ""
     if role != "user" and not parts.only_text(converted):
         kind = next(p["type"] for p in converted if p["type"] != "text")
         raise InvalidItemError(
@@ -168,8 +170,13 @@ def _blocks(item: ContextItem, role: str) -> tuple[str, list[dict[str, Any]]]:
     return "user", blocks
 
 
-#: the part types each place of an Anthropic request takes (a user turn: every type)
-_ANTHROPIC_TAKES = {"a tool result": ("text", "image"), "an assistant message": ("text",), "a system block": ("text",)}
+#: the part types each place of an Anthropic request takes (a user turn: every type); an assistant
+#: message its own thinking blocks, as they came (``parts.OPAQUE_TYPES``)
+_ANTHROPIC_TAKES = {
+    "a tool result": ("text", "image"),
+    "an assistant message": ("text", "thinking", "redacted_thinking"),
+    "a system block": ("text",),
+}
 
 
 def _anthropic_parts(item: ContextItem, where: str) -> list[dict[str, Any]]:
@@ -280,5 +287,9 @@ def _breakpoints(system: list[dict[str, Any]], turns: list[dict[str, Any]], edge
         if block["type"] == "tool_result" and isinstance(block["content"], list):
             for part in block["content"]:
                 part.pop("cache_control", None)
-    for block in [*system[-1:], *(flat[n] for n in marks)]:
+    for n in sorted(marks):  # a thinking block takes no breakpoint: the block before it does
+        while n > 0 and flat[n]["type"] in parts.OPAQUE_TYPES:
+            n -= 1
+        marks.add(n)
+    for block in [*system[-1:], *(flat[n] for n in marks if flat[n]["type"] not in parts.OPAQUE_TYPES)]:
         block["cache_control"] = {"type": "ephemeral"}
