@@ -154,3 +154,18 @@ def test_fork_rewind_and_restore_keep_the_blocks_with_their_message(store):
     w.undo_rewind(rewound)
     assert w.items()[3].content[0] == REDACTED
     assert child.verify().ok and copy.verify().ok
+
+
+def test_no_cache_breakpoint_lands_on_a_thinking_block(store):
+    """Anthropic takes no ``cache_control`` on a thinking block: a breakpoint that would fall on
+    one (a message of reasoning alone, last) goes on the block before it."""
+    w = store.window("marks")
+    w.add("weather?", role="user")
+    w.add_many(_step(1))
+    w.add([REDACTED], role="assistant")
+    built = w.build_messages(cs.BuildOptions(reserve_for_response=0, cache_control=True), format="anthropic")
+    flat = [b for m in built["messages"] for b in m["content"] if isinstance(m["content"], list)]
+    marked = [b["type"] for b in flat if "cache_control" in b]
+    assert marked and not {"thinking", "redacted_thinking"} & set(marked), marked
+    assert flat[-1] == REDACTED
+    _valid_anthropic(built)
