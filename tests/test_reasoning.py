@@ -169,3 +169,92 @@ def test_no_cache_breakpoint_lands_on_a_thinking_block(store):
     assert marked and not {"thinking", "redacted_thinking"} & set(marked), marked
     assert flat[-1] == REDACTED
     _valid_anthropic(built)
+
+
+#: a Claude tool loop as the Messages API takes and returns it (the shapes of Anthropic's
+#: documented examples): thinking before each tool use, results in the next user turn
+CLAUDE_LOOP: list[dict[str, Any]] = [
+    {"role": "user", "content": "What's the weather in Paris, and the time there?"},
+    {"role": "assistant", "content": [
+        THINKING,
+        {"type": "text", "text": "I'll check the weather first."},
+        {"type": "tool_use", "id": "toolu_01A09q90qw90lq917835lq9", "name": "get_weather",
+         "input": {"location": "Paris, France", "unit": "celsius"}},
+    ]},
+    {"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "toolu_01A09q90qw90lq917835lq9", "content": "15 degrees, clear"},
+    ]},
+    {"role": "assistant", "content": [
+        REDACTED,
+        {"type": "tool_use", "id": "toolu_01B", "name": "get_time", "input": {"tz": "Europe/Paris"}},
+    ]},
+    {"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "toolu_01B", "content": [{"type": "text", "text": "no clock"}],
+         "is_error": True},
+        {"type": "text", "text": "Never mind the time."},
+    ]},
+    {"role": "assistant", "content": [{"type": "text", "text": "It is 15 degrees and clear in Paris."}]},
+]  # fmt: skip
+
+
+def _as_blocks(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``messages`` as an Anthropic build spells them: a str content as one text block."""
+    return [{**m, "content": [{"type": "text", "text": m["content"]}]} if isinstance(m["content"], str) else m
+            for m in messages]  # fmt: skip
+
+
+def test_a_claude_loop_stored_as_it_came_builds_back_the_same_messages(store):
+    w = store.window("as-it-came")
+    assert w.add_many(CLAUDE_LOOP, format="anthropic") == 7  # the second user turn: a result and a question
+    built = w.build_messages(cs.BuildOptions(reserve_for_response=0), format="anthropic")
+    assert built["messages"] == _as_blocks(CLAUDE_LOOP)
+    assert msgspec.json.encode(built["messages"]) == msgspec.json.encode(_as_blocks(CLAUDE_LOOP))  # byte for byte
+    _valid_anthropic(built)
+    openai_messages = w.build_messages(cs.BuildOptions(reserve_for_response=0))
+    assert [m["role"] for m in openai_messages] == [
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+        "tool",
+        "user",
+        "assistant",
+    ]
+    assert json.loads(openai_messages[1]["tool_calls"][0]["function"]["arguments"]) == {
+        "location": "Paris, France", "unit": "celsius"}  # fmt: skip
+    assert "thinking" not in json.dumps(openai_messages)
+
+
+def test_the_sdk_s_own_objects_are_taken_as_they_came(store):
+    anthropic_types = pytest.importorskip("anthropic.types")
+    reply = anthropic_types.Message.model_validate({
+        "id": "msg_01", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+        "content": CLAUDE_LOOP[1]["content"], "stop_reason": "tool_use", "stop_sequence": None,
+        "usage": {"input_tokens": 10, "output_tokens": 20},
+    })  # fmt: skip
+    w = store.window("sdk")
+    w.add_many([CLAUDE_LOOP[0], {"role": reply.role, "content": reply.content}, CLAUDE_LOOP[2]], format="anthropic")
+    built = w.build_messages(cs.BuildOptions(reserve_for_response=0), format="anthropic")
+    assert built["messages"] == _as_blocks(CLAUDE_LOOP[:3])
+
+
+@pytest.mark.parametrize(
+    "messages, error",
+    [
+        ("hello", InvalidItemError),
+        ([{"role": "system", "content": "x"}], InvalidItemError),
+        ([{"role": "assistant", "content": [{"type": "tool_use", "name": "f", "input": {}}]}], InvalidItemError),
+        ([{"role": "user", "content": [{"type": "tool_result", "content": "x"}]}], InvalidItemError),
+        ([{"role": "assistant", "content": [{"type": "telepathy"}]}], InvalidItemError),
+        ([{"role": "assistant", "content": []}], InvalidItemError),
+    ],
+    ids=["not a list", "a system role", "a tool use without id", "a result without its call id", "unknown", "empty"],
+)
+def test_messages_in_no_shape_of_the_format_are_refused_and_nothing_is_written(store, messages, error):
+    w = store.window("refused")
+    w.add("before", role="user")
+    with pytest.raises(error):
+        w.add_many([CLAUDE_LOOP[0], *messages] if isinstance(messages, list) else messages, format="anthropic")
+    with pytest.raises(cs.InvalidOptionsError, match="format"):
+        w.add_many(CLAUDE_LOOP, format="gemini-1")
+    assert [i.content for i in w.items()] == ["before"]

@@ -196,21 +196,21 @@ def cap_events(seam: Seam, w: Any) -> None:
 
 
 def cap_reasoning_blocks(seam: Seam, w: Any) -> None:
-    """An assistant message's thinking blocks (its text hostile where the boundary is) come back
-    byte for byte, first, in an Anthropic build; a Chat Completions build leaves them out."""
+    """An assistant message's thinking blocks (its text hostile where the boundary is), stored as
+    the Messages API returned them, come back byte for byte, first, in an Anthropic build, its tool
+    use as it came; a Chat Completions build leaves them out."""
     thinking = {"type": "thinking", "thinking": seam.text("call look"), "signature": "EqQBCgIYAhIM1gbcDa9GJw=="}
-    call = {"id": "toolu_1", "type": "function", "function": {"name": "look", "arguments": "{}"}}
+    use = {"type": "tool_use", "id": "toolu_1", "name": "look", "input": {"what": seam.text("it")}}
     w.add(seam.text("look, please"), role="user")
-    w.add_many([
-        {"content": [thinking, {"type": "text", "text": "Looking."}], "role": "assistant",
-         "metadata": {"tool_calls": [call]}},
-        {"content": seam.text("seen"), "role": "tool", "metadata": {"tool_call_id": "toolu_1"}},
-    ])  # fmt: skip
+    w.add_many([  # as the Messages API returned and takes them
+        {"role": "assistant", "content": [thinking, {"type": "text", "text": "Looking."}, use]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": seam.text("seen")}]},
+    ], format="anthropic")  # fmt: skip
     opts = cs.BuildOptions(reserve_for_response=0, max_history_items=1000)  # beside a writer's messages too
     built = w.build_messages(opts, format="anthropic")
     flat = [b for m in built["messages"] if m["role"] == "assistant" for b in m["content"]]
     at = flat.index(thinking)  # a writer's assistant messages may share the turn
-    assert [b["type"] for b in flat[at : at + 3]] == ["thinking", "text", "tool_use"]
+    assert [b["type"] for b in flat[at : at + 3]] == ["thinking", "text", "tool_use"] and flat[at + 2] == use
     assert "thinking" not in str(w.build_messages(opts)) and thinking["signature"] not in str(w.build_messages(opts))
 
 

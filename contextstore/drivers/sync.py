@@ -232,10 +232,11 @@ class ContextWindow:
         plan = item_plans.replace(self._settings, self._state, batch, last, request_id, expect_ids, expect_version)
         return self._timed(plan, self._store._metrics.add_latency).added
 
-    def add_many(self, items: list[str | ContextItem | dict[str, Any]], *, request_id: str | None = None,
+    def add_many(self, items: list[Any], *, format: str = "openai", request_id: str | None = None,
                  expect_version: str | None = None) -> int:  # fmt: skip
-        """Add several items all-or-nothing; returns how many were added."""
-        batch = item_plans.entries(items)
+        """Add several items all-or-nothing; returns how many were added. ``format="anthropic"``:
+        messages as Anthropic's Messages API takes and returns them (``core.formats_in``)."""
+        batch = item_plans.entries(items, format)
         plan = item_plans.add(self._settings, self._state, batch, request_id, expect_version=expect_version)
         return self._timed(plan, self._store._metrics.add_latency).added if batch else 0
 

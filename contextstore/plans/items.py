@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from .. import logs
-from ..core import parts, toolcalls, validate, wire
+from ..core import formats_in, parts, toolcalls, validate, wire
 from ..core.layout import MAX_ITEM_LIMIT
 from ..core.stored import decode_item
 from ..errors import (
@@ -35,9 +35,10 @@ COMPACT_FIRST_ROUNDS = 3
 Entry = tuple[object, dict[str, Any]]
 
 
-def entries(items: object) -> list[Entry]:
-    """``add_many`` input (each a str, a ContextItem or a dict of ``add()`` keywords) as
-    (content or item, keywords) pairs."""
+def entries(items: object, fmt: object = "openai") -> list[Entry]:
+    """``add_many`` input (each a str, a ContextItem or a dict of ``add()`` keywords; or messages
+    in a provider's own shape, ``fmt``: ``core.formats_in``) as (content or item, keywords) pairs."""
+    items = formats_in.entries(items, fmt)
     if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
         raise InvalidItemError("add_many() takes a list of str, ContextItem or dict")
     out: list[Entry] = []

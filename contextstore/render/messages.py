@@ -159,7 +159,10 @@ def _blocks(item: ContextItem, role: str) -> tuple[str, list[dict[str, Any]]]:
     """An item as (Anthropic role, content blocks)."""
     if role == "tool":
         result = item.content if isinstance(item.content, str) else _anthropic_parts(item, "a tool result")
-        return "user", [{"type": "tool_result", "tool_use_id": _meta(item)["tool_call_id"], "content": result}]
+        block = {"type": "tool_result", "tool_use_id": _meta(item)["tool_call_id"], "content": result}
+        if _meta(item).get("is_error") is True:  # as Anthropic's tool result said it (``core.formats_in``)
+            block["is_error"] = True
+        return "user", [block]
     if role != "context" and not isinstance(item.content, str):
         blocks = _anthropic_parts(item, "" if role == "user" else "an assistant message")
     else:
