@@ -247,8 +247,20 @@ def test_the_sdk_s_own_objects_are_taken_as_they_came(store):
         ([{"role": "user", "content": [{"type": "tool_result", "content": "x"}]}], InvalidItemError),
         ([{"role": "assistant", "content": [{"type": "telepathy"}]}], InvalidItemError),
         ([{"role": "assistant", "content": []}], InvalidItemError),
+        (
+            [{"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": [1]}]}],
+            InvalidItemError,
+        ),
     ],
-    ids=["not a list", "a system role", "a tool use without id", "a result without its call id", "unknown", "empty"],
+    ids=[
+        "not a list",
+        "a system role",
+        "a tool use without id",
+        "a result without its call id",
+        "unknown",
+        "empty",
+        "an input that is no object",
+    ],
 )
 def test_messages_in_no_shape_of_the_format_are_refused_and_nothing_is_written(store, messages, error):
     w = store.window("refused")

@@ -83,6 +83,8 @@ def _call(n: int, m: int, block: dict[str, Any]) -> dict[str, Any]:
     gives the block back)."""
     if not isinstance(block.get("id"), str) or not isinstance(block.get("name"), str):
         raise InvalidItemError(f"message {n}, block {m} ('tool_use') needs 'id' and 'name', both str")
+    if not isinstance(block.get("input", {}), dict):
+        raise InvalidItemError(f"message {n}, block {m} ('tool_use') has an 'input' that is no object")
     arguments = json.dumps(block.get("input") or {}, ensure_ascii=False)
     return {"id": block["id"], "type": "function", "function": {"name": block["name"], "arguments": arguments}}
 
