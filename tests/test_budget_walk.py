@@ -197,15 +197,16 @@ def test_a_full_budget_s_facts_serve_a_larger_one_as_a_start(make_store, small_p
             )
 
 
-@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("seed", [0, 1, 7])  # 7: a walk past the facts it reused, where a group straddles a page
 @pytest.mark.parametrize("evicting", [False, True], ids=["", "evicting"])
+@pytest.mark.parametrize("api", ["sync"], indirect=True)  # one plan: the asyncio shell runs it in the other tests
 def test_a_caching_store_s_builds_between_writes_choose_what_whole_reads_choose(
     make_store, small_pages, seed, evicting
 ):
     """Builds of every kind, budget, cap and query, one after another on a caching store, with
-    adds (``evicting``: each evicts the oldest unpinned item), removals and pins between some of
-    them: each chooses what a whole read chooses, whatever facts the store kept from the build
-    before."""
+    adds (``evicting``: each evicts the oldest unpinned item), tool calls, removals, pins and
+    compactions between some of them: each chooses what a whole read chooses, whatever facts the
+    store kept from the build before."""
     rng = random.Random(seed)
     w = make_store().window("mixed", max_tokens=10**7, max_items=1000)
     _fill(w, 200, seed=seed)
@@ -213,7 +214,7 @@ def test_a_caching_store_s_builds_between_writes_choose_what_whole_reads_choose(
     if evicting:
         w.configure(max_items=w.stats().total_items)
     store = make_store(relevance_scorer=_Scorer())
-    for step in range(30):
+    for step in range(40):
         kind, budget = rng.choice(KINDS), rng.choice([700, 1100, 1600, 2500, 4000, 9000])
         cap, query = rng.choice([10, 60, 300, 990]), rng.choice([None, None, "facts"])
         opts = cs.BuildOptions(max_tokens=budget, reserve_for_response=0, max_history_items=cap, query=query)
@@ -229,6 +230,13 @@ def test_a_caching_store_s_builds_between_writes_choose_what_whole_reads_choose(
             w.remove(rng.choice([i.id for i in w.items(limit=40) if not i.pinned and not i.group]) or "")
         elif change < 0.35:
             w.pin(rng.choice([i.id for i in w.items(limit=300) if i.type.value in layout.SIZED_TYPES]) or "")
+        elif change < 0.4:
+            w.add_many([
+                {"content": "", "role": "assistant", "metadata": {"tool_calls": [_call(f"x{step}")]}},
+                {"content": "r " * 30, "role": "tool", "metadata": {"tool_call_id": f"x{step}"}},
+            ])  # fmt: skip
+        elif change < 0.43:
+            w.compact("remove_oldest", target_percent=80)
 
 
 def test_a_big_window_reads_a_small_part_of_its_conversation(make_store, redis_url, r):
