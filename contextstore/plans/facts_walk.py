@@ -105,8 +105,6 @@ class Walk:
         self.jump: Jump | None = None
         self.sized = False
         self.jumped: set[Any] = set()
-        #: whether the earlier read reused (``reuse``) left out items it read: groups are listed again
-        self.regroup = False
         #: what the last round trip asked for (``commands``)
         self.asked: list[Any] = []
         self.asked_groups: list[Any] = []
@@ -168,13 +166,13 @@ class Walk:
     def _take(self, item_id: Any, value: bytes) -> None:
         """Take an id's attrs; the members of its group are listed next, unless every item is
         read (``whole``) or an earlier read's are reused: that read holds every member the
-        group had then (unless it left some out, ``regroup``, or the item is older than what it
-        held), and the page holds every one added since."""
+        group had then (unless the item is older than what it held), and the page holds every one
+        added since."""
         self.attrs[item_id] = value
         if self.last is not None:
             self.added[item_id] = value
         group = value.split(b"|")[5] if value.count(b"|") >= 5 else b""
-        listing = self.last is None or self.regroup or item_id in self.jumped or self._before_last(value)
+        listing = self.last is None or item_id in self.jumped or self._before_last(value)
         if group and group not in self.listed and not self.whole and listing:
             self.groups.add(group)
             self.listed.add(group)
@@ -225,10 +223,9 @@ class Walk:
         held = last.found.items()
         if len(held) == len(last.attrs):
             self.attrs.update(last.attrs)
-        else:  # the groups of what is read next may lack members it left out: list them
+        else:
             ids = {i.id for i in held}
             self.attrs.update((k, v) for k, v in last.attrs.items() if wire.text(k) in ids)
-            self.regroup = True
         self.items.update(last.whole)
         for item_id in gone:
             self.attrs.pop(item_id.encode(), None)
