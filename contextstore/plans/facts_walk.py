@@ -172,8 +172,9 @@ class Walk:
         if self.last is not None:
             self.added[item_id] = value
         group = value.split(b"|")[5] if value.count(b"|") >= 5 else b""
-        listing = self.last is None or item_id in self.jumped or self._before_last(value)
-        if group and group not in self.listed and not self.whole and listing:
+        if not group or group in self.listed or self.whole:
+            return
+        if self.last is None or item_id in self.jumped or self._before_last(value):
             self.groups.add(group)
             self.listed.add(group)
 

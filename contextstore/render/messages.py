@@ -290,9 +290,14 @@ def _breakpoints(system: list[dict[str, Any]], turns: list[dict[str, Any]], edge
         if block["type"] == "tool_result" and isinstance(block["content"], list):
             for part in block["content"]:
                 part.pop("cache_control", None)
-    for n in sorted(marks):  # a thinking block takes no breakpoint: the block before it does
-        while n > 0 and flat[n]["type"] in parts.OPAQUE_TYPES:
-            n -= 1
-        marks.add(n)
+    marks = {_markable(flat, n) for n in marks}
     for block in [*system[-1:], *(flat[n] for n in marks if flat[n]["type"] not in parts.OPAQUE_TYPES)]:
         block["cache_control"] = {"type": "ephemeral"}
+
+
+def _markable(flat: list[dict[str, Any]], n: int) -> int:
+    """Where a cache breakpoint meant for block ``n`` goes: a thinking block takes none, the
+    block before it does."""
+    while n > 0 and flat[n]["type"] in parts.OPAQUE_TYPES:
+        n -= 1
+    return n
