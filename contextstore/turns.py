@@ -203,10 +203,12 @@ class Turn(TurnCore):
         """Add one item as this turn (``TurnLostError`` once the lease is lost); renews the lease."""
         return self._took(self._call(self._write([(content_or_item, fields)])), 1)[0]
 
-    def add_many(self, items: list[Any], *, format: str = "openai", expect_version: str | None = None) -> int:
-        """Add several items all-or-nothing as this turn (``format``: as ``ContextWindow.add_many``);
-        how many were added."""
-        batch = item_plans.entries(items, format)
+    def add_many(
+        self, items: list[Any], *, format: str = "openai", model: str | None = None, expect_version: str | None = None
+    ) -> int:
+        """Add several items all-or-nothing as this turn (``format``, ``model``: as
+        ``ContextWindow.add_many``); how many were added."""
+        batch = item_plans.entries(items, format, model)
         return len(self._took(self._call(self._write(batch, expect_version=expect_version)), len(batch)))
 
     def take_pending(self) -> list[ContextItem]:
@@ -274,9 +276,11 @@ class AsyncTurn(TurnCore):
         """``Turn.add``."""
         return self._took(await self._call(self._write([(content_or_item, fields)])), 1)[0]
 
-    async def add_many(self, items: list[Any], *, format: str = "openai", expect_version: str | None = None) -> int:
+    async def add_many(
+        self, items: list[Any], *, format: str = "openai", model: str | None = None, expect_version: str | None = None
+    ) -> int:
         """``Turn.add_many``."""
-        batch = item_plans.entries(items, format)
+        batch = item_plans.entries(items, format, model)
         return len(self._took(await self._call(self._write(batch, expect_version=expect_version)), len(batch)))
 
     async def take_pending(self) -> list[ContextItem]:

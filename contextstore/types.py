@@ -22,6 +22,11 @@ DEFAULT_WARN_PERCENT = 75.0
 DEFAULT_EVENTS_MAXLEN = 10_000
 DEFAULT_ARCHIVE_TTL_SECONDS = 86_400
 
+#: the formats ``build_messages`` builds and ``add_many`` takes (contract §21): Chat Completions
+#: messages, Anthropic's Messages API, OpenAI's Responses input items, Gemini's ``contents``
+ChatFormat = Literal["openai", "anthropic", "responses", "gemini"]
+CHAT_FORMATS: tuple[ChatFormat, ...] = ("openai", "anthropic", "responses", "gemini")
+
 
 class ItemType(str, Enum):
     """What an item is. The rank (``ItemType.rank``) decides its place in a built prompt."""
@@ -160,6 +165,14 @@ class BuildOptions(msgspec.Struct, frozen=True, kw_only=True):
     #: build_messages(format="anthropic"): cache breakpoints on the system block, the last message
     #: and before where the latest and the next clearing compaction start (see the guide)
     cache_control: bool = False
+    #: what a chat build counts of a provider's reasoning kept in the window (thinking blocks,
+    #: reasoning items, thought signatures), in that provider's format (another leaves it out):
+    #: "all_turns" (every turn's, as current models keep them) or "current_turn" (only what came
+    #: after the newest user message, as models that drop earlier turns' reasoning count it)
+    reasoning_context: Literal["all_turns", "current_turn"] = "all_turns"
+    #: the model a chat build is for: a provider's own part another model produced (its ``model``
+    #: says so) is left out as another provider's is; None sends every model's
+    model: str | None = None
 
 
 class BuiltContext(msgspec.Struct, frozen=True, kw_only=True):
@@ -189,16 +202,18 @@ class BuiltContext(msgspec.Struct, frozen=True, kw_only=True):
 
 class BuiltMessages(msgspec.Struct, frozen=True, kw_only=True):
     """Chat messages built within a token budget: ``messages`` is the list OpenAI's chat API
-    takes (``format="openai"``) or the ``{"system", "messages"}`` dict of Anthropic's
-    (``format="anthropic"``); the ids say what went in, what did not fit, and what the options
-    (or an incomplete tool-call group) left out. A build chosen from the window's facts (a store
-    without an item cache, a ``max_tokens`` of its own) lists in ``omitted_item_ids`` only what
-    it read: not the conversation older than ``max_history_items`` reaches; and one whose budget
-    stopped its read lists in ``excluded_item_ids`` (and ``dropped_newest``) only what it read,
-    not the older messages that could not fit what the budget left (see ``docs/guide.md``)."""
+    takes (``format="openai"``), the ``{"system", "messages"}`` dict of Anthropic's
+    (``format="anthropic"``), the ``input`` list of OpenAI's Responses API (``"responses"``) or
+    the ``{"system_instruction", "contents"}`` dict of Gemini's (``"gemini"``); the ids say what
+    went in, what did not fit, and what the options (or an incomplete tool-call group) left out.
+    A build chosen from the window's facts (a store without an item cache, a ``max_tokens`` of
+    its own) lists in ``omitted_item_ids`` only what it read: not the conversation older than
+    ``max_history_items`` reaches; and one whose budget stopped its read lists in
+    ``excluded_item_ids`` (and ``dropped_newest``) only what it read, not the older messages
+    that could not fit what the budget left (see ``docs/guide.md``)."""
 
     messages: list[dict[str, Any]] | dict[str, Any]
-    format: Literal["openai", "anthropic"]
+    format: ChatFormat
     total_tokens: int
     included_item_ids: list[str]
     excluded_item_ids: list[str]

@@ -105,6 +105,7 @@ BOTH_APIS = {
     "test_api_smoke", "test_requests", "test_cold_builds", "test_plain_reads", "test_paged_reads",
     "test_appended_reads", "test_events", "test_summaries", "test_relevance", "test_failures",
     "test_store_lifecycle", "test_metrics_stores", "test_build_paths", "test_budget_walk", "test_reasoning",
+    "test_provider_formats",
 }  # fmt: skip
 
 
@@ -113,6 +114,7 @@ BOTH_APIS = {
 VALKEY_TOO = {
     "test_blobs", "test_content_parts", "test_cli_text", "test_rewind", "test_chat_builds",
     "test_integration_openai_agents", "test_integration_langchain", "test_verify", "test_budget_walk", "test_reasoning",
+    "test_provider_formats",
 }  # fmt: skip
 
 

@@ -253,3 +253,28 @@ def test_a_runs_reported_usage_is_recorded_for_its_session(redis_url, prefix):
         win = plain.window("billed")
         assert [i.content for i in win.items()] == ["what does it cost?", "paid", "and again?", "paid"]
         assert win.stats().usage == cs.UsageTotals(input_tokens=30, output_tokens=9, cache_read_tokens=100, records=1)
+
+
+def test_reasoning_contents_come_back_as_they_came_and_nowhere_else(any_store, redis_url, prefix):
+    """An assistant message with the model's reasoning (``text_reasoning``, its protected data
+    as the provider sealed it) before its function call: the message comes back exactly, and the
+    reasoning is in no build of the session's window."""
+    history = ContextStoreChatMessageStore(any_store)
+    messages = [
+        Message(role="user", contents=[Content.from_text(text="Weather in Paris?")]),
+        Message(
+            role="assistant",
+            contents=[
+                Content.from_text_reasoning(text="Call the weather tool.", protected_data="gAAAA-sealed-reasoning"),
+                Content.from_function_call(call_id="c1", name="weather", arguments={"city": "Paris"}),
+            ],
+        ),
+        Message(role="tool", contents=[Content.from_function_result(call_id="c1", result="18C")]),
+        Message(role="assistant", contents=[Content.from_text(text="18C in Paris.")]),
+    ]
+    asyncio.run(history.save_messages("thinks", messages))
+    assert dicts(asyncio.run(history.get_messages("thinks"))) == dicts(messages)
+    with cs.ContextStore.from_url(redis_url, prefix=prefix) as plain:
+        w = plain.window("thinks")
+        seen = str([i.content for i in w.items()]) + str(w.build_messages(cs.BuildOptions(reserve_for_response=0)))
+    assert "gAAAA-sealed-reasoning" not in seen and "Call the weather tool." not in seen and "18C in Paris." in seen

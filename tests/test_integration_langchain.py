@@ -219,3 +219,28 @@ def test_the_usage_an_ai_message_reports_is_recorded_once_for_the_window_the_mod
         history.add_messages([_reply("sunny", 100, "not an id", model="not a model"), AIMessage("no usage")])
         assert win.stats().usage.records == 2
     assert [m.content for m in history.messages][2:] == ["18C", "18C", "sunny", "no usage"]
+
+
+def test_an_ai_message_s_reasoning_blocks_come_back_as_they_came_and_nowhere_else(any_store, redis_url, prefix):
+    """A reasoning model's AI message (Anthropic's thinking blocks with their signatures, or
+    LangChain's standard reasoning block) and its tool call: the message comes back exactly, and
+    its reasoning is in no build of the window (nor in the item's text)."""
+    thinking = {"type": "thinking", "thinking": "Paris first.", "signature": "EqQBCgIYAhIM-langchain-sig"}
+    standard = {"type": "reasoning", "reasoning": "Then Lyon.", "extras": {"signature": "std-sig-42"}}
+    call = {"name": "weather", "args": {"city": "Paris"}, "id": "toolu_1", "type": "tool_call"}
+    messages = [
+        HumanMessage("Weather in Paris and Lyon?"),
+        AIMessage(content=[thinking, {**call, "type": "tool_use", "input": call["args"]}], tool_calls=[call]),
+        ToolMessage("18C", tool_call_id="toolu_1"),
+        AIMessage(content=[standard, {"type": "text", "text": "Paris 18C."}]),
+    ]
+    history = ContextStoreChatMessageHistory("thinks", any_store)
+    history.add_messages(messages)
+    assert history.messages == messages
+    with cs.ContextStore.from_url(redis_url, prefix=prefix) as plain:
+        w = plain.window("thinks")
+        texts = [str(i.content) for i in w.items()]
+        built = str(w.build_messages(cs.BuildOptions(reserve_for_response=0))) + w.build()
+    for secret in ("EqQBCgIYAhIM-langchain-sig", "std-sig-42", "Paris first.", "Then Lyon."):
+        assert not any(secret in t for t in texts) and secret not in built
+    assert "Paris 18C." in built

@@ -401,3 +401,44 @@ def test_a_part_the_store_would_refuse_is_kept_verbatim_never_dropped(any_store,
     sent = json.dumps(messages)
     assert "completed" not in sent.replace('"status": "completed"', "") and cut not in sent
     assert "image data left out" in sent
+
+
+def test_reasoning_and_compaction_items_stay_across_turns_each_reasoning_with_the_item_it_preceded(any_store):
+    """A reasoning model's turns on a session whose budget evicts: every reasoning item is given
+    back (byte for byte) only with the function call or message that followed it, never alone
+    (the Responses API refuses a reasoning item without its following item); a compaction item
+    comes back as it was stored, across turns."""
+    session = _session(any_store, "reasoning", max_tokens=1100)
+    compaction = {"type": "compaction", "id": "cmp_1", "encrypted_content": "gAAAA-summary-of-earlier"}
+
+    def turn(n: int) -> list[dict]:
+        return [
+            {"role": "user", "content": f"Question {n}: " + "words " * (5 + 13 * n % 37)},  # sizes that vary:
+            {"id": f"rs_{n}a", "type": "reasoning", "summary": [],  # eviction stops mid-turn
+             "encrypted_content": f"gAAAA-{n}a" + "x" * (7 * n % 23)},
+            {"id": f"fc_{n}", "type": "function_call", "call_id": f"call_{n}", "name": "look", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": f"call_{n}", "output": "seen " * (3 + 11 * n % 29)},
+            {"id": f"rs_{n}b", "type": "reasoning", "summary": [], "encrypted_content": f"gAAAA-{n}b"},
+            {"id": f"msg_{n}", "type": "message", "role": "assistant", "status": "completed",
+             "content": [{"type": "output_text", "text": "An answer. " * (2 + 5 * n % 17), "annotations": []}]},
+        ]  # fmt: skip
+
+    async def go():
+        await session.add_items([compaction])
+        await session.add_items(turn(0))
+        early = await session.get_items()
+        for n in range(1, 12):
+            await session.add_items(turn(n))
+        return early, await session.get_items()
+
+    early, items = run(go())
+    assert early[0] == compaction and early[1:] == turn(0)  # as it came, the next turn beside it
+    assert len(items) < 1 + 12 * 6  # the budget evicted
+    for k, item in enumerate(items):
+        if item.get("type") == "reasoning":
+            n, which = item["id"][3:-1], item["id"][-1]
+            following = items[k + 1] if k + 1 < len(items) else {}
+            assert following.get("id") == (f"fc_{n}" if which == "a" else f"msg_{n}"), (k, item["id"])
+        if item.get("type") == "function_call":
+            assert items[k - 1]["id"] == f"rs_{item['id'][3:]}a"
+    assert any(i.get("type") == "reasoning" for i in items) and items[-1]["id"] == "msg_11"

@@ -66,7 +66,11 @@ def test_thinking_comes_back_byte_for_byte_first_in_an_anthropic_build(store):
     assert [b["type"] for b in second] == ["redacted_thinking", "text", "tool_use"] and second[0] == REDACTED
     _valid_anthropic(built)
     stored = w.get(w.items()[1].id or "")
-    assert stored.content[0] == _step(1)[0]["content"][0] and stored.token_count > 20  # its text counts
+    kept = stored.content[0]  # a native part (core/native.py): the block as it came, what it costs Anthropic
+    assert kept["type"] == "native" and kept["format"] == "anthropic" and kept["value"] == _step(1)[0]["content"][0]
+    plain = store.window("plain")
+    plain.add_many([{**_step(1)[0], "content": _step(1)[0]["content"][1:]}])
+    assert kept["tokens"] > 20 and stored.token_count == plain.items()[0].token_count  # in Anthropic's builds only
 
 
 def test_other_builds_leave_the_reasoning_out(store):
@@ -150,9 +154,9 @@ def test_fork_rewind_and_restore_keep_the_blocks_with_their_message(store):
     copy.restore(snap)
     assert [i.content for i in copy.items()] == [i.content for i in w.items()]
     rewound = w.rewind(w.items()[2].id or "")  # back to the first result: the second step goes whole
-    assert [i.content[0]["type"] for i in w.items() if i.role == "assistant"] == ["thinking"]
+    assert [i.content[0]["value"]["type"] for i in w.items() if i.role == "assistant"] == ["thinking"]
     w.undo_rewind(rewound)
-    assert w.items()[3].content[0] == REDACTED
+    assert w.items()[3].content[0]["value"] == REDACTED
     assert child.verify().ok and copy.verify().ok
 
 

@@ -16,6 +16,7 @@ import asyncio
 import base64
 import io
 import itertools
+import json
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -196,9 +197,10 @@ def cap_events(seam: Seam, w: Any) -> None:
 
 
 def cap_reasoning_blocks(seam: Seam, w: Any) -> None:
-    """An assistant message's thinking blocks (its text hostile where the boundary is), stored as
-    the Messages API returned them, come back byte for byte, first, in an Anthropic build, its tool
-    use as it came; a Chat Completions build leaves them out."""
+    """Each provider's step of a tool loop (its text hostile where the boundary is), stored as the
+    API returned it: an Anthropic thinking block, a Responses reasoning item with encrypted content
+    and its function call, a Gemini function call with its thought signature. Each comes back byte
+    for byte and in place in its provider's build, its call with it; no other build sends it."""
     thinking = {"type": "thinking", "thinking": seam.text("call look"), "signature": "EqQBCgIYAhIM1gbcDa9GJw=="}
     use = {"type": "tool_use", "id": "toolu_1", "name": "look", "input": {"what": seam.text("it")}}
     w.add(seam.text("look, please"), role="user")
@@ -206,12 +208,26 @@ def cap_reasoning_blocks(seam: Seam, w: Any) -> None:
         {"role": "assistant", "content": [thinking, {"type": "text", "text": "Looking."}, use]},
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": seam.text("seen")}]},
     ], format="anthropic")  # fmt: skip
+    reasoning = {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "gAAAAABoSEAMS=="}
+    arguments = json.dumps({"q": seam.text("x")})
+    call = {"type": "function_call", "call_id": "call_1", "name": "look", "arguments": arguments}
+    w.add_many([reasoning, call, {"type": "function_call_output", "call_id": "call_1", "output": seam.text("seen")}],
+               format="responses")  # fmt: skip
+    signed = {"function_call": {"id": "g1", "name": "look", "args": {"q": seam.text("y")}}, "thought_signature": "U0lH"}
+    w.add_many([{"role": "model", "parts": [signed]},
+                {"role": "user", "parts": [{"function_response": {"id": "g1", "name": "look", "response": {}}}]}],
+               format="gemini")  # fmt: skip
     opts = cs.BuildOptions(reserve_for_response=0, max_history_items=1000)  # beside a writer's messages too
     built = w.build_messages(opts, format="anthropic")
     flat = [b for m in built["messages"] if m["role"] == "assistant" for b in m["content"]]
     at = flat.index(thinking)  # a writer's assistant messages may share the turn
     assert [b["type"] for b in flat[at : at + 3]] == ["thinking", "text", "tool_use"] and flat[at + 2] == use
-    assert "thinking" not in str(w.build_messages(opts)) and thinking["signature"] not in str(w.build_messages(opts))
+    items = w.build_messages(opts, format="responses")
+    assert items[items.index(reasoning) + 1] == call
+    parts = [p for c in w.build_messages(opts, format="gemini")["contents"] for p in c["parts"]]
+    assert signed in parts
+    plain = str(w.build_messages(opts))
+    assert not any(m in plain for m in ("'thinking'", thinking["signature"], "gAAAAABoSEAMS", "U0lH", "'rs_1'"))
 
 
 def _compaction(strategy: str) -> Callable[[Seam, Any], None]:

@@ -16,7 +16,7 @@ from .. import Prices, WindowNotFoundError
 from ..core import parts
 from ..events import KINDS as EVENT_KINDS
 from ..render.select import build_key
-from ..types import BuildOptions, ContextItem, ItemType
+from ..types import CHAT_FORMATS, BuildOptions, ChatFormat, ContextItem, ItemType
 from .app import BadInput, CommandFailed, Env, cli, emit_json, json_option, pass_env, prices_option, window_argument
 from .views import (
     CONTENT_WIDTH,
@@ -40,7 +40,6 @@ PIPED_WIDTH, PIPED_CONTENT = 400, 200
 #: under it, and never fewer rows than this
 SCREEN_OTHER_LINES, SCREEN_MIN_ROWS = 9, 5
 Order = Literal["sections", "priority", "arrival"]
-ChatFormat = Literal["openai", "anthropic"]
 
 
 def _types_option(fn: click.decorators.FC) -> click.decorators.FC:
@@ -208,7 +207,7 @@ def stats(env: Env, window: str, prices: Prices | None, as_json: bool) -> None:
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["text", "markdown", "openai", "anthropic"]),
+    type=click.Choice(["text", "markdown", *CHAT_FORMATS]),
     default="text",
     show_default=True,
     help="a prompt string, the window as markdown, or chat messages",

@@ -14,6 +14,9 @@ keep them as they are and add one of their own, ``c`` (a cleared tool result). T
 - ``L``: other tool links (several calls in one message, a group of the caller's): the build
   needs the body to pair them, and reads it with the facts (``needs_body``);
 - ``R``: a context item with a ``source_ref``, whose header (and so its cost) needs the body,
+  read with the facts too;
+- ``N``: an assistant message holding a provider's reasoning (native parts with tokens of their
+  own, ``core/native.py``): what it costs depends on the build's format and turn, so its body is
   read with the facts too.
 
 ``stub`` makes from an id's ``:attrs`` value and pin an item without content whose role, calls
@@ -26,7 +29,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..types import ContextItem, ItemType
+from ..types import Content, ContextItem, ItemType
+from . import native
 
 #: the store's own flag: the tool result's content was cleared (CLEAR_TOOL_RESULTS)
 CLEARED = "c"
@@ -34,11 +38,12 @@ CALLS_GROUP = "K"
 ANSWERS_GROUP = "Q"
 OTHER_LINK = "L"
 HEADER_SOURCE = "R"
+REASONING = "N"
 #: a chat role -> its letter
 ROLE_LETTERS = {"system": "S", "user": "U", "assistant": "A", "tool": "T", "context": "X"}
 _ROLES = {v: k for k, v in ROLE_LETTERS.items()}
 #: the letters whose item a build cannot cost or pair without its body
-NEEDS_BODY = frozenset(OTHER_LINK + HEADER_SOURCE)
+NEEDS_BODY = frozenset(OTHER_LINK + HEADER_SOURCE + REASONING)
 
 _SYSTEM_TYPES = (ItemType.SYSTEM_PROMPT, ItemType.INSTRUCTION)
 _BY_TYPE = {ItemType.USER_MESSAGE: "user", ItemType.ASSISTANT_MESSAGE: "assistant"}
@@ -65,7 +70,12 @@ def call_ids(item_type: ItemType, role: str | None, metadata: Mapping[str, Any] 
 
 
 def letters(
-    item_type: ItemType, role: str | None, metadata: Mapping[str, Any] | None, source_ref: str | None, group: str | None
+    item_type: ItemType,
+    role: str | None,
+    metadata: Mapping[str, Any] | None,
+    source_ref: str | None,
+    group: str | None,
+    content: Content = "",
 ) -> str:
     """The letters the client stores for an item (without ``c``). A tool result whose group is
     not known yet (None: add.lua gives it its call's) gets its link letter from add.lua."""
@@ -78,12 +88,14 @@ def letters(
         out += ANSWERS_GROUP if (metadata or {}).get("tool_call_id") == group else OTHER_LINK
     if kind == "context" and source_ref:
         out += HEADER_SOURCE
+    if native.reasons(content):
+        out += REASONING
     return out
 
 
 def of_item(item: ContextItem) -> str:
     """``letters`` of a stored item (its group known), without ``c``."""
-    return letters(item.type, item.role, item.metadata, item.source_ref, item.group)
+    return letters(item.type, item.role, item.metadata, item.source_ref, item.group, item.content)
 
 
 def stored_letters(attrs: str) -> str:

@@ -1,13 +1,15 @@
 """Messages in a provider's own shape, as ``add_many(..., format=)`` takes them (contract §21): a
-loop stores what the API returned without converting it. ``"anthropic"``: Messages API
-``{"role", "content"}`` entries, the content a str or content blocks (``text``, ``image``,
-``document``, ``thinking``, ``redacted_thinking``, ``tool_use``; in a user turn ``tool_result``),
-as dicts or as the SDK's block objects. Each message becomes the items a build in that format
-gives back: an assistant message one item (its ``tool_use`` blocks as its tool calls, the other
-blocks its content parts, in their order), a user message its tool results (each an item of its
-own) and then the rest. No I/O.
+loop stores what the API returned without converting it, as dicts or as the SDK's objects.
+``"anthropic"``: Messages API ``{"role", "content"}`` entries, the content a str or content
+blocks (``text``, ``image``, ``document``, ``thinking``, ``redacted_thinking``, ``compaction``,
+``tool_use``; in a user turn ``tool_result``); ``"responses"`` and ``"gemini"``:
+``core/responses_in.py``, ``core/gemini_in.py``. Each message becomes the items a build in that
+format gives back: an assistant message one item (its ``tool_use`` blocks as its tool calls, its
+thinking and compaction blocks native parts, ``core/native.py``, the other blocks its content
+parts, in their order), a user message its tool results (each an item of its own) and then the
+rest. No I/O.
 
-May import: ``errors``, ``core.parts``.
+May import: ``errors``, ``types``, ``core.native``, ``core.responses_in``, ``core.gemini_in``.
 """
 
 from __future__ import annotations
@@ -17,29 +19,37 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..errors import InvalidItemError, InvalidOptionsError
+from ..types import CHAT_FORMATS
+from . import gemini_in, native, responses_in
 
-#: the formats ``add_many`` takes ("openai": the store's own item dicts, as before)
-FORMATS = ("openai", "anthropic")
 
-
-def entries(messages: object, fmt: object) -> list[Any]:
-    """``messages`` in format ``fmt`` as ``add_many`` entries (dicts of ``add()`` keywords);
-    "openai" ones as they are. ``InvalidOptionsError`` for an unknown format,
-    ``InvalidItemError`` naming the message and block for one in no shape of the format."""
-    if fmt not in FORMATS:
-        raise InvalidOptionsError(f"format must be one of {', '.join(map(repr, FORMATS))}, not {fmt!r}")
+def entries(messages: object, fmt: object, model: object = None) -> list[Any]:
+    """``messages`` in format ``fmt`` (one of ``CHAT_FORMATS``) as ``add_many`` entries (dicts
+    of ``add()`` keywords); "openai" ones as they are. ``model``: the model that produced them,
+    kept on their native parts. ``InvalidOptionsError`` for an unknown format or a model that is
+    no str, ``InvalidItemError`` naming the message and block for one in no shape of the format."""
+    if fmt not in CHAT_FORMATS:
+        raise InvalidOptionsError(f"format must be one of {', '.join(map(repr, CHAT_FORMATS))}, not {fmt!r}")
+    if model is not None and (not isinstance(model, str) or not model or not model.isprintable()):
+        raise InvalidOptionsError(f"model must be a non-empty printable str, not {model!r}")
     if fmt == "openai":
         return messages  # type: ignore[return-value]
     if isinstance(messages, (str, bytes, dict)) or not isinstance(messages, Iterable):
-        raise InvalidItemError("add_many(format='anthropic') takes a list of messages ({'role', 'content'})")
+        raise InvalidItemError(f"add_many(format={fmt!r}) takes a list of the format's messages (or items)")
+    listed = [_plain(m) for m in messages]
+    if fmt == "responses":
+        return responses_in.entries(listed, model)
+    if fmt == "gemini":
+        return gemini_in.entries(listed, model)
     out: list[dict[str, Any]] = []
-    for n, message in enumerate(messages):
-        out += _anthropic(n, _plain(message))
+    for n, message in enumerate(listed):
+        out += _anthropic(n, message, model)
     return out
 
 
 def _plain(value: Any) -> Any:
-    """An SDK object (a pydantic model: a block, a message) as the dict the API's JSON holds."""
+    """An SDK object (a pydantic model: a block, a message, an item, a part) as the dict the
+    API's JSON holds."""
     dump = getattr(value, "model_dump", None)
     if callable(dump):
         return dump(mode="json", exclude_none=True)
@@ -50,7 +60,7 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _anthropic(n: int, message: Any) -> list[dict[str, Any]]:
+def _anthropic(n: int, message: Any, model: str | None) -> list[dict[str, Any]]:
     """One Anthropic message as entries."""
     if not isinstance(message, dict) or message.get("role") not in ("user", "assistant") or "content" not in message:
         raise InvalidItemError(f"message {n} must be {{'role': 'user' or 'assistant', 'content': ...}}")
@@ -59,17 +69,22 @@ def _anthropic(n: int, message: Any) -> list[dict[str, Any]]:
         return [{"content": content, "role": role}]
     if not (isinstance(content, list) and all(_typed(b) for b in content)):
         raise InvalidItemError(f"message {n}: content must be a str or a list of content blocks with a 'type'")
-    return _assistant(n, content) if role == "assistant" else _user(n, content)
+    return _assistant(n, content, model) if role == "assistant" else _user(n, content)
 
 
 def _typed(block: Any) -> bool:
     return isinstance(block, dict) and isinstance(block.get("type"), str)
 
 
-def _assistant(n: int, blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """An assistant message: one item, its tool uses as tool calls, the other blocks its parts."""
+def _assistant(n: int, blocks: list[dict[str, Any]], model: str | None) -> list[dict[str, Any]]:
+    """An assistant message: one item, its tool uses as tool calls, its own blocks (thinking,
+    compaction) native parts, the other blocks its parts."""
     calls = [_call(n, m, b) for m, b in enumerate(blocks) if b["type"] == "tool_use"]
-    rest = [b for b in blocks if b["type"] != "tool_use"]
+    rest = [
+        native.wrap("anthropic", b, model=model) if b["type"] in native.ANTHROPIC_BLOCKS else b
+        for b in blocks
+        if b["type"] != "tool_use"
+    ]
     entry: dict[str, Any] = {"content": rest or "", "role": "assistant"}
     if calls:
         entry["metadata"] = {"tool_calls": calls}

@@ -2,9 +2,10 @@
 audio, files, documents beside text). What a part may be (``check``), the text a part stands for
 where only text goes (``text_of``), what it costs in tokens (``tokens``: an image by the
 dimensions its header gives, as the providers charge), and a part in the other format
-(``for_format``). No I/O.
+(``for_format``); a provider's own parts (reasoning, signatures) as native parts
+(``core/native.py``). No I/O.
 
-May import: ``types``, ``errors``.
+May import: ``types``, ``errors``, ``core.native``.
 """
 
 from __future__ import annotations
@@ -18,14 +19,14 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..errors import InvalidItemError
+from . import native
 from .images import IMAGE_TYPES, broken, dimensions, header
 
 #: the part types of each format ("text" is both)
 OPENAI_TYPES = frozenset({"text", "image_url", "input_audio", "file"})
-ANTHROPIC_TYPES = frozenset({"text", "image", "document", "thinking", "redacted_thinking"})
-#: the part types a provider hands back opaque, for its own next request only (an assistant
-#: message's reasoning, signed): type -> the format that sends it back; every other leaves it out
-OPAQUE_TYPES = {"thinking": "anthropic", "redacted_thinking": "anthropic"}
+ANTHROPIC_TYPES = frozenset({"text", "image", "document"})
+#: every part type: either format's, and a provider's own part kept whole (``core/native.py``)
+KNOWN_TYPES = OPENAI_TYPES | ANTHROPIC_TYPES | {native.NATIVE}
 #: at most this many parts in one item
 MAX_PARTS = 256
 #: an image whose dimensions are not known (by URL or file id): the most either provider charges
@@ -44,11 +45,16 @@ Say = Callable[[str], None]
 def check(value: object) -> list[dict[str, Any]]:
     """``value`` as content parts (``InvalidItemError`` naming the part otherwise): a non-empty
     list of at most ``MAX_PARTS`` dicts, each of a type of either format in that type's shape,
-    base64 that decodes, and an image's header that agrees with its media type."""
+    base64 that decodes, and an image's header that agrees with its media type. Anthropic's
+    thinking blocks given as they came become native parts (``native.anthropic_wrapped``)."""
     if not isinstance(value, list) or not value:
         raise InvalidItemError("content must be a str or a non-empty list of content parts")
     if len(value) > MAX_PARTS:
         raise InvalidItemError(f"content has {len(value)} parts; at most {MAX_PARTS}")
+    if not all(isinstance(p, dict) for p in value):
+        n = next(n for n, p in enumerate(value) if not isinstance(p, dict))
+        raise InvalidItemError(f"content part {n} must be a dict with a 'type'")
+    value = native.anthropic_wrapped(value)
     for n, part in enumerate(value):
         _check_part(n, part)
     return value
@@ -58,8 +64,8 @@ def _check_part(n: int, part: object) -> None:
     if not isinstance(part, dict) or not isinstance(part.get("type"), str):
         raise InvalidItemError(f"content part {n} must be a dict with a 'type'")
     kind = part["type"]
-    if kind not in OPENAI_TYPES | ANTHROPIC_TYPES:
-        known = ", ".join(sorted(OPENAI_TYPES | ANTHROPIC_TYPES))
+    if kind not in KNOWN_TYPES:
+        known = ", ".join(sorted(KNOWN_TYPES | {"thinking", "redacted_thinking"}))
         raise InvalidItemError(f"content part {n} has an unknown type {kind!r} (known: {known})")
 
     def bad(what: str) -> InvalidItemError:
@@ -68,12 +74,8 @@ def _check_part(n: int, part: object) -> None:
     if kind == "text":
         if not isinstance(part.get("text"), str):
             raise bad("needs 'text', a str")
-    elif kind == "thinking":
-        if not isinstance(part.get("thinking"), str) or not isinstance(part.get("signature"), str):
-            raise bad("needs 'thinking' and its 'signature', both str, as the provider returned them")
-    elif kind == "redacted_thinking":
-        if not isinstance(part.get("data"), str):
-            raise bad("needs 'data', a str, as the provider returned it")
+    elif kind == native.NATIVE:
+        native.check(part, bad)
     elif kind == "image_url":
         image = part.get("image_url")
         if not isinstance(image, dict) or not isinstance(image.get("url"), str):
@@ -94,17 +96,6 @@ def _check_part(n: int, part: object) -> None:
             _check_url(file["file_data"], bad)
     else:  # image, document
         _check_source(part.get("source"), kind, bad)
-
-
-def check_opaque_owner(parts: list[dict[str, Any]], role: str) -> None:
-    """A provider's opaque parts (``OPAQUE_TYPES``: reasoning it signed) come only in the assistant
-    message it answered with (``role``: the item's chat role); ``InvalidItemError`` otherwise."""
-    for n, part in enumerate(parts):
-        if part["type"] in OPAQUE_TYPES and role != "assistant":
-            raise InvalidItemError(
-                f"content part {n} ({part['type']!r}) is the provider's own reasoning: it belongs to the "
-                f"assistant message it came in, not to a {role} item"
-            )
 
 
 def _check_url(url: str, bad: Callable[[str], InvalidItemError]) -> None:
@@ -184,17 +175,16 @@ def image_tokens(width: int, height: int, detail: str = "auto") -> int:
 
 
 def tokens(parts: list[dict[str, Any]], count_text: Callable[[str], int]) -> int:
-    """The tokens of ``parts``: text (and a thinking block's text) by ``count_text``; an image by
-    its dimensions (``image_tokens``; ``UNKNOWN_IMAGE_TOKENS`` by URL or file id); anything else
-    (a redacted thinking block too) a token per ``BYTES_PER_TOKEN`` bytes of its data, at least
-    ``MIN_PART_TOKENS`` (a redacted thinking block: at least one)."""
+    """The tokens of ``parts`` every format sends: text by ``count_text`` (a native part's
+    text too, ``native.text_of``; what else it costs counts in its own format only:
+    ``native.cost``); an image by its dimensions (``image_tokens``; ``UNKNOWN_IMAGE_TOKENS`` by
+    URL or file id); anything else a token per ``BYTES_PER_TOKEN`` bytes of its data, at least
+    ``MIN_PART_TOKENS``."""
     total = 0
     for part in parts:
-        if part["type"] in ("text", "thinking"):
-            total += count_text(part[part["type"]])
-            continue
-        if part["type"] == "redacted_thinking":  # encrypted: about its text's size
-            total += max(1, len(part["data"]) // BYTES_PER_TOKEN)
+        if part["type"] in ("text", native.NATIVE):
+            text = part["text"] if part["type"] == "text" else native.text_of(part)
+            total += count_text(text) if text else 0
             continue
         data, _, size = measured(part)
         total += part_tokens(part, data, size, str((part.get("image_url") or {}).get("detail", "auto")))
@@ -218,18 +208,22 @@ def part_tokens(part: Mapping[str, Any], data: bytes | None, size: tuple[int, in
 
 
 def counted_text(content: str | list[dict[str, Any]]) -> str:
-    """What a token counter counts of ``content``: a str, or its text parts' text (the other
-    parts count by ``media_tokens``)."""
+    """What a token counter counts of ``content``: a str, or its text parts' text and the text
+    native parts stand for (the other parts count by ``media_tokens``)."""
     if isinstance(content, str):
         return content
-    return "\n".join(p["text"] for p in content if p["type"] == "text")
+    texts = (p["text"] if p["type"] == "text" else native.text_of(p) for p in content if p["type"] in _TEXTS)
+    return "\n".join(t for t in texts if t)
+
+
+_TEXTS = ("text", native.NATIVE)
 
 
 def media_tokens(content: str | list[dict[str, Any]], count_text: Callable[[str], int]) -> int:
     """The tokens of the parts of ``content`` that are not text (``tokens``; 0 for a str)."""
     if isinstance(content, str):
         return 0
-    return tokens([p for p in content if p["type"] != "text"], count_text)
+    return tokens([p for p in content if p["type"] not in _TEXTS], count_text)
 
 
 def _is_image(part: Mapping[str, Any]) -> bool:
@@ -288,6 +282,9 @@ def label(part: Mapping[str, Any], sha: bool = False) -> str:
     """A part that is not text, in words: ``[image/png 1280x800 312 KB]``, ``[file]``; with
     ``sha``, the start of its payload's SHA-256 too (``sha256:ab12cd34ef56…``: it names the
     part's blob when it is stored as one), as the CLI shows it."""
+    if part["type"] == native.NATIVE:
+        value = part["value"]
+        return f"[{part['format']} {value.get('type') or next(iter(value), 'part')}]"
     data, media_type, size = measured(part)
     kind = media_type or ("image" if _is_image(part) else part["type"])
     words = [kind]
@@ -311,12 +308,19 @@ def _bytes(n: int) -> str:
 def text_of(content: str | list[dict[str, Any]], sha: bool = False) -> str:
     """The text ``content`` stands for where only text goes (a text build, markdown, a summary,
     a relevance score, the CLI): a str as it is; parts as their text, each other part as its
-    ``label`` (with ``sha``, as the CLI shows it, a provider's opaque reasoning too; without, it
-    is left out), one a line."""
+    ``label``, a native part as the text it stands for (``native.text_of``; with ``sha``, as the
+    CLI shows it, its label when it stands for none; without, it is left out), one a line."""
     if isinstance(content, str):
         return content
-    shown = (p for p in content if sha or p["type"] not in OPAQUE_TYPES)  # the CLI shows reasoning's label
-    return "\n".join(p["text"] if p["type"] == "text" else label(p, sha) for p in shown)
+    return "\n".join(t for t in (_text_line(p, sha) for p in content) if t)
+
+
+def _text_line(part: dict[str, Any], sha: bool) -> str:
+    if part["type"] == "text":
+        return str(part["text"])
+    if part["type"] == native.NATIVE:
+        return native.text_of(part) or (label(part) if sha else "")
+    return label(part, sha)
 
 
 # -- formats -----------------------------------------------------------------------------------
@@ -334,18 +338,22 @@ def copied(value: Any) -> Any:
     return value
 
 
-def for_format(parts: list[dict[str, Any]], fmt: str) -> list[dict[str, Any]]:
-    """``parts`` as a build in ``fmt`` ("openai" or "anthropic") sends them: a part of that
-    format as stored (no key added; a copy, so that a caller changing what a build gave it
-    changes no item a store holds); one of the other converted where it has an equivalent
-    (text; an image by base64 or URL), else ``InvalidItemError`` naming it; another provider's
-    opaque reasoning (``OPAQUE_TYPES``) left out."""
-    native = OPENAI_TYPES if fmt == "openai" else ANTHROPIC_TYPES
-    return [
-        copied(p) if p["type"] in native else _converted(n, p, fmt)
-        for n, p in enumerate(parts)
-        if OPAQUE_TYPES.get(p["type"], fmt) == fmt
-    ]
+def for_format(parts: list[dict[str, Any]], fmt: str, model: str | None = None) -> list[dict[str, Any]]:
+    """``parts`` as a build in ``fmt`` ("openai" or "anthropic"; for ``model`` when given) sends
+    them: a part of that format as stored (no key added; a copy, so that a caller changing what
+    a build gave it changes no item a store holds); one of the other converted where it has an
+    equivalent (text; an image by base64 or URL), else ``InvalidItemError`` naming it; a native
+    part as ``native.for_format`` gives it (its value, its text, or left out)."""
+    own = OPENAI_TYPES if fmt == "openai" else ANTHROPIC_TYPES
+    out = []
+    for n, p in enumerate(parts):
+        if p["type"] == native.NATIVE:
+            sent = native.for_format(p, fmt, model)
+            if sent is not None:
+                out.append(copied(sent))
+        else:
+            out.append(copied(p) if p["type"] in own else _converted(n, p, fmt))
+    return out
 
 
 def _converted(n: int, part: dict[str, Any], fmt: str) -> dict[str, Any]:

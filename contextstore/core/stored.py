@@ -126,14 +126,13 @@ def decode_item(entry: Entry) -> ContextItem:
     try:
         body = _decoder.decode(json)
         added = added_time(body.added_at_us)
-        if not isinstance(body.content, str):
-            parts.check(body.content)  # parts as an add checked them
+        content = body.content if isinstance(body.content, str) else parts.check(body.content)  # as an add did
         toolcalls.calls_of(a.type, body.metadata)  # the shapes a build reads, as an add checked them
         toolcalls.result_call_id(a.type, body.role, body.metadata)
     except _UNREADABLE as exc:
         raise corrupt_value(":items", name, f"{type(exc).__name__}: {str(exc)[:200]}") from exc
     return ContextItem(
-        content=body.content,
+        content=content,
         type=a.type,
         priority=a.priority,
         token_count=a.tokens,

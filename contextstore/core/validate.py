@@ -14,7 +14,7 @@ import msgspec
 
 from ..errors import ContextStoreError, InvalidItemError, InvalidOptionsError
 from ..types import ROLE_TYPES, ContextItem, ItemType
-from . import parts, sizes, toolcalls
+from . import native, parts, sizes, toolcalls
 from .facts import role_class
 from .layout import CLEARED_KEY, MAX_PRIORITY
 
@@ -350,8 +350,8 @@ def new_item(content_or_item: object, *, limits: sizes.ItemLimits, restoring: bo
     source_ref = _optional_text("source_ref", given.get("source_ref"), 10_000)
     sizes.check(content, content_bytes, meta_bytes, source_ref, limits)
     if isinstance(content, list):
-        parts.check(content)
-        parts.check_opaque_owner(content, role_class(item_type, role, meta))
+        content = parts.check(content)
+        native.check_owner(content, role_class(item_type, role, meta))
     return NewItem(
         content=content,
         type=item_type,

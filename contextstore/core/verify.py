@@ -153,7 +153,9 @@ def _check_letters(iid: str, it: dict[str, Any], say: Say) -> None:
     kept = it["flags"].replace(facts.CLEARED, "")
     if not kept:
         return
-    said = facts.letters(ItemType(it["type"]), it.get("role"), it.get("metadata"), it.get("source_ref"), it["group"])
+    said = facts.letters(
+        ItemType(it["type"]), it.get("role"), it.get("metadata"), it.get("source_ref"), it["group"], it["content"]
+    )
     if kept != said:
         say(f":attrs of {iid!r} hold the letters {kept!r} where its body says {said!r}")
 

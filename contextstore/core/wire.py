@@ -170,7 +170,7 @@ def item_args(item: NewItem) -> Args:
         "1" if item.pinned else "0",
         item.group or "",
         tool_link(item),
-        facts.letters(item.type, item.role, item.metadata, item.source_ref, item.group),
+        facts.letters(item.type, item.role, item.metadata, item.source_ref, item.group, item.content),
     ]
 
 

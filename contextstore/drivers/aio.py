@@ -7,7 +7,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from functools import cached_property, partial
-from typing import Any, BinaryIO, Literal, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 import redis.asyncio
 import redis.asyncio.cluster
@@ -35,6 +35,7 @@ from ..types import (
     BuildOptions,
     BuiltContext,
     BuiltMessages,
+    ChatFormat,
     CompactionPlan,
     CompactionStrategy,
     Content,
@@ -253,11 +254,12 @@ class AsyncContextWindow:
         plan = item_plans.replace(self._settings, self._state, batch, last, request_id, expect_ids, expect_version)
         return (await self._timed(plan, self._store._metrics.add_latency)).added
 
-    async def add_many(self, items: list[Any], *, format: str = "openai", request_id: str | None = None,
-                       expect_version: str | None = None) -> int:  # fmt: skip
-        """Add several items all-or-nothing; returns how many were added. ``format="anthropic"``:
-        messages as Anthropic's Messages API takes and returns them (``core.formats_in``)."""
-        batch = item_plans.entries(items, format)
+    async def add_many(self, items: list[Any], *, format: str = "openai", model: str | None = None,
+                       request_id: str | None = None, expect_version: str | None = None) -> int:  # fmt: skip
+        """Add several items all-or-nothing; returns how many were added. ``format``: messages
+        as a provider's API takes and returns them ("anthropic", "responses", "gemini"; from
+        ``model``, kept with their reasoning: ``core.formats_in``)."""
+        batch = item_plans.entries(items, format, model)
         plan = item_plans.add(self._settings, self._state, batch, request_id, expect_version=expect_version)
         return (await self._timed(plan, self._store._metrics.add_latency)).added if batch else 0
 
@@ -377,14 +379,14 @@ class AsyncContextWindow:
         return await self._timed(plan, self._store._metrics.build_latency)
 
     async def build_messages(
-        self, options: BuildOptions | None = None, format: Literal["openai", "anthropic"] = "openai"
+        self, options: BuildOptions | None = None, format: ChatFormat = "openai"
     ) -> list[dict[str, Any]] | dict[str, Any]:
         """Chat messages within the token budget: a list for OpenAI's ``messages=``, or
         ``{"system", "messages"}`` for Anthropic's ``messages.create(**built, ...)``."""
         return (await self.build_messages_structured(options, format)).messages
 
     async def build_messages_structured(
-        self, options: BuildOptions | None = None, format: Literal["openai", "anthropic"] = "openai"
+        self, options: BuildOptions | None = None, format: ChatFormat = "openai"
     ) -> BuiltMessages:
         """Chat messages within the token budget, with the ids included, excluded and omitted."""
         plan = chat_plans.build_messages(self._settings, self._state, options, format)

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from functools import cached_property
 from types import TracebackType
-from typing import Any, BinaryIO, Literal, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 import redis
 import redis.cluster
@@ -35,6 +35,7 @@ from ..types import (
     BuildOptions,
     BuiltContext,
     BuiltMessages,
+    ChatFormat,
     CompactionPlan,
     CompactionStrategy,
     Content,
@@ -232,11 +233,12 @@ class ContextWindow:
         plan = item_plans.replace(self._settings, self._state, batch, last, request_id, expect_ids, expect_version)
         return self._timed(plan, self._store._metrics.add_latency).added
 
-    def add_many(self, items: list[Any], *, format: str = "openai", request_id: str | None = None,
-                 expect_version: str | None = None) -> int:  # fmt: skip
-        """Add several items all-or-nothing; returns how many were added. ``format="anthropic"``:
-        messages as Anthropic's Messages API takes and returns them (``core.formats_in``)."""
-        batch = item_plans.entries(items, format)
+    def add_many(self, items: list[Any], *, format: str = "openai", model: str | None = None,
+                 request_id: str | None = None, expect_version: str | None = None) -> int:  # fmt: skip
+        """Add several items all-or-nothing; returns how many were added. ``format``: messages
+        as a provider's API takes and returns them ("anthropic", "responses", "gemini"; from
+        ``model``, kept with their reasoning: ``core.formats_in``)."""
+        batch = item_plans.entries(items, format, model)
         plan = item_plans.add(self._settings, self._state, batch, request_id, expect_version=expect_version)
         return self._timed(plan, self._store._metrics.add_latency).added if batch else 0
 
@@ -352,14 +354,14 @@ class ContextWindow:
         return self._timed(build_plans.build(self._settings, self._state, options), self._store._metrics.build_latency)
 
     def build_messages(
-        self, options: BuildOptions | None = None, format: Literal["openai", "anthropic"] = "openai"
+        self, options: BuildOptions | None = None, format: ChatFormat = "openai"
     ) -> list[dict[str, Any]] | dict[str, Any]:
         """Chat messages within the token budget: a list for OpenAI's ``messages=``, or
         ``{"system", "messages"}`` for Anthropic's ``messages.create(**built, ...)``."""
         return self.build_messages_structured(options, format).messages
 
     def build_messages_structured(
-        self, options: BuildOptions | None = None, format: Literal["openai", "anthropic"] = "openai"
+        self, options: BuildOptions | None = None, format: ChatFormat = "openai"
     ) -> BuiltMessages:
         """Chat messages within the token budget, with the ids included, excluded and omitted."""
         plan = chat_plans.build_messages(self._settings, self._state, options, format)

@@ -47,11 +47,18 @@ _ROLES = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool"
 _MEDIA_TYPES = ("image_url", "image", "file")
 
 
+#: a provider's reasoning among an AI message's content blocks (Anthropic's, OpenAI's, LangChain's
+#: standard block): kept with the message as it came, never in the item's text
+_REASONING_TYPES = ("thinking", "redacted_thinking", "reasoning")
+
+
 def _text(content: Any) -> str:
+    """A message's text: a str, the text of its blocks (reasoning left out), else its JSON."""
     if isinstance(content, str):
         return content
-    parts = [p if isinstance(p, str) else p.get("text", "") for p in content if isinstance(p, (str, dict))]
-    return "\n".join(p for p in parts if p) or (json.dumps(content, default=str) if content else "")
+    shown = [p for p in content if not (isinstance(p, dict) and p.get("type") in _REASONING_TYPES)]
+    parts = [p if isinstance(p, str) else p.get("text", "") for p in shown if isinstance(p, (str, dict))]
+    return "\n".join(p for p in parts if p) or (json.dumps(shown, default=str) if shown else "")
 
 
 def _media_rule(block: Mapping[str, Any]) -> tuple[tuple[str, ...], dict[str, Any]] | None:

@@ -124,6 +124,26 @@ def to_window_item(item: dict[str, Any], linked: bool = True) -> dict[str, Any]:
     return {**entry, "metadata": meta}
 
 
+def to_window_items(items: list[Any], linked: bool = True) -> list[dict[str, Any]]:
+    """Responses input items as ``add_many`` takes them (``to_window_item`` each). A reasoning
+    item shares the group of the item after it in the same call (its function call's, or a group
+    of their own with a message): the Responses API refuses a reasoning item without the item it
+    preceded, so a budget or a compaction keeps or removes them together."""
+    given = [dict(i) for i in items]
+    entries = [to_window_item(i, linked) for i in given]
+    for n in range(len(entries) - 2, -1, -1) if linked else ():
+        if given[n].get("type") != "reasoning":
+            continue
+        after = entries[n + 1]
+        calls = after["metadata"].get("tool_calls") or []
+        group = after.get("group") or (calls[0]["id"] if len(calls) == 1 else None)
+        if group is None and after.get("type") == "assistant_message":
+            group = after["group"] = f"reasoning:{given[n].get('id') or n}"
+        if group is not None:
+            entries[n]["group"] = group
+    return entries
+
+
 def from_window_item(item: ContextItem) -> Any:
     """The framework's item back, exactly as given (a cleared tool output carries the
     placeholder that replaced it)."""
@@ -179,7 +199,7 @@ class ContextStoreSession(SessionABC):
     async def add_items(self, items: list[Any]) -> None:
         """Append ``items`` in one atomic step."""
         if items:
-            await self._session.aadd(lambda linked: [to_window_item(dict(i), linked) for i in items])
+            await self._session.aadd(lambda linked: to_window_items(items, linked))
 
     async def record_usage(self, usage: Any, *, model: str | None = None, request_id: str | None = None) -> None:
         """Record what a run's model calls cost as the provider reported it: openai-agents'
@@ -274,7 +294,7 @@ class ContextStoreSession(SessionABC):
         stored or read, whose methods a replacement here would bypass."""
         if not self._stores_plainly():
             return False
-        await self._session.aadd(lambda linked: [to_window_item(dict(i), linked) for i in items], "replace")
+        await self._session.aadd(lambda linked: to_window_items(items, linked), "replace")
         return True
 
     async def _get_compaction_snapshot(
@@ -299,7 +319,7 @@ class ContextStoreSession(SessionABC):
                 return False
             try:
                 await self._session.aadd(
-                    lambda linked: [to_window_item(dict(i), linked) for i in output],
+                    lambda linked: to_window_items(output, linked),
                     "replace",
                     expect_ids=[i.id for i in expected],
                 )

@@ -9,16 +9,16 @@ item cache lacks (``build_read.build_read``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
-from typing import Any, Literal
+from typing import Any
 
 from .. import logs
-from ..core import wire
+from ..core import native, wire
 from ..core.itemcache import Derived, MessageUnits
 from ..core.layout import MESSAGE_OVERHEAD, REPLY_PRIMING, window_version
 from ..errors import BudgetTooSmallError, InvalidOptionsError, NoConversationError
-from ..render import messages, prompt
+from ..render import gemini, messages, prompt, responses
 from ..render.select import (
     Choice,
     Unit,
@@ -31,7 +31,7 @@ from ..render.select import (
     room_before,
     units_for,
 )
-from ..types import BuildOptions, BuiltMessages, ContextItem, WindowConfig
+from ..types import CHAT_FORMATS, BuildOptions, BuiltMessages, ChatFormat, ContextItem, WindowConfig
 from .base import Plan, Settings, WindowState
 from .budget import budget_in, budget_of
 from .build import built_event, compact_first, dropped_newest, seq_lookup
@@ -39,8 +39,7 @@ from .build_read import Bodies, Recipe, build_read
 from .facts_reach import Budgeted
 from .relevance import BuildScores
 
-FORMATS = ("openai", "anthropic")
-#: the key of message costs among a cached window's cost memos
+#: the key of items' message costs among a cached window's cost memos (what every format pays)
 MESSAGE_COSTS = ("messages", "", "", 0)
 
 
@@ -60,12 +59,11 @@ def _message_units(items: list[ContextItem], memo: Derived | None) -> tuple[list
     return ok, left_out
 
 
-def _check_format(format: object) -> Literal["openai", "anthropic"]:
-    if format == "openai":
-        return "openai"
-    if format == "anthropic":
-        return "anthropic"
-    raise InvalidOptionsError(f"format must be 'openai' or 'anthropic', not {format!r}")
+def _check_format(format: object) -> ChatFormat:
+    for fmt in CHAT_FORMATS:
+        if format == fmt:
+            return fmt
+    raise InvalidOptionsError(f"format must be one of {', '.join(map(repr, CHAT_FORMATS))}, not {format!r}")
 
 
 def build_messages(
@@ -76,7 +74,7 @@ def build_messages(
     opts, fmt = prompt.validate_options(options), _check_format(format)
     ranks = BuildScores.for_build(settings, state, opts)  # relevance scores need the texts they score
     run = partial(_build_messages, settings, state, opts, fmt, ranks)
-    room, budget = partial(_room, settings, state, opts, ranks), partial(budget_in, state, opts)
+    room, budget = partial(_room, settings, state, opts, fmt, ranks), partial(budget_in, state, opts)
     recipe = Recipe(
         opts,
         partial(_settled, opts),
@@ -106,7 +104,7 @@ def _settled(options: BuildOptions, items: list[ContextItem], oldest: int) -> bo
 
 
 def _room(
-    settings: Settings, state: WindowState, options: BuildOptions, ranks: BuildScores | None,
+    settings: Settings, state: WindowState, options: BuildOptions, fmt: ChatFormat, ranks: BuildScores | None,
     stubs: list[ContextItem], frontier: int, meta: dict[str, str], relevance: Mapping[str, float] | None,
 ) -> int | None:  # fmt: skip
     """The most tokens a conversation unit older than ``frontier`` could find free when this build
@@ -121,7 +119,7 @@ def _room(
     question = _question(usable, memo, options)
     if budget is None or question is None or question.newest < frontier or (ranks is not None and relevance is None):
         return None
-    cost = _message_cost(settings, found)
+    cost = MessageCost(settings, found, fmt, options, stubs)
     pinned_need = REPLY_PRIMING + sum(cost(u) for u in units_for(stubs, memo).pinned)
     try:
         choice = _chosen(options, budget, usable, memo, relevance, cost, pinned_need)
@@ -131,19 +129,14 @@ def _room(
 
 
 def _build_messages(
-    settings: Settings,
-    state: WindowState,
-    opts: BuildOptions,
-    fmt: Literal["openai", "anthropic"],
-    ranks: BuildScores | None,
-    found: wire.ReadReply,
-    held: dict[str, str] | None,
-    bodies: Bodies | None = None,
-) -> Plan[BuiltMessages | None]:
+    settings: Settings, state: WindowState, opts: BuildOptions, fmt: ChatFormat, ranks: BuildScores | None,
+    found: wire.ReadReply, held: dict[str, str] | None, bodies: Bodies | None = None,
+) -> Plan[BuiltMessages | None]:  # fmt: skip
     """``build_messages`` from ``found``; None when ``held`` no longer holds (``cache_first``)
     or ``bodies`` cannot read the chosen items (``_from_facts``: ``found`` holds their facts)."""
     budget = budget_of(opts, found, found.config(state.config), state.window_id)
-    decoded, cost = found.items(), _message_cost(settings, found)
+    decoded = found.items()
+    cost = MessageCost(settings, found, fmt, opts, decoded)  # what each unit costs in this format
     # one memo for this build at least: the question's unit must be the very unit choosing offers
     derived = found.cached.derived if found.cached is not None else Derived()
     pinned_need = REPLY_PRIMING + sum(cost(u) for u in units_for(decoded, derived).pinned)
@@ -192,7 +185,7 @@ def _clears(settings: Settings, cfg: WindowConfig) -> messages.Clears:
 def _delivered(
     state: WindowState,
     ordered: list[ContextItem],
-    rendering: tuple[Literal["openai", "anthropic"], BuildOptions, messages.Clears | None, list[str]],
+    rendering: tuple[ChatFormat, BuildOptions, messages.Clears | None, list[str]],
     held: dict[str, str] | None,
     bodies: Bodies | None,
     fields: dict[str, str],
@@ -218,7 +211,7 @@ def _chosen(
     usable: list[ContextItem],
     derived: Derived,
     relevance: Mapping[str, float] | None,
-    cost: Callable[[Unit], int],
+    cost: MessageCost,
     pinned_need: int,
 ) -> Choice:
     """What a chat build takes of ``usable`` (its complete units): the pinned units, the newest
@@ -226,7 +219,7 @@ def _chosen(
 
     def pick(required: Unit | None = None) -> Choice:
         key = ranked_key(relevance)
-        return choose(usable, opts, budget, cost, REPLY_PRIMING, key, derived, MESSAGE_COSTS, required)
+        return choose(usable, opts, budget, cost, REPLY_PRIMING, key, derived, cost.key, required)
 
     return _with_question(pick, _question(usable, derived, opts), pinned_need, budget, cost)
 
@@ -259,28 +252,52 @@ def _question(usable: list[ContextItem], memo: Derived | None, options: BuildOpt
     return newest_with(units_for(usable, memo), lambda i: messages.role_of(i) == "user")
 
 
-def _message_cost(settings: Settings, found: wire.ReadReply) -> Callable[[Unit], int]:
-    """What a unit costs as chat messages, memoised per item while the window's epoch stays."""
-    memo: dict[Any, int] = found.cached.costs.setdefault(MESSAGE_COSTS, {}) if found.cached is not None else {}
+class MessageCost:
+    """What a unit costs as chat messages in one build: what every format pays (memoised per
+    item while the window's epoch stays) and what the provider's own parts add in the build's
+    format (``native.cost``: in every turn, or with ``reasoning_context="current_turn"`` only
+    after the newest user message of ``items``). ``key`` names the costs among a cached
+    window's memos."""
 
-    def cost(unit: Unit) -> int:
+    __slots__ = ("_count", "_fmt", "_memo", "_model", "_since", "key")
+
+    def __init__(
+        self, settings: Settings, found: wire.ReadReply, fmt: ChatFormat, options: BuildOptions,
+        items: Sequence[ContextItem],
+    ) -> None:  # fmt: skip
+        cached = found.cached
+        self._memo: dict[Any, int] = cached.costs.setdefault(MESSAGE_COSTS, {}) if cached is not None else {}
+        self._count, self._fmt, self._model = settings.joint_count, fmt, options.model
+        self._since = _turn_start(items) if options.reasoning_context == "current_turn" else 0
+        self.key = ("messages", fmt, options.model or "", self._since)
+
+    def __call__(self, unit: Unit) -> int:
         if len(unit.items) == 1:  # most units
             item = unit.items[0]
-            n = memo.get(item.seq)
+            n = self._memo.get(item.seq)
             if n is None:
-                n = memo[item.seq] = messages.item_cost(item, settings.joint_count)
-            return n
-        return messages.unit_cost(unit, settings.joint_count)
+                n = self._memo[item.seq] = messages.item_cost(item, self._count)
+            return n if type(item.content) is str else n + self._own(item)
+        return messages.unit_cost(unit, self._count) + sum(self._own(i) for i in unit.items)
 
-    return cost
+    def _own(self, item: ContextItem) -> int:
+        if type(item.content) is str:
+            return 0
+        return native.cost(item.content, self._fmt, self._model, earlier=item.seq <= self._since)
+
+
+def _turn_start(items: Sequence[ContextItem]) -> int:
+    """The seq of the newest user message among ``items`` (0 when none): the current turn
+    comes after it."""
+    return max((i.seq for i in items if messages.role_of(i) == "user"), default=0)
 
 
 def _check_conversation(ordered: list[ContextItem], fmt: str, options: BuildOptions, window_id: str) -> None:
     """``NoConversationError`` for an Anthropic build with no message to send (its roles say so,
     so items without their bodies, chosen from the facts, tell it as well as the items)."""
-    if fmt == "anthropic" and not messages.has_conversation(ordered, options):
+    if fmt in ("anthropic", "gemini") and not messages.has_conversation(ordered, options):
         raise NoConversationError(
-            f"an Anthropic build of window {window_id!r} has no message to send: no user or assistant "
+            f"an {fmt.title()} build of window {window_id!r} has no message to send: no user or assistant "
             "message of the window is in it (none there, none the options let in, or none fits the budget)"
         )
 
@@ -290,4 +307,10 @@ def _payload(
 ) -> list[dict[str, Any]] | dict[str, Any]:
     """The messages in the format asked for (``_check_conversation`` passed); ``roles``: the
     items' (``messages.arrange``)."""
-    return messages.openai(ordered, roles) if fmt == "openai" else messages.anthropic(ordered, roles, options, clears)
+    if fmt == "openai":
+        return messages.openai(ordered, roles, options.model)
+    if fmt == "responses":
+        return responses.responses(ordered, roles, options.model)
+    if fmt == "gemini":
+        return gemini.gemini(ordered, roles, options)
+    return messages.anthropic(ordered, roles, options, clears)

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from .. import logs
-from ..core import formats_in, parts, toolcalls, validate, wire
+from ..core import formats_in, native, parts, toolcalls, validate, wire
 from ..core.layout import MAX_ITEM_LIMIT
 from ..core.stored import decode_item
 from ..errors import (
@@ -35,10 +35,11 @@ COMPACT_FIRST_ROUNDS = 3
 Entry = tuple[object, dict[str, Any]]
 
 
-def entries(items: object, fmt: object = "openai") -> list[Entry]:
+def entries(items: object, fmt: object = "openai", model: object = None) -> list[Entry]:
     """``add_many`` input (each a str, a ContextItem or a dict of ``add()`` keywords; or messages
-    in a provider's own shape, ``fmt``: ``core.formats_in``) as (content or item, keywords) pairs."""
-    items = formats_in.entries(items, fmt)
+    in a provider's own shape, ``fmt``, from ``model``: ``core.formats_in``) as (content or item,
+    keywords) pairs."""
+    items = formats_in.entries(items, fmt, model)
     if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
         raise InvalidItemError("add_many() takes a list of str, ContextItem or dict")
     out: list[Entry] = []
@@ -64,6 +65,9 @@ def _checked(settings: Settings, batch: Sequence[Entry]) -> list[validate.NewIte
                 raise InvalidItemError(f"item id {it.id!r} appears twice in one call")
             seen.add(it.id)
     _link_results(items)
+    for it in items:  # a provider's own parts: what they cost in its format, whatever was given
+        if isinstance(it.content, list):
+            native.counted(it.content, settings.counter.count)
     todo = [i for i, it in enumerate(items) if it.token_count == 0]
     if todo:
         texts = [parts.counted_text(items[i].content) + toolcalls.calls_text(items[i].metadata) for i in todo]

@@ -15,7 +15,7 @@ import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ..core import facts, parts
+from ..core import facts, native, parts
 from ..core.layout import CLEARED_KEY, MESSAGE_OVERHEAD
 from ..errors import InvalidItemError
 from ..types import BuildOptions, ContextItem, ItemType
@@ -105,33 +105,34 @@ def arrange(
 _SEQ = operator.attrgetter("seq")
 
 
-def openai(ordered: Sequence[ContextItem], roles: Sequence[str]) -> list[dict[str, Any]]:
-    """OpenAI chat messages, in the order given, of items in these ``roles`` (see ``arrange``)."""
+def openai(ordered: Sequence[ContextItem], roles: Sequence[str], model: str | None = None) -> list[dict[str, Any]]:
+    """OpenAI chat messages, in the order given, of items in these ``roles`` (see ``arrange``);
+    ``model``: the model the build is for (``native.sends``)."""
     out: list[dict[str, Any]] = []
     for item, role in zip(ordered, roles, strict=True):
         if role == "context":
             out.append({"role": "system", "content": context_text(item)})
         elif role == "system":
             system_role = "developer" if item.role == "developer" else "system"
-            out.append({"role": system_role, "content": _openai_content(item, system_role)})
+            out.append({"role": system_role, "content": _openai_content(item, system_role, model)})
         elif role == "tool":
             call_id = _meta(item)["tool_call_id"]
-            out.append({"role": "tool", "tool_call_id": call_id, "content": _openai_content(item, "tool")})
+            out.append({"role": "tool", "tool_call_id": call_id, "content": _openai_content(item, "tool", model)})
         elif item.metadata and (calls := calls_in(item, role)):
             calls = parts.copied(calls)  # a caller may change them: not the stored ones
-            content = _openai_content(item, "assistant") or None
+            content = _openai_content(item, "assistant", model) or None
             out.append({"role": "assistant", "content": content, "tool_calls": calls})
         else:
-            out.append({"role": role, "content": _openai_content(item, role)})
+            out.append({"role": role, "content": _openai_content(item, role, model)})
     return out
 
 
-def _openai_content(item: ContextItem, role: str) -> str | list[dict[str, Any]]:
+def _openai_content(item: ContextItem, role: str, model: str | None) -> str | list[dict[str, Any]]:
     """An item's content as an OpenAI message in ``role`` takes it: a str as it is; parts in
     OpenAI's shape (``parts.for_format``), text parts only but in a user message."""
     if isinstance(item.content, str):
         return item.content
-    converted = parts.for_format(item.content, "openai")  # another provider's reasoning left out
+    converted = parts.for_format(item.content, "openai", model)  # another provider's reasoning left out
     if not converted:
         return ""
     if role != "user" and not parts.only_text(converted):
@@ -155,16 +156,16 @@ def _tool_use(call: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _blocks(item: ContextItem, role: str) -> tuple[str, list[dict[str, Any]]]:
+def _blocks(item: ContextItem, role: str, model: str | None) -> tuple[str, list[dict[str, Any]]]:
     """An item as (Anthropic role, content blocks)."""
     if role == "tool":
-        result = item.content if isinstance(item.content, str) else _anthropic_parts(item, "a tool result")
+        result = item.content if isinstance(item.content, str) else _anthropic_parts(item, "a tool result", model)
         block = {"type": "tool_result", "tool_use_id": _meta(item)["tool_call_id"], "content": result}
         if _meta(item).get("is_error") is True:  # as Anthropic's tool result said it (``core.formats_in``)
             block["is_error"] = True
         return "user", [block]
     if role != "context" and not isinstance(item.content, str):
-        blocks = _anthropic_parts(item, "" if role == "user" else "an assistant message")
+        blocks = _anthropic_parts(item, "" if role == "user" else "an assistant message", model)
     else:
         text = context_text(item) if role == "context" else parts.text_of(item.content)
         blocks = [{"type": "text", "text": text}] if text.strip() else []
@@ -174,19 +175,19 @@ def _blocks(item: ContextItem, role: str) -> tuple[str, list[dict[str, Any]]]:
 
 
 #: the part types each place of an Anthropic request takes (a user turn: every type); an assistant
-#: message its own thinking blocks, as they came (``parts.OPAQUE_TYPES``)
+#: message its own blocks, as they came (``core/native.py``)
 _ANTHROPIC_TAKES = {
     "a tool result": ("text", "image"),
-    "an assistant message": ("text", "thinking", "redacted_thinking"),
+    "an assistant message": ("text", *native.ANTHROPIC_BLOCKS),
     "a system block": ("text",),
 }
 
 
-def _anthropic_parts(item: ContextItem, where: str) -> list[dict[str, Any]]:
+def _anthropic_parts(item: ContextItem, where: str, model: str | None) -> list[dict[str, Any]]:
     """An item's parts as Anthropic content blocks (``parts.for_format``), refusing a part that
     ``where`` (a key of ``_ANTHROPIC_TAKES``, or "" for a user turn) cannot carry."""
     assert not isinstance(item.content, str)
-    converted = parts.for_format(item.content, "anthropic")
+    converted = parts.for_format(item.content, "anthropic", model)
     for p in converted:
         if where and p["type"] not in _ANTHROPIC_TAKES[where]:
             raise InvalidItemError(f"item {item.id!r} holds a part of type {p['type']!r}, which {where} cannot carry")
@@ -199,16 +200,18 @@ def _system_blocks(item: ContextItem, role: str) -> list[dict[str, Any]]:
         return [{"type": "text", "text": context_text(item)}]
     if isinstance(item.content, str):
         return [{"type": "text", "text": item.content}]
-    return _anthropic_parts(item, "a system block")
+    return _anthropic_parts(item, "a system block", None)
 
 
-def _turns(ordered: Sequence[tuple[ContextItem, str]], owned: dict[int, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+def _turns(
+    ordered: Sequence[tuple[ContextItem, str]], owned: dict[int, list[dict[str, Any]]], model: str | None
+) -> list[dict[str, Any]]:
     """Alternating user/assistant turns of (item, role) pairs (adjacent same-role items merged,
     tool results first in a user turn), starting with a user turn; ``owned`` gets each item's
     blocks (by ``id(item)``)."""
     turns: list[dict[str, Any]] = []
     for item, item_role in ordered:
-        role, blocks = _blocks(item, item_role)
+        role, blocks = _blocks(item, item_role, model)
         owned[id(item)] = list(blocks)  # the turn may grow the list itself
         if turns and turns[-1]["role"] == role:
             turns[-1]["content"] += blocks
@@ -251,7 +254,7 @@ def anthropic(
     system = [block for i, role in paired if role in in_system for block in _system_blocks(i, role)]
     conversation = [(i, role) for i, role in paired if role not in in_system]
     owned: dict[int, list[dict[str, Any]]] = {}
-    turns = _turns(conversation, owned)
+    turns = _turns(conversation, owned, options.model)
     if options.cache_control:
         _breakpoints(system, turns, [owned[id(i)] for i in _cache_edges(conversation, clears)])
     return {"system": system, "messages": turns} if system else {"messages": turns}
@@ -291,13 +294,17 @@ def _breakpoints(system: list[dict[str, Any]], turns: list[dict[str, Any]], edge
             for part in block["content"]:
                 part.pop("cache_control", None)
     marks = {_markable(flat, n) for n in marks}
-    for block in [*system[-1:], *(flat[n] for n in marks if flat[n]["type"] not in parts.OPAQUE_TYPES)]:
+    for block in [*system[-1:], *(flat[n] for n in marks if flat[n]["type"] not in _UNMARKABLE)]:
         block["cache_control"] = {"type": "ephemeral"}
 
 
 def _markable(flat: list[dict[str, Any]], n: int) -> int:
     """Where a cache breakpoint meant for block ``n`` goes: a thinking block takes none, the
     block before it does."""
-    while n > 0 and flat[n]["type"] in parts.OPAQUE_TYPES:
+    while n > 0 and flat[n]["type"] in _UNMARKABLE:
         n -= 1
     return n
+
+
+#: the blocks a cache breakpoint cannot go on (Anthropic's thinking blocks)
+_UNMARKABLE = ("thinking", "redacted_thinking")

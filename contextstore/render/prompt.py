@@ -34,7 +34,7 @@ def validate_options(options: object) -> BuildOptions:
     if not isinstance(options, BuildOptions):
         raise InvalidOptionsError(f"options must be BuildOptions, not {type(options).__name__}")
     checked(BuildOptions, msgspec.structs.asdict(options), "build option")
-    for name in ("section_separator", "message_format", "query"):
+    for name in ("section_separator", "message_format", "query", "model"):
         value = getattr(options, name)
         if isinstance(value, str):
             text(name, value)
