@@ -386,3 +386,28 @@ def test_a_stateless_worker_builds_what_a_caching_one_does(make_store, budget):
             assert (a.messages, a.total_tokens, a.included_item_ids) == (
                 b.messages, b.total_tokens, b.included_item_ids)  # fmt: skip
             assert a.total_tokens <= budget
+
+
+def test_a_providers_compacted_history_replaces_what_it_summarizes_in_one_step(store):
+    """OpenAI's ``/responses/compact`` returns the compacted window (what it kept and a compaction
+    item): ``replace(..., format="responses")`` puts it in place of the history it was made from,
+    atomically and only if no writer moved the window on meanwhile; Responses builds send it back
+    as it came, the others leave the compaction item out."""
+    w = store.window("compacted")
+    w.add_many(RESPONSES_LOOP, format="responses")
+    version = w.build_messages_structured(OPTS, format="responses").version
+    compacted = [RESPONSES_LOOP[0], COMPACTED]  # the compact endpoint's output: kept user input, then the summary
+    w.add("a writer's late message", role="user")
+    with pytest.raises(cs.VersionConflictError):
+        w.replace(compacted, format="responses", expect_version=version)
+    w.remove(w.items()[-1].id or "")
+    version = w.build_messages_structured(OPTS, format="responses").version
+    assert w.replace(compacted, format="responses", model="gpt-5.6", expect_version=version) == 2
+    built = w.build_messages_structured(OPTS, format="responses")
+    assert msgspec.json.encode(built.messages) == msgspec.json.encode(compacted) and built.total_tokens > (
+        w.build_messages_structured(OPTS).total_tokens
+    )  # the compaction counts in Responses builds
+    assert w.build_messages(OPTS) == [RESPONSES_LOOP[0]] and w.verify().ok  # no empty assistant message
+    anthropic = w.build_messages(OPTS, format="anthropic")
+    assert anthropic["messages"] == _as_blocks([RESPONSES_LOOP[0]])
+    valid("anthropic", anthropic)

@@ -222,14 +222,16 @@ class ContextWindow:
         return self._timed(plan, self._store._metrics.add_latency).items[0]
 
     def replace(
-        self, items: list[str | ContextItem | dict[str, Any]], *, last: int | None = None,
-        expect_ids: Sequence[str] | None = None, request_id: str | None = None, expect_version: str | None = None,
+        self, items: list[Any], *, last: int | None = None, expect_ids: Sequence[str] | None = None,
+        request_id: str | None = None, expect_version: str | None = None, format: str = "openai",
+        model: str | None = None,
     ) -> int:  # fmt: skip
         """Replace the newest ``last`` items (None: every item, pinned too) with ``items`` in
         one atomic step, so no reader sees the history half-replaced; how many were added.
         ``expect_ids``: exactly these newest items (arrival order), else ``VersionConflictError``,
-        as when ``expect_version`` (a build's or stats' ``version``) is not the window's."""
-        batch = item_plans.entries(items)
+        as when ``expect_version`` (a build's or stats' ``version``) is not the window's.
+        ``format``, ``model``: as ``add_many`` (a provider's compacted history, as it came)."""
+        batch = item_plans.entries(items, format, model)
         plan = item_plans.replace(self._settings, self._state, batch, last, request_id, expect_ids, expect_version)
         return self._timed(plan, self._store._metrics.add_latency).added
 

@@ -122,8 +122,8 @@ def openai(ordered: Sequence[ContextItem], roles: Sequence[str], model: str | No
             calls = parts.copied(calls)  # a caller may change them: not the stored ones
             content = _openai_content(item, "assistant", model) or None
             out.append({"role": "assistant", "content": content, "tool_calls": calls})
-        else:
-            out.append({"role": role, "content": _openai_content(item, role, model)})
+        elif (content := _openai_content(item, role, model)) or isinstance(item.content, str):
+            out.append({"role": role, "content": content})  # (parts only another provider reads: none)
     return out
 
 
@@ -213,6 +213,8 @@ def _turns(
     for item, item_role in ordered:
         role, blocks = _blocks(item, item_role, model)
         owned[id(item)] = list(blocks)  # the turn may grow the list itself
+        if not blocks:  # nothing Anthropic reads (another provider's reasoning alone): no empty turn
+            continue
         if turns and turns[-1]["role"] == role:
             turns[-1]["content"] += blocks
         else:
