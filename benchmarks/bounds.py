@@ -31,7 +31,7 @@ from _common import redis_server, write_result
 
 BUSY_MS = 5000.0
 GOAL_MS = 50.0
-#: how a script call reaches the server: EVALSHA on 6.2, FCALL / FCALL_RO on 7+ and Valkey
+#: how a script call reaches the server: FCALL / FCALL_RO, or EVALSHA (functions=False, a cluster)
 SCRIPT_CALLS = (b"EVALSHA", b"EVAL", b"FCALL", b"FCALL_RO")
 
 

@@ -5,8 +5,8 @@
     python benchmarks/fleet.py --max-items 300   # contextstore's sessions at an item cap: turns evict
     python benchmarks/fleet.py --turns 500      # the same turns on every run: to pair two versions
 
-One private redis-server per run (the bundled 6.2, and a 7.x where one is installed: both by
-default), S sessions pre-filled with 20-1000 chat messages each (users, assistants, and tool
+One private server per run (the embedded default's Valkey 9, and a Redis 7.x where one is
+installed: both by default), S sessions pre-filled with 20-1000 chat messages each (users, assistants, and tool
 calls with their results), W worker processes taking turns for random sessions (no affinity).
 contextstore runs twice: with workers that keep the store's default item cache (a shortened run,
 where every session fits in it, finds most windows cached and reads only what other workers
@@ -489,7 +489,7 @@ def run_system(name: str, url: str, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def redis7() -> str | None:
-    """A redis-server 7 or newer on PATH or where Debian puts it (the venv's may be the bundled 6.2)."""
+    """A redis-server 7 or newer on PATH or where Debian puts it."""
     for found in (shutil.which("redis-server"), "/usr/bin/redis-server", "/usr/local/bin/redis-server"):
         if not found or not os.path.exists(found):
             continue
@@ -600,7 +600,7 @@ def main() -> int:
         "--turns", type=int, default=0, help="turns each worker takes in each half instead of --seconds (paired runs)"
     )
     ap.add_argument("--only", nargs="*", default=None, help="systems (default: all)")
-    ap.add_argument("--server", choices=["6.2", "7", "both"], default="both")
+    ap.add_argument("--server", choices=["embedded", "7", "both"], default="both")
     ap.add_argument("--smoke", action="store_true", help="seconds: contextstore and the floor, small sizes, no file")
     ap.add_argument("--max-items", type=int, default=MAX_ITEMS, help="contextstore's sessions evict past this many")
     ap.add_argument("--no-single-calls", action="store_true", help="the fleet only (paired runs: any version)")
@@ -609,13 +609,13 @@ def main() -> int:
     os.environ["CONTEXTSTORE_BENCH_MAX_ITEMS"] = str(args.max_items)
     if args.smoke:
         args.sessions, args.smallest, args.largest, args.workers, args.seconds = 12, 20, 60, 2, 1.0
-        args.server = "6.2"
+        args.server = "embedded"
     names = args.only or ([*OURS, FloorFleet.name] if args.smoke else list(SYSTEMS))
-    binaries = {"6.2": redis_binary()}
+    binaries = {"embedded": redis_binary()}
     if args.server in ("7", "both") and redis7():
         binaries["7"] = redis7()  # type: ignore[assignment]
     if args.server == "7":
-        binaries.pop("6.2")
+        binaries.pop("embedded")
     results: dict[str, Any] = {"versions": versions(*PEER_DISTS), "args": vars(args), "servers": {}, "shard": {}}
     for binary in binaries.values():
         os.environ["CONTEXTSTORE_BENCH_REDIS"] = binary

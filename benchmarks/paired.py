@@ -105,7 +105,7 @@ def _round(path: Path, url: str, prefix: str, messages: int, calls: int) -> dict
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--baseline", type=Path, required=True, help="a checkout of the version to compare with")
-    ap.add_argument("--server", help="the redis-server binary (default: the bundled 6.2)")
+    ap.add_argument("--server", help="the server binary (default: the embedded default's valkey-server)")
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--calls", type=int, default=200)
     ap.add_argument("--messages", type=int, default=1000)

@@ -211,7 +211,7 @@ HELPER_SCRIPTS = ("add", "event", "turn", "pin", "remove")
 
 
 def helper_costs(url: str, names: tuple[str, ...] = HELPER_SCRIPTS) -> list[list[str]]:
-    """What re-creating a script's helpers costs per ``EVALSHA`` (Redis 6.2 runs the whole
+    """What re-creating a script's helpers costs per ``EVALSHA`` (a server runs the whole
     script on every call): every helper file of the library against the files the script needs
     (``scripts.carried``), each run with ``return 1`` for a body, side by side,
     best of 3."""
@@ -390,7 +390,7 @@ def main() -> int:
         costs = shard_costs(url, args.messages)
         helpers = helper_costs(url)
     report(version, costs)
-    print(f"\n### Redis {version}: a script's helpers, re-created on every EVALSHA (6.2 runs scripts so)\n")
+    print(f"\n### Redis {version}: a script's helpers, re-created on every EVALSHA\n")
     print(table(["script", "local functions: the library → the files it needs", "µs per call"], helpers))
     print(table(["goal", "measured", "status"], goal_rows(version, costs)))
     return 0

@@ -39,6 +39,7 @@ from .errors import (
     TurnBusyError,
     TurnLostError,
     TurnQueuedError,
+    UnsupportedServerError,
     VersionConflictError,
     WindowNotFoundError,
 )
@@ -121,6 +122,7 @@ __all__ = [
     "TurnBusyError",
     "TurnLostError",
     "TurnQueuedError",
+    "UnsupportedServerError",
     "UsageTotals",
     "VerifyReport",
     "VersionConflictError",

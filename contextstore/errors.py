@@ -146,6 +146,11 @@ class StoreUnavailableError(ContextStoreError):
     """Redis could not be reached. The message names the URL without its password."""
 
 
+class UnsupportedServerError(ContextStoreError):
+    """The server is older than the floor: contextstore runs on Redis >= 7.0 and Valkey >= 7.2.
+    The message names the floor and the server's version; nothing was written."""
+
+
 class StoreClosedError(ContextStoreError):
     """The store (or the store of this window) was closed: every call after ``close()`` raises
     this; make a new store."""

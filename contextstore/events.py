@@ -10,7 +10,7 @@ May import: ``types``; no I/O (no redis, asyncio, subprocess or HTTP).
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, Union
 
 import msgspec
@@ -284,7 +284,7 @@ def decode(window_id: str, entry_id: bytes | str, fields: dict[Any, Any]) -> Eve
     eid = _text(entry_id)
     data = {_text(k): _text(v) for k, v in fields.items()}
     kind = data.pop("event", "")
-    at = datetime.fromtimestamp(int(eid.split("-", 1)[0]) / 1000, tz=timezone.utc)
+    at = datetime.fromtimestamp(int(eid.split("-", 1)[0]) / 1000, tz=UTC)
     if kind in KINDS:
         try:
             event: Event = msgspec.convert(

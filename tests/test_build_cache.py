@@ -411,7 +411,7 @@ def test_a_build_of_a_window_the_store_holds_as_it_is_is_one_call(redis_url, r, 
         return sum(1 for _, f in r.xrange(key(prefix, "one", "events")) if f[b"event"] == b"built")
 
     async def builds(w) -> list[tuple[list[str], int, int]]:
-        got = w.get("ctx-1")  # the read script loaded (on 6.2 a first EVALSHA meets NOSCRIPT: two calls)
+        got = w.get("ctx-1")  # the read script loaded
         await got if asyncio_store else got
         out = []
         for change in (None, None, "add", None, "configure"):
@@ -461,7 +461,7 @@ def test_a_store_with_no_item_cache_reads_the_facts_and_bodies_for_every_build(m
         w = s.window("stateless", max_tokens=5000)
         w.add("first")
         opts = cs.BuildOptions(reserve_for_response=0)
-        w.build_structured(opts)  # loads the event script (6.2: EVALSHA, NOSCRIPT, SCRIPT LOAD, EVALSHA)
+        w.build_structured(opts)  # loads the event script
         for n in range(3):
             o.window("stateless").add(f"from elsewhere {n}", type="user_message", role="user")
             r.config_resetstat()

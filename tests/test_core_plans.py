@@ -5,7 +5,7 @@ is pinned down on its own, as h11's tests pin a protocol down without a socket."
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -57,7 +57,7 @@ def added(n: int) -> dict[bytes, bytes]:
 
 
 def ms(entry_id: str) -> datetime:
-    return datetime.fromtimestamp(int(entry_id.split("-")[0]) / 1000, tz=timezone.utc)
+    return datetime.fromtimestamp(int(entry_id.split("-")[0]) / 1000, tz=UTC)
 
 
 # -- following one window --------------------------------------------------------------------

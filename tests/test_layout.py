@@ -112,17 +112,17 @@ def test_every_script_names_real_helpers_and_is_assembled_with_them(name):
     assert f"function_name = '{names[name]}'" in library and f"MAINS[{name!r}] = function()" in library
 
 
-def test_a_62_script_carries_only_the_helper_files_it_needs():
-    """An EVALSHA on Redis 7+ re-creates every helper its script carries (6.2 keeps them), so a
-    script carries only the files its ``-- needs:`` line names (and theirs)."""
+def test_an_eval_script_carries_only_the_helper_files_it_needs():
+    """An EVALSHA re-creates every helper its script carries, so a script carries only the files
+    its ``-- needs:`` line names (and theirs)."""
     read, add = scripts.sources()["list"], scripts.sources()["add"]
     assert "-- lib/compaction.lua:" not in read and "local function plan_compaction" not in read
     assert "-- lib/compaction.lua:" in add and "local function plan_compaction" in add
 
 
 def test_scripts_that_take_no_request_carry_none_of_its_helpers():
-    """The reads and event.lua record no reply: on 6.2 they carry none of the request protocol's
-    helpers (an EVALSHA on Redis 7+ would re-create them), and a request sent to them is refused."""
+    """The reads and event.lua record no reply: as EVAL scripts they carry none of the request
+    protocol's helpers (an EVALSHA would re-create them), and a request sent to them is refused."""
     for name in (*sorted(scripts.READS), "event"):
         source = scripts.sources()[name]
         assert "local function run_plain" in source and "local function run_request" not in source, name
@@ -145,8 +145,8 @@ def test_a_request_sent_to_a_script_that_takes_none_is_refused(redis_url, prefix
 
 def test_a_library_defines_a_scripts_own_helpers_once_not_on_every_call():
     """Above its ``-- main:`` line a script's helpers go into the function library's load step (a
-    ``do`` block of their own); only the main part runs per call. A 6.2 script keeps them all in
-    its body, as before."""
+    ``do`` block of their own); only the main part runs per call. An EVAL script keeps them all
+    in its body."""
     helpers, main = scripts.split_main("local function h() return 1 end\n-- main: the call\nreturn h()\n")
     assert helpers == "local function h() return 1 end\n" and main.startswith("-- main:")
     assert scripts.split_main("return 1\n") == ("", "return 1\n")

@@ -1,6 +1,6 @@
 """Each Lua file reads on its own: the constants it uses are checked in (``lua/lib/constants.lua``,
 current with ``core/layout.py``), and the helper files it names on its ``-- needs:`` line (and
-theirs) define every helper it uses, so the 6.2 assembly, which carries only those files, has
+theirs) define every helper it uses, so the EVAL assembly, which carries only those files, has
 them all. No Redis: these read the files."""
 
 from __future__ import annotations

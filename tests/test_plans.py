@@ -5,7 +5,7 @@ server in every other test file; here their logic is pinned down on its own."""
 from __future__ import annotations
 
 import hashlib
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
@@ -41,7 +41,7 @@ def state(**config: Any) -> WindowState:
 
 
 def stored(n: int, content: str, **fields: Any) -> list[Any]:
-    added = datetime.now(timezone.utc)  # relative to now: tests hold on any date
+    added = datetime.now(UTC)  # relative to now: tests hold on any date
     fields.setdefault("token_count", words(content))
     fields["type"] = cs.ItemType(fields.get("type", "code"))
     item = cs.ContextItem(content=content, id=f"ctx-{n}", seq=n, added_at=added, **fields)
@@ -375,15 +375,14 @@ def test_summarize_without_a_summarizer_is_refused_before_any_io():
 
 def test_a_restore_packs_its_items_into_few_arguments():
     """A command takes at most 1,048,576 arguments (ten an item stopped restore, and so fork, of a
-    window over ~100,000 items), and Redis 6.2 sets up a script's arguments in time that grows
-    with the square of their count: the items' rows go ROWS_AN_ARGUMENT to an argument, fewer
-    when they pass BYTES_AN_ARGUMENT."""
+    window over ~100,000 items), and a server sets up many arguments of a script slowly: the
+    items' rows go ROWS_AN_ARGUMENT to an argument, fewer when they pass BYTES_AN_ARGUMENT."""
     from contextstore.plans import snapshot as snapshot_plans
 
     items = [cs.ContextItem(content=f"message {n}", id=f"ctx-{n}", seq=n, token_count=2, role="user",
                             type=cs.ItemType.USER_MESSAGE) for n in range(1, 301)]  # fmt: skip
     snap = cs.ContextSnapshot(
-        window_id="w", created_at=datetime.now(timezone.utc), max_tokens=10_000, max_items=500, items=items
+        window_id="w", created_at=datetime.now(UTC), max_tokens=10_000, max_items=500, items=items
     )
     sent, _ = drive(snapshot_plans.restore(settings(), state(), snap), [1])
     argv = sent[0].argv()[1:]  # after the request id
@@ -408,7 +407,7 @@ def test_a_restore_of_more_than_a_call_writes_stages_its_parts_then_moves_them_i
     items = [cs.ContextItem(content=f"message {n}", id=f"ctx-{n}", seq=n, token_count=2, role="user",
                             type=cs.ItemType.USER_MESSAGE) for n in range(1, 251)]  # fmt: skip
     snap = cs.ContextSnapshot(
-        window_id="w", created_at=datetime.now(timezone.utc), max_tokens=10_000, max_items=500, items=items
+        window_id="w", created_at=datetime.now(UTC), max_tokens=10_000, max_items=500, items=items
     )
     sent, _ = drive(snapshot_plans.restore(settings(), state(), snap, request_id="r1"), [100, 200, 250])
     assert [c.name for c in sent] == ["stage", "stage", "restore"]

@@ -31,7 +31,7 @@ from cluster_support import LocalCluster
 import contextstore as cs
 from contextstore.plans import facts_reach, facts_read
 
-from support import RedisProcess, SyncProxy, find_redis_server, redis7_binary, same_build, valkey_binary, whole_reads
+from support import RedisProcess, SyncProxy, find_server, redis7_binary, same_build, valkey_binary, whole_reads
 
 ROOT = Path(__file__).resolve().parents[1]
 SECRET = "seams-op"
@@ -348,7 +348,7 @@ class Servers:
 
     def plain(self) -> RedisProcess:
         if "plain" not in self.procs:
-            self.procs["plain"] = RedisProcess(binary=redis7_binary() or find_redis_server()).start()
+            self.procs["plain"] = RedisProcess(binary=redis7_binary() or find_server()).start()
         return self.procs["plain"]
 
     def tenant(self, kind: str) -> RedisProcess:

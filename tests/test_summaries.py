@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import msgspec
@@ -251,7 +251,7 @@ def test_a_snapshot_carries_the_archive_and_restore_keeps_its_expiry(make_store,
     snap = w.snapshot()
     (entry,) = snap.archive
     assert entry.summary_id == summary.id and entry.items == w.archived(summary.id)
-    left = entry.expires_at - datetime.now(timezone.utc)
+    left = entry.expires_at - datetime.now(UTC)
     assert timedelta(seconds=86_000) < left <= timedelta(seconds=86_400)
     # through JSON (export / import) into another window: undo works there, with the same expiry
     moved = msgspec.json.decode(msgspec.json.encode(snap), type=cs.ContextSnapshot)
@@ -269,7 +269,7 @@ def test_a_snapshot_carries_the_archive_and_restore_keeps_its_expiry(make_store,
 def test_restore_drops_archive_entries_whose_expiry_passed(make_store, r, prefix):
     w, _, summary = _summarised(make_store, "archive-expired")
     snap = w.snapshot()
-    past = msgspec.structs.replace(snap.archive[0], expires_at=datetime.now(timezone.utc) - timedelta(seconds=1))
+    past = msgspec.structs.replace(snap.archive[0], expires_at=datetime.now(UTC) - timedelta(seconds=1))
     target = make_store().window("archive-expired-copy")
     target.restore(msgspec.structs.replace(snap, archive=[past]))
     assert target.archived(summary.id) == [] and target.snapshot().archive == []

@@ -1,11 +1,10 @@
-"""Tenants on one server (Redis 6.2, Redis 7, Valkey 8), set up as docs/reliability.md says: an
+"""Tenants on one server (Valkey 9, Redis 7, Valkey 8), set up as docs/reliability.md says: an
 operator loads the scripts (``load_scripts``) and gives each tenant's user the rules of
 ``tenant_acl``. A tenant cannot change the code other tenants' calls run, nor run code of its own
 (``FUNCTION LOAD REPLACE``, ``FUNCTION DELETE``/``FLUSH``/``RESTORE``, ``EVAL``, ``SCRIPT LOAD``/
 ``FLUSH``): each is refused, and the other tenant's window stays byte for byte as it was while its
 calls keep working. A user who lacks a command the scripts run gets ``PermissionDeniedError``
-naming it before anything is written (Redis 7+, Valkey: ``redis.acl_check_cmd``; on 6.2 an
-operator's ``check_user`` names it)."""
+naming it before anything is written (``redis.acl_check_cmd``)."""
 
 from __future__ import annotations
 
@@ -22,10 +21,10 @@ import contextstore as cs
 from contextstore.core.layout import SCRIPT_COMMANDS
 from contextstore.drivers.scripts import library, library_name
 
-from support import RedisProcess, dump_window, find_redis_server, redis7_binary, valkey_binary
+from support import RedisProcess, dump_window, find_server, redis7_binary, valkey_binary
 
 SECRET = "op-s3cret"
-SERVERS = {"redis6.2": find_redis_server, "redis7": redis7_binary, "valkey8": valkey_binary}
+SERVERS = {"valkey9": find_server, "redis7": redis7_binary, "valkey8": valkey_binary}
 NO_RETRY = cs.RetryPolicy(attempts=1)
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -70,18 +69,16 @@ def _as(proc: RedisProcess, user: str, **options: object) -> cs.ContextStore:
 
 @pytest.fixture
 def tenants(server):
-    name, proc = server
+    _, proc = server
     admin = redis.Redis(port=proc.port, password=SECRET)
     admin.flushall()
     admin.script_flush()
-    functions = name != "redis6.2"
-    if functions:
-        admin.function_flush()
+    admin.function_flush()
     with _operator(proc) as op:
         assert op.load_scripts()[-1].endswith("scripts for EVALSHA")
         for tenant in ("tenant-a", "tenant-b"):
             _tenant_user(op, admin, tenant)
-    yield proc, admin, functions
+    yield proc, admin
     admin.close()
 
 
@@ -108,15 +105,13 @@ ATTACKS = {
 
 
 def test_a_tenant_cannot_change_the_code_another_tenant_runs(tenants):
-    proc, admin, functions = tenants
+    proc, admin = tenants
     with _as(proc, "tenant-b") as b:
         win_b = b.window("tenant-b:chat", max_tokens=5000)
         win_b.add("B's secret plan", role="user")
     before = dump_window(admin, "ctx", "tenant-b:chat")
     a_raw = redis.Redis(port=proc.port, username="tenant-a", password="tenant-a-pw")
-    for what, attack in ATTACKS.items():
-        if what.startswith("FUNCTION") and not functions:
-            continue
+    for attack in ATTACKS.values():
         with pytest.raises(redis.exceptions.NoPermissionError):
             attack(a_raw)
     a_raw.close()
@@ -145,9 +140,7 @@ def test_a_tenant_cannot_change_the_code_another_tenant_runs(tenants):
 def test_under_the_old_recipe_the_attack_was_real(tenants):
     """The control: the recipe docs/reliability.md gave before (``-@dangerous`` left FUNCTION
     LOAD open on Redis 7) lets a tenant replace the library, and B's next add deletes B's window."""
-    proc, admin, functions = tenants
-    if not functions:
-        pytest.skip("6.2 has no function library")
+    proc, admin = tenants
     old = ["resetkeys", "~ctx:{tenant-a:*}*", "resetchannels", "+@all", "-@dangerous", "-scan", "-randomkey"]
     admin.execute_command("ACL", "SETUSER", "tenant-a", "reset", "on", ">tenant-a-pw", *old, "-script", "+script|load")
     with _as(proc, "tenant-b") as b:
@@ -162,7 +155,7 @@ def test_under_the_old_recipe_the_attack_was_real(tenants):
 
 @pytest.mark.parametrize("denied", ["xadd", "expire", "rpush", "zadd", "time", "hdel"])
 def test_a_user_missing_a_command_is_refused_before_any_write(tenants, denied):
-    proc, admin, functions = tenants
+    proc, admin = tenants
     with _as(proc, "tenant-a") as a:
         win = a.window("tenant-a:w", max_tokens=5000, ttl_seconds=3600)
         win.add_many([{"content": "q", "role": "user"}, "notes", "more notes"])
@@ -178,12 +171,6 @@ def test_a_user_missing_a_command_is_refused_before_any_write(tenants, denied):
     }
     for what, call in calls.items():
         with _as(proc, "tenant-a") as a:
-            if not functions:  # 6.2 cannot ask what a user may run: a script that needs it stops part-way,
-                try:  # typed, and what it wrote before is reported as corrupt by the next call
-                    call(a.handle("tenant-a:w"))
-                except cs.ContextStoreError as stopped:
-                    assert isinstance(stopped, (cs.PermissionDeniedError, cs.CorruptWindowError)), what
-                continue
             with pytest.raises(cs.PermissionDeniedError, match=denied) as ei:
                 call(a.handle("tenant-a:w"))
             assert "nothing was written" in str(ei.value), what
@@ -191,10 +178,9 @@ def test_a_user_missing_a_command_is_refused_before_any_write(tenants, denied):
 
 
 def test_a_user_who_may_not_load_scripts_is_told_who_loads_them(tenants):
-    proc, admin, functions = tenants
+    proc, admin = tenants
     admin.script_flush()
-    if functions:
-        admin.function_flush()
+    admin.function_flush()
     with _as(proc, "tenant-a") as a, pytest.raises(cs.PermissionDeniedError, match="contextstore admin load"):
         a.window("tenant-a:w").add("x")
     with _operator(proc) as op:
@@ -206,12 +192,12 @@ def test_a_user_who_may_not_load_scripts_is_told_who_loads_them(tenants):
 def test_the_cli_prints_the_rules_loads_and_checks(tenants, capsys):
     from contextstore import cli
 
-    proc, admin, functions = tenants
+    proc, admin = tenants
     url = f"redis://default:{SECRET}@127.0.0.1:{proc.port}/0"
     assert cli.main(["--url", url, "admin", "acl", "tenant-c"]) == 0
     line = capsys.readouterr().out.strip()
     assert line.startswith("ACL SETUSER tenant-c on >PASSWORD resetkeys ~ctx:{tenant-c:*}*")
-    assert ("+fcall" in line) == functions
+    assert "+fcall" in line
     admin.execute_command(*line.replace(">PASSWORD", ">tenant-c-pw").split())
     assert cli.main(["--url", url, "admin", "check-user", "tenant-c"]) == 0
     admin.execute_command("ACL", "SETUSER", "tenant-c", "-zadd")
@@ -234,7 +220,7 @@ def test_a_tenant_stores_an_image_and_every_key_of_another_tenant_refuses_it(ten
     (its blob lies under A's own pattern); every key of tenant B that the operator finds by SCAN,
     its blob and the blob's index included, refuses A's GET, HGETALL, TYPE, EXISTS and DEL with
     NOPERM, and B reads its image back unchanged."""
-    proc, admin, _ = tenants
+    proc, admin = tenants
     with _as(proc, "tenant-b") as b:
         win_b = b.window("tenant-b:chat", max_tokens=50_000)
         win_b.add(_image(1), role="user")
@@ -267,7 +253,7 @@ def test_check_user_checks_every_kind_of_key_a_tenants_calls_touch(tenants):
     kind of key the tenant's calls touch, and to reach keys outside the tenant: the rules of
     ``tenant_acl`` pass; a user granted the shared blobs too is named for them; a user granted
     only the items of its windows is named for its events, turns, usage records and blobs."""
-    proc, admin, functions = tenants
+    proc, admin = tenants
     with _operator(proc) as op:
         assert op.check_user("tenant-a") == []
         rules = op.tenant_acl("tenant-a")
@@ -284,9 +270,6 @@ def test_check_user_checks_every_kind_of_key_a_tenants_calls_touch(tenants):
             return await astore.check_user("wide", tenant="tenant-a")
 
     assert asyncio.run(on_asyncio()) == wide  # the asyncio store asks the same
-    if not functions:  # 6.2 has no ACL DRYRUN: the commands alone
-        assert wide == narrow == []
-        return
     assert wide == [
         "not refused: read the blobs of no tenant (ctx:{#blobs:0}:<sha>)",
         "not refused: write the blobs of no tenant (ctx:{#blobs:0}:<sha>)",

@@ -1,4 +1,4 @@
-"""``server start|stop|status`` (the embedded redis-server), ``admin load|acl|check-user`` (an
+"""``server start|stop|status`` (the embedded server), ``admin load|acl|check-user`` (an
 operator's steps for tenants whose users may not load code) and ``demo`` (the main job: worker
 processes sharing one window)."""
 
@@ -15,7 +15,7 @@ from .demo import DemoOptions, cmd_demo
 @click.argument("action", type=click.Choice(["start", "stop", "status"]))
 @pass_env
 def server(env: Env, action: str) -> None:
-    """Start, stop or show the embedded redis-server.
+    """Start, stop or show the embedded server (Valkey).
 
     Its data lives under --path."""
     embedded = EmbeddedServer(env.path)
@@ -42,8 +42,8 @@ def admin() -> None:
 def admin_load(env: Env) -> None:
     """Load contextstore's scripts on the server (every node of a cluster).
 
-    Run it as a user who may load code, after every deploy of a new contextstore version, and on
-    Redis 6.2 after every restart (its script cache is not kept)."""
+    Run it as a user who may load code, after every deploy of a new contextstore version (the
+    function library is kept across restarts; the scripts for EVALSHA are not)."""
     for line in env.store().load_scripts():
         click.echo(f"loaded {line}")
 

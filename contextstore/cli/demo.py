@@ -118,7 +118,7 @@ def cmd_demo(args: DemoOptions) -> int:
         server = EmbeddedServer(args.path)
         server.ensure_running()
         url = server.url
-        console.print(plain(f"embedded redis-server at {server.path} ({url})"))
+        console.print(plain(f"embedded server at {server.path} ({url})"))
     with ContextStore.from_url(url, prefix=args.prefix) as store:
         store.window(args.window).delete()
         win = store.window(args.window, max_tokens=args.max_tokens, keep_recent=2, default_strategy="remove_oldest")

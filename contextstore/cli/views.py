@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator, Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from itertools import chain, islice
 from typing import Any
 
@@ -137,7 +137,7 @@ def items_lines(
     item, each cell's control characters escaped (``visible``). Made line by line as ``items``
     come (``iter_items`` reads a big window page by page), the columns as wide as the first
     ``LINES_WIDTH_ROWS`` rows need: a window of any size shows in bounded memory."""
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     rows = (tuple(visible(c).replace("\t", " ") for c in item_row(item, now, content_width)) for item in items)
     first = list(islice(rows, LINES_WIDTH_ROWS))
     widths = column_widths(first)
@@ -161,7 +161,7 @@ def items_table(
     and the first line of the content (a tool call: its calls), at most ``content_width``
     characters and cut so a row fits ``width`` columns. Stored text is shown as it is, never as
     markup."""
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     rows = [item_row(item, now, content_width) for item in items]
     widths = column_widths(rows)
     room = max(10, width - sum(widths[:-1]) - 2 * len(ITEM_COLUMNS))  # a space and a divider each

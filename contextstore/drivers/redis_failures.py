@@ -10,20 +10,41 @@ from collections.abc import Callable
 
 import redis.exceptions as rx
 
-from ..errors import ContextStoreError, PermissionDeniedError, StoreOutOfMemoryError, StoreUnavailableError
+from ..errors import (
+    ContextStoreError,
+    PermissionDeniedError,
+    StoreOutOfMemoryError,
+    StoreUnavailableError,
+    UnsupportedServerError,
+)
+
+#: the error a script answers on a server below the floor (``scripts.FLOOR_CHECK``), then its version
+BELOW_FLOOR = "UNSUPPORTED_SERVER"
+#: the floor, in words
+FLOOR = "Redis >= 7.0 or Valkey >= 7.2"
 
 
 def is_oom(exc: BaseException) -> bool:
     """Whether ``exc`` says the server is at maxmemory with nothing to evict."""
-    # inside a script, Redis 6.2 reports OOM as "ERR Error running script ... -OOM ..."
-    text = str(exc)
-    return isinstance(exc, rx.OutOfMemoryError) or text.startswith("OOM ") or "-OOM " in text
+    return isinstance(exc, rx.OutOfMemoryError) or str(exc).startswith("OOM ")
 
 
 def _is_denied(exc: BaseException) -> bool:
     denied = (rx.NoPermissionError, rx.AuthenticationError, rx.AuthorizationError)
-    # inside a script, 6.2 reports a command the ACL user may not run in words, without NOPERM
-    return isinstance(exc, denied) or "NOPERM" in str(exc) or "can't run this command" in str(exc)
+    return isinstance(exc, denied) or "NOPERM" in str(exc)
+
+
+def _below_floor(exc: BaseException) -> bool:
+    return isinstance(exc, rx.ResponseError) and str(exc).startswith(BELOW_FLOOR)
+
+
+def below_floor(exc: BaseException, where: str) -> UnsupportedServerError:
+    """The refusal of a server older than the floor (its version as the script found it)."""
+    version = str(exc).removeprefix(BELOW_FLOOR).strip() or "unknown"
+    return UnsupportedServerError(
+        f"contextstore needs {FLOOR}; the server at {where} runs Redis {version}; nothing was written "
+        "(upgrade it: Redis 7 and Valkey load an older server's RDB and AOF files)"
+    )
 
 
 def _is_cluster_unreachable(exc: BaseException) -> bool:
@@ -64,6 +85,7 @@ REDIS_ERRORS: list[tuple[Callable[[BaseException], bool], bool, Callable[[BaseEx
             f"Redis at {where} is out of memory (maxmemory reached, nothing evictable); nothing was changed: {e}"
         ),
     ),
+    (_below_floor, False, below_floor),
     (_is_denied, False, lambda e, where: PermissionDeniedError(f"Redis at {where} denied access: {e}")),
     (_is_busy, True, lambda e, where: ContextStoreError(f"Redis at {where} is busy running a script: {e}")),
     (

@@ -3,21 +3,17 @@
 A script file names the helper files (``lua/lib/*.lua``) it uses on its ``-- needs:`` line; a
 helper names the ones it stands on the same way, and a name with no file raises
 (``tests/test_lua_files.py`` checks that every helper a file calls is in the files it needs).
-Two assemblies of the same files, one per kind of server:
+Two assemblies of the same files (the server floor is Redis 7.0 / Valkey 7.2):
 
-- ``library()``: one function library for Redis 7+ and Valkey (``FUNCTION LOAD``, ``FCALL``):
-  the constants (``lib/constants.lua``), every helper and each script's own helpers
-  (above its ``-- main:`` line, ``split_main``) are defined once, when the library is loaded, and
-  each call only runs its script's main part. (Defining them on every call costs a script 25-40
-  µs of server time, more than many scripts' own work.)
-- ``sources()``: one EVAL script each (``EVALSHA``: Redis 6.2, and 7+ where the library is not
-  used): the helper files it needs (in dependency order), its own helpers, then its main part as
-  ``main``. Its first call defines
-  them and keeps the function that runs ``main`` in the environment of the script's function
-  (``setfenv``), so later calls only run ``main``, as in the library (defining the helpers
-  took 40% of a 6.2 add's instructions). Redis 7+ and Valkey have no ``setfenv`` in scripts:
-  there an ``EVALSHA`` (a cluster client, or a user who may not load functions) defines them on
-  every call.
+- ``library()``: one function library (``FUNCTION LOAD``, ``FCALL``): the constants
+  (``lib/constants.lua``), every helper and each script's own helpers (above its ``-- main:``
+  line, ``split_main``) are defined once, when the library is loaded, and each call only runs its
+  script's main part. (Defining them on every call costs a script 25-40 µs of server time, more
+  than many scripts' own work.)
+- ``sources()``: one EVAL script each (``EVALSHA``: a cluster client, or a user who may not load
+  functions): the helper files it needs (in dependency order), its own helpers, then its main
+  part as ``main``, all defined on every call; it first checks the floor (``FLOOR_CHECK``), which
+  a server without functions cannot have checked by refusing ``FUNCTION LOAD``.
 
 Either way the body runs under the exactly-once request protocol (``run_request``), which first
 binds the call's keys and arguments and starts its state afresh; a script that takes no request
@@ -165,8 +161,8 @@ def _bound(name: str, keys: str) -> str:
 
 
 def carried(name: str, body: str, libs: dict[str, str]) -> list[str]:
-    """The helper files script ``name`` carries on 6.2: those its ``-- needs:`` line names, those
-    they need, and the file of its runner."""
+    """The helper files script ``name`` carries as an EVAL script: those its ``-- needs:`` line
+    names, those they need, and the file of its runner."""
     return closure(needs(body) | {"calls" if name in REQUESTLESS else "requests"}, libs)
 
 
@@ -184,29 +180,30 @@ def split_main(text: str) -> tuple[str, str]:
     return text[: found.start()], text[found.start() :]
 
 
-def kept(definition: str) -> str:
+#: the first lines of every EVAL script: a server below the floor (Redis 6.2 and older have no
+#: ``redis.REDIS_VERSION_NUM``) answers ``UNSUPPORTED_SERVER <its version>`` and runs nothing
+#: (``redis_failures.below_floor``); the function library needs no check (``FUNCTION LOAD`` is 7+)
+FLOOR_CHECK = (
+    "if (redis.REDIS_VERSION_NUM or 0) < 0x070000 then\n"
+    "  local ok, info = pcall(redis.call, 'INFO', 'server')\n"
+    "  local version = ok and type(info) == 'string' and string.match(info, 'redis_version:([%d%.]+)')\n"
+    "  return redis.error_reply('UNSUPPORTED_SERVER ' .. (version or ''))\nend\n"
+)
+
+
+def evaluated(definition: str) -> str:
     """An EVAL script that runs ``run(KEYS, ARGV)``, the function the Lua chunk ``definition``
-    returns (its locals are the function's own: Lua allows a function 200). Where the server has
-    ``setfenv`` (Redis 6.2) the first call keeps ``run`` in a new environment of the script's
-    function (which reads every other name from the old one), and later calls take it from there;
-    7+ and Valkey have none (``rawget``: they refuse to read a missing global), and every call
-    runs ``definition``."""
-    return (
-        "local kept = rawget(_G, 'getfenv') and rawget(getfenv(1), '__contextstore')\n"
-        f"local run = kept or (function()\n{definition}\nend)()\n"
-        "if not kept and rawget(_G, 'setfenv') then\n"
-        "  setfenv(1, setmetatable({__contextstore = run}, {__index = getfenv(1)}))\nend\n"
-        "return run(KEYS, ARGV)\n"
-    )
+    returns (its locals are the function's own: Lua allows a function 200), after the floor
+    check. Every call defines what ``definition`` holds (a server keeps nothing between EVALs)."""
+    return f"{FLOOR_CHECK}local run = (function()\n{definition}\nend)()\nreturn run(KEYS, ARGV)\n"
 
 
 @lru_cache(maxsize=1)
 def sources() -> dict[str, str]:
-    """Every script's full source for EVAL, keyed by script name, run through ``kept``: the helper
-    files it needs (``closure``: on a server that keeps nothing between calls, 7+, a script
-    defines every helper it carries on each call, so it carries only those files), then its own
-    helpers (in a function of their own: Lua allows a function 200 locals) and its main part as
-    ``main``."""
+    """Every script's full source for EVAL, keyed by script name, run through ``evaluated``: the
+    helper files it needs (``closure``: a script defines every helper it carries on each call, so
+    it carries only those files), then its own helpers (in a function of their own: Lua allows a
+    function 200 locals) and its main part as ``main``."""
     base, libs = _libs()
     out = {}
     for name in SCRIPT_NAMES:
@@ -215,13 +212,13 @@ def sources() -> dict[str, str]:
         own, main = split_main(body)
         main = f"local main = (function()\n{own}\nreturn function()\n{main}\nend\nend)()\n"
         run = f"return function(keys, args) return {runner(name)}(main, {_bound(name, 'keys')}, args) end\n"
-        out[name] = kept(f"local KEYS, ARGV = {{}}, {{}}\n{helpers}\n{main}{run}")
+        out[name] = evaluated(f"local KEYS, ARGV = {{}}, {{}}\n{helpers}\n{main}{run}")
     return out
 
 
 @lru_cache(maxsize=1)
 def library() -> tuple[str, dict[str, str]]:
-    """The function library (Redis 7+, Valkey): every helper defined when it is loaded (a helper
+    """The function library: every helper defined when it is loaded (a helper
     file of ``SCOPED`` once for each set of scripts that needs it, in a block with them), and
     one function per script, named after the library's digest so that two versions can be
     loaded side by side. Returns the source and the function name of each script."""
@@ -271,9 +268,9 @@ def library_name() -> str:
 
 
 class ScriptRegistry:
-    """How one client runs the scripts: one function library where the server has functions
-    (Redis 7+, Valkey: ``FCALL`` / ``FCALL_RO``, loaded once with ``FUNCTION LOAD``), else one
-    ``EVALSHA`` script each (Redis 6.2, a server whose ACL refuses ``FUNCTION LOAD``,
+    """How one client runs the scripts: one function library (``FCALL`` / ``FCALL_RO``, loaded
+    once with ``FUNCTION LOAD``), else one ``EVALSHA`` script each (a server whose ACL refuses
+    ``FUNCTION LOAD``, a server below the floor, which the script then refuses,
     ``functions=False``, or a cluster client: redis-py routes an ``FCALL`` by asking a node for
     its keys, ``COMMAND GETKEYS``, on every call, and fails before routing when that node is
     down; an ``EVALSHA``'s keys it reads itself). No I/O until the first call, which finds out: a call whose function
@@ -318,7 +315,8 @@ class ScriptRegistry:
 
     def _settle(self, exc: BaseException) -> None:
         """After ``FUNCTION LOAD ... REPLACE`` failed with ``exc``: the server has no functions
-        (6.2) or this user may not load them: ``EVALSHA`` from now on; else ``exc`` is raised."""
+        (below the floor: the EVAL script says so) or this user may not load them: ``EVALSHA``
+        from now on; else ``exc`` is raised."""
         text = str(exc)
         if "unknown command" in text or isinstance(exc, rx.NoPermissionError) or "NOPERM" in text:
             self.mode = "eval"

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import io
 import logging
-import math
 import os
 import time
 from collections.abc import Callable, Iterable
@@ -134,7 +133,7 @@ class StoreBase:
 
     @classmethod
     def embedded(cls: type[S], path: str | os.PathLike[str] | None = None, **options: Unpack[StoreOptions]) -> S:
-        """Use the bundled ``redis-server`` (AOF on, unix socket, data under ``path``), started
+        """Use the embedded server (``EmbeddedServer``: Valkey; AOF on, unix socket, data under ``path``), started
         on the first operation, or reused if it already runs there."""
         server = EmbeddedServer(path)
         client = cls._redis_class(unix_socket_path=server.socket_path, retry=cls._no_retry())
@@ -199,16 +198,15 @@ class FileSink:
 
 class PermissionCheck:
     """Whether the store's ACL user may run every command the scripts use, asked of the server
-    (acl.lua: ``redis.acl_check_cmd``, Redis 7+ and Valkey) before the store's first write and
-    again every ``EVERY_S`` seconds before a write: a user who lacks one gets
-    ``PermissionDeniedError`` naming it before anything is written, where the script would
-    otherwise be stopped by Redis part-way through its writes. A server that cannot tell (6.2)
-    is not asked again."""
+    (acl.lua: ``redis.acl_check_cmd``) before the store's first write and again every
+    ``EVERY_S`` seconds before a write: a user who lacks one gets ``PermissionDeniedError``
+    naming it before anything is written, where the script would otherwise be stopped by Redis
+    part-way through its writes."""
 
     EVERY_S = 60.0
 
     def __init__(self) -> None:
-        self._next = 0.0  # time.monotonic() when it is due; inf: never (the server cannot tell)
+        self._next = 0.0  # time.monotonic() when it is due
 
     def due(self, call: ScriptCall) -> ScriptCall | None:
         """The check to run before ``call`` (a write, when the check is due), else None."""
@@ -220,9 +218,6 @@ class PermissionCheck:
         """Take the check's reply: raise ``PermissionDeniedError`` for commands the user of the
         server at ``where`` lacks."""
         lacking = [x.decode() if isinstance(x, bytes) else str(x) for x in reply]
-        if lacking == ["?"]:
-            self._next = math.inf
-            return
         if lacking:
             raise PermissionDeniedError(
                 f"the Redis user at {where} may not run {', '.join(lacking)}, which contextstore's scripts "

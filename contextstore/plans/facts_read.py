@@ -35,9 +35,9 @@ def recent_for(options: BuildOptions) -> int:
     return 2 * most + 16
 
 
-#: ``:attrs`` fields the first round trip of a facts read scans: a small hash (a listpack or 6.2's
-#: ziplist, up to ``LISTPACK_ITEMS`` fields by default) comes whole whatever the count, and then
-#: the facts are read in that one round trip; a large one sends about this many, then the walk.
+#: ``:attrs`` fields the first round trip of a facts read scans: a small hash (a listpack, up to
+#: ``LISTPACK_ITEMS`` fields by default) comes whole whatever the count, and then the facts are
+#: read in that one round trip; a large one sends about this many, then the walk.
 #: A first read reaching past a small window scans nothing (``_facts_once``): the scan of a
 #: listpack collects every field before it replies, ~3x the shard's work of its ``HGETALL``
 SCAN_COUNT = 32
@@ -135,8 +135,8 @@ def _gone(last: Facts, removed: int, oldest: list[Any]) -> set[str] | None:
 
 #: how many ids a facts read with the store's last facts guesses were added since (``_guessed``):
 #: of a window of up to ``LISTPACK_ITEMS`` items, and of a larger one. A hash of up to 512 fields
-#: is a listpack (the default ``hash-max-listpack-entries`` of Redis 7 and Valkey, and 6.2's
-#: ziplist), where each id looked up is a walk of the fields, to the end for an id not there:
+#: is a listpack (the default ``hash-max-listpack-entries`` of Redis 7 and Valkey), where each id
+#: looked up is a walk of the fields, to the end for an id not there:
 #: 32 guesses cost the shard more than the rest of a cached fleet worker's build. (The same bound
 #: says when a first read's page of newest ids would reach past a window a scan brings whole.)
 GUESSED_SMALL, GUESSED = 8, 32

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Protocol
 
 import msgspec
@@ -44,7 +44,7 @@ def _snapshot_of(
     return ContextSnapshot(
         format_version=SNAPSHOT_FORMAT,
         window_id=state.window_id,
-        created_at=datetime.now(timezone.utc),
+        created_at=datetime.now(UTC),
         max_tokens=cfg.max_tokens,
         max_items=cfg.max_items,
         compaction_threshold=cfg.compaction_threshold,
@@ -124,7 +124,7 @@ def _archive(state: WindowState, ids: set[str]) -> Plan[list[ArchivedSummary]]:
         reply = yield ScriptCall("archived", state.keys, wire.archived_args(summary_id))
         replaced = wire.decode_read(raise_for_reply(reply)).items()
         if replaced and not any(i.id in ids for i in replaced):
-            expires = datetime.fromtimestamp(int(ms) / 1000, timezone.utc)
+            expires = datetime.fromtimestamp(int(ms) / 1000, UTC)
             out.append(ArchivedSummary(summary_id=summary_id, expires_at=expires, items=replaced))
     return out
 

@@ -37,7 +37,7 @@ local function begin_call(keys, args)
 end
 
 -- Run the main() of a script that takes no request (the reads, event.lua: they record no reply
--- and change no counter) for one call: its keys and args bound, its reply as it is. A 6.2 script
+-- and change no counter) for one call: its keys and args bound, its reply as it is. An EVAL script
 -- that runs so carries none of the request protocol (lib/requests.lua), which its EVALSHA would
 -- re-create on every call.
 local function run_plain(main, keys, args)

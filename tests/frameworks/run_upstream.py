@@ -3,7 +3,7 @@
 Downloads the framework's source distribution at the installed version (PyPI), installs its
 test dependencies into the current environment, swaps the framework's in-memory class for the
 contextstore one (a pytest plugin written next to the tests; nothing is copied into this
-repository) and prints passed/failed. The tests run against an embedded redis-server.
+repository) and prints passed/failed. The tests run against an embedded server.
 
     python tests/frameworks/run_upstream.py langchain
 
