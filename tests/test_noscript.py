@@ -197,16 +197,26 @@ def test_functions_false_keeps_to_evalsha(each_server, prefix, api):
     r.close()
 
 
-def test_a_user_who_may_not_load_functions_gets_evalsha(each_server, prefix):
+def test_a_user_who_may_not_load_functions_runs_the_library_an_operator_loaded(each_server, prefix):
+    """One way to run code: a user who may not load functions (scripts it still could) is told
+    that an operator loads them, and nothing is written; once the operator has, it calls the
+    library by name (``FCALL``), never ``EVALSHA``."""
     _, url = each_server
     r = redis.Redis.from_url(url)
     _lose_scripts(r)
     r.acl_setuser("scripter", enabled=True, passwords=["+pw"], keys=["*"], commands=["+@all", "-function"])
     user_url = url.replace("redis://", "redis://scripter:pw@")
     with cs.ContextStore.from_url(user_url, prefix=prefix) as store:
+        with pytest.raises(cs.PermissionDeniedError, match="contextstore admin load"):
+            store.window("noscript-acl").add("x")
+        assert r.keys(f"{prefix}*") == [] and not r.function_list()
+    with cs.ContextStore.from_url(url, prefix=prefix) as operator:
+        operator.load_scripts()
+    r.config_resetstat()
+    with cs.ContextStore.from_url(user_url, prefix=prefix) as store:
         store.window("noscript-acl").add("x")
         assert store.window("noscript-acl").items()[0].content == "x"
-    assert _calls(r, "evalsha") > 0 and not r.function_list()
+    assert _calls(r, "fcall") > 0 and _calls(r, "evalsha") == 0
     r.acl_deluser("scripter")
     r.close()
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from .validate import int_in, number_in
 
@@ -49,3 +51,23 @@ class RetryPolicy:
         if left <= 0:
             return None
         return min(self.delay(retry), left)
+
+
+class Attempts:
+    """One call's attempts under the store's retry policy, the one retry loop of every shell
+    (sans-I/O: the shell sends, sleeps and sends again): ``failed(exc)`` counts a failure and
+    gives the seconds to wait before the next attempt, from ``delay_of`` (the store's
+    ``retry_delay``: it raises the mapped error when no retry is left)."""
+
+    __slots__ = ("_call", "_delay_of", "attempt", "started")
+
+    def __init__(self, delay_of: Callable[[Exception, int, Any, float], float], call: Any) -> None:
+        self._delay_of, self._call = delay_of, call
+        self.attempt, self.started = 0, 0.0
+
+    def failed(self, exc: Exception) -> float:
+        """Seconds to wait after this failure (the first one starts the policy's deadline)."""
+        self.attempt += 1
+        if self.attempt == 1:
+            self.started = time.monotonic()
+        return self._delay_of(exc, self.attempt, self._call, self.started)

@@ -16,6 +16,7 @@ from typing_extensions import Unpack
 
 from .. import compactor, turns
 from ..core import streams
+from ..core.retry import Attempts
 from ..core.streams import EventBatch
 from ..core.verify import VerifyReport
 from ..events import Event, OtherEvent
@@ -90,16 +91,14 @@ class AsyncContextStore(StoreBase):
     async def _execute(self, request: ScriptCall | External | PlainRead) -> Any:
         if isinstance(request, External):
             return await request.acall()
-        attempt, started = 0, 0.0
+        tries = Attempts(self._driver.retry_delay, request)
         current = await self._loops.current()
         while True:
             try:
                 reply = self._answered(request, await self._once(request, current))
                 return await blob_io.ainline(self._driver, self._blob_sweeper, request, reply, current.client)
             except REDIS_EXCEPTIONS as exc:
-                attempt += 1
-                started = time.monotonic() if attempt == 1 else started
-                delay = self._driver.retry_delay(exc, attempt, request, started)
+                delay = tries.failed(exc)
             except RuntimeError as exc:  # a caller's client bound to another (or a closed) loop
                 raise loop_error(self._where, exc) from exc
             await asyncio.sleep(delay)

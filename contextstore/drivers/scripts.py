@@ -269,14 +269,15 @@ def library_name() -> str:
 
 class ScriptRegistry:
     """How one client runs the scripts: one function library (``FCALL`` / ``FCALL_RO``, loaded
-    once with ``FUNCTION LOAD``), else one ``EVALSHA`` script each (a server whose ACL refuses
-    ``FUNCTION LOAD``, a server below the floor, which the script then refuses,
-    ``functions=False``, or a cluster client: redis-py routes an ``FCALL`` by asking a node for
-    its keys, ``COMMAND GETKEYS``, on every call, and fails before routing when that node is
-    down; an ``EVALSHA``'s keys it reads itself). No I/O until the first call, which finds out: a call whose function
-    or script the server lacks (``Function not found``, ``NOSCRIPT``, an unknown ``FCALL``)
-    loads it and runs again (``missing`` / ``load``), so a flush, a restart or a failover to a
-    server without them is repaired by the call that meets it."""
+    once with ``FUNCTION LOAD``: by the first call that finds it missing, or by an operator where
+    the user may not load code), else one ``EVALSHA`` script each (a server below the floor,
+    which the script then refuses, ``functions=False``, or a cluster client: redis-py routes an
+    ``FCALL`` by asking a node for its keys, ``COMMAND GETKEYS``, on every call, and fails before
+    routing when that node is down; an ``EVALSHA``'s keys it reads itself). No I/O until the first
+    call, which finds out: a call whose function or script the server lacks (``Function not
+    found``, ``NOSCRIPT``, an unknown ``FCALL``) loads it and runs again (``missing`` /
+    ``load``), so a flush, a restart or a failover to a server without them is repaired by the
+    call that meets it."""
 
     def __init__(self, client: Any, functions: bool | None = None) -> None:
         self._client = client
@@ -314,12 +315,15 @@ class ScriptRegistry:
         )
 
     def _settle(self, exc: BaseException) -> None:
-        """After ``FUNCTION LOAD ... REPLACE`` failed with ``exc``: the server has no functions
-        (below the floor: the EVAL script says so) or this user may not load them: ``EVALSHA``
-        from now on; else ``exc`` is raised."""
+        """After ``FUNCTION LOAD ... REPLACE`` failed with ``exc``: a server without functions
+        (below the floor) runs ``EVALSHA`` from now on, whose script refuses it (``FLOOR_CHECK``);
+        a user who may not load functions is told who loads them (``not_loaded``: the operator's
+        library is what it runs); else ``exc`` is raised."""
         text = str(exc)
-        if "unknown command" in text or isinstance(exc, rx.NoPermissionError) or "NOPERM" in text:
+        if "unknown command" in text:
             self.mode = "eval"
+        elif isinstance(exc, rx.NoPermissionError) or "NOPERM" in text:
+            raise not_loaded(exc) from exc
         else:
             raise exc
 

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 from ..core import streams
+from ..core.retry import Attempts
 from ..core.streams import Deliver, EventBatch, Sleep, StreamCall, StreamPlan
 from ..plans.driver import AsyncDriver, SyncDriver
 from .loops import loop_error
@@ -24,7 +25,7 @@ def retried(driver: SyncDriver, call: StreamCall, run: Callable[[], Any]) -> Any
     """``run()`` under the store's retry policy (``call`` names it and lists the error texts
     that answer None)."""
     driver.check_open()
-    attempt, started = 0, 0.0
+    tries = Attempts(driver.retry_delay, call)
     while True:
         try:
             reply = run()
@@ -33,9 +34,7 @@ def retried(driver: SyncDriver, call: StreamCall, run: Callable[[], Any]) -> Any
         except REDIS_EXCEPTIONS as exc:
             if _ignored(exc, call):
                 return None
-            attempt += 1
-            started = time.monotonic() if attempt == 1 else started
-            delay = driver.retry_delay(exc, attempt, call, started)
+            delay = tries.failed(exc)
         time.sleep(delay)
 
 
@@ -66,7 +65,7 @@ async def _acall(driver: AsyncDriver, call: StreamCall) -> Any:
 async def aretried(driver: AsyncDriver, call: StreamCall, run: Callable[[], Awaitable[Any]]) -> Any:
     """``retried`` for the asyncio store; a client bound to another loop is a ContextStoreError."""
     driver.check_open()
-    attempt, started = 0, 0.0
+    tries = Attempts(driver.retry_delay, call)
     while True:
         try:
             reply = await run()
@@ -75,9 +74,7 @@ async def aretried(driver: AsyncDriver, call: StreamCall, run: Callable[[], Awai
         except REDIS_EXCEPTIONS as exc:
             if _ignored(exc, call):
                 return None
-            attempt += 1
-            started = time.monotonic() if attempt == 1 else started
-            delay = driver.retry_delay(exc, attempt, call, started)
+            delay = tries.failed(exc)
         except RuntimeError as exc:
             raise loop_error(driver.where, exc) from exc
         await asyncio.sleep(delay)

@@ -16,6 +16,7 @@ from typing_extensions import Unpack
 
 from .. import compactor, turns
 from ..core import streams
+from ..core.retry import Attempts
 from ..core.streams import EventBatch
 from ..core.verify import VerifyReport
 from ..events import Event, OtherEvent
@@ -87,16 +88,14 @@ class ContextStore(StoreBase):
     def _execute(self, request: ScriptCall | External | PlainRead) -> Any:
         if isinstance(request, External):
             return request.call()
-        attempt, started = 0, 0.0
+        tries = Attempts(self._driver.retry_delay, request)
         while True:
             try:
                 return blob_io.inline(
                     self._driver, self._blob_sweeper, request, self._answered(request, self._once(request))
                 )
             except REDIS_EXCEPTIONS as exc:
-                attempt += 1
-                started = time.monotonic() if attempt == 1 else started
-                delay = self._driver.retry_delay(exc, attempt, request, started)
+                delay = tries.failed(exc)
             time.sleep(delay)
 
     def _once(self, request: ScriptCall | PlainRead) -> Any:
