@@ -50,6 +50,15 @@ def _lose_scripts(r: redis.Redis) -> None:
     r.function_flush()
 
 
+def _close(store: object, loop: asyncio.AbstractEventLoop | None, r: redis.Redis) -> None:
+    """A test's store (and its event loop, for the asyncio API) and raw client closed."""
+    store.close()  # type: ignore[attr-defined]
+    if loop is not None:
+        loop.run_until_complete(asyncio.sleep(0))
+        loop.close()
+    r.close()
+
+
 STEPS = [
     lambda s, w: w.add("a", token_count=10),
     lambda s, w: w.add_many(["b", {"content": "c", "pinned": True}]),
@@ -105,11 +114,7 @@ def test_each_server_runs_every_operation_its_own_way(each_server, api, prefix):
         loaded = library()[0].split("=", 1)[1].split()[0]  # "#!lua name=contextstore_<digest>"
         assert loaded.encode() in [lib[1] for lib in r.function_list()]
     finally:
-        store.close()
-        if loop is not None:
-            loop.run_until_complete(asyncio.sleep(0))
-            loop.close()
-        r.close()
+        _close(store, loop, r)
 
 
 def test_scripts_are_loaded_once_then_called_by_name(each_server, prefix):
@@ -159,11 +164,7 @@ def test_a_server_below_the_floor_is_refused_at_the_first_call_and_nothing_is_wr
                 call()
         assert r.keys(f"{prefix}*") == []
     finally:
-        store.close()
-        if loop is not None:
-            loop.run_until_complete(asyncio.sleep(0))
-            loop.close()
-        r.close()
+        _close(store, loop, r)
 
 
 @pytest.mark.parametrize("api", ["sync", "async"])
