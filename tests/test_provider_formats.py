@@ -16,6 +16,7 @@ import pytest
 from test_reasoning import CLAUDE_LOOP, _as_blocks, _valid_anthropic
 
 import contextstore as cs
+from contextstore.core import parts
 from contextstore.errors import InvalidItemError
 
 #: an OpenAI Responses loop with a reasoning model and store=false (the shapes of OpenAI's reasoning
@@ -114,6 +115,8 @@ def test_a_gemini_loop_stored_as_it_came_builds_back_the_same_contents(store):
     answered = [i.metadata["tool_call_id"] for i in w.items() if i.role == "tool"]
     called = [c["id"] for i in w.items() if i.role == "assistant" for c in (i.metadata or {}).get("tool_calls", [])]
     assert answered == called and len(set(called)) == 3  # responses paired in order, each call an id of its own
+    shown = parts.text_of(w.items()[3].content, sha=True)  # what the CLI shows of the second model turn
+    assert shown == "[gemini thought]\n[gemini function_call]\n[gemini function_call]" and SIG_B not in shown
     for fmt in ("openai", "anthropic", "responses"):
         other = w.build_messages(OPTS, format=fmt)
         valid(fmt, other)

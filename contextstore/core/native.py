@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ..errors import CorruptWindowError, InvalidItemError
@@ -58,9 +58,15 @@ def wrap(fmt: str, value: dict[str, Any], *, call: str | None = None, model: str
     return part
 
 
-def is_native(part: dict[str, Any]) -> bool:
-    """Whether a content part is a native part."""
-    return bool(part["type"] == NATIVE)
+def kind_of(part: Mapping[str, Any]) -> str:
+    """What a native part is, in a word: its value's ``type`` (Anthropic, Responses), or for a
+    Gemini part ``thought``, ``function_call`` or its first key (``text``, ``inline_data``)."""
+    value = part["value"]
+    if isinstance(value.get("type"), str):
+        return str(value["type"])
+    if value.get("thought"):
+        return "thought"
+    return "function_call" if "function_call" in value else next(iter(value), "part")
 
 
 def check(part: dict[str, Any], bad: Bad) -> None:
@@ -90,7 +96,7 @@ def check_owner(parts: list[dict[str, Any]], role: str) -> None:
     it answered with (``role``: the item's chat role); ``InvalidItemError`` otherwise."""
     for n, part in enumerate(parts):
         if part["type"] == NATIVE and role != "assistant":
-            kind = part["value"].get("type") or next(iter(part["value"]), "part")
+            kind = kind_of(part)
             raise InvalidItemError(
                 f"content part {n} ({part['format']} {kind!r}) is the provider's own: it belongs to the "
                 f"assistant message it came in, not to a {role} item"

@@ -283,8 +283,7 @@ def label(part: Mapping[str, Any], sha: bool = False) -> str:
     ``sha``, the start of its payload's SHA-256 too (``sha256:ab12cd34ef56…``: it names the
     part's blob when it is stored as one), as the CLI shows it."""
     if part["type"] == native.NATIVE:
-        value = part["value"]
-        return f"[{part['format']} {value.get('type') or next(iter(value), 'part')}]"
+        return f"[{part['format']} {native.kind_of(part)}]"
     data, media_type, size = measured(part)
     kind = media_type or ("image" if _is_image(part) else part["type"])
     words = [kind]
