@@ -414,3 +414,27 @@ def test_a_providers_compacted_history_replaces_what_it_summarizes_in_one_step(s
     anthropic = w.build_messages(OPTS, format="anthropic")
     assert anthropic["messages"] == _as_blocks([RESPONSES_LOOP[0]])
     valid("anthropic", anthropic)
+
+
+def test_an_anthropic_compaction_block_comes_back_as_it_came_and_stands_for_what_it_replaced(store):
+    """Server-side compaction (Anthropic's context management) answers with a ``compaction``
+    block: stored as it came, an Anthropic build sends it back byte for byte (it validates as the
+    SDK's beta message param), counts its summary in every turn, and no other build sends it."""
+    pydantic = pytest.importorskip("pydantic")
+    beta = pytest.importorskip("anthropic.types.beta")
+    summary = "Earlier: the user asked for Paris' weather; 15 degrees."
+    sealed = {"encrypted_content": "EqKBCgYIAhgBKkBEXAMPLEcompacted", "signature": "EqQBCgIYAhIMcompaction-sig"}
+    block = {"type": "compaction", "content": summary, **sealed}
+    w = store.window("compacted-anthropic")
+    loop = [CLAUDE_LOOP[0], {"role": "assistant", "content": [block, {"type": "text", "text": "Going on."}]},
+            {"role": "user", "content": "And tomorrow?"}]  # fmt: skip
+    w.add_many(loop, format="anthropic", model="claude-opus-5-5")
+    opts = cs.BuildOptions(reserve_for_response=0, max_history_items=1000, reasoning_context="current_turn")
+    built = w.build_messages_structured(opts, format="anthropic")
+    assert built.messages["messages"][1]["content"][0] == block  # as it came, first
+    assert msgspec.json.encode(built.messages["messages"][1]["content"][0]) == msgspec.json.encode(block)
+    pydantic.TypeAdapter(list[beta.BetaMessageParam]).validate_python(built.messages["messages"], strict=True)
+    own = w.items()[1].content[0]["tokens"]
+    assert own > 10 and built.total_tokens == w.build_messages_structured(opts).total_tokens + own  # an earlier turn's
+    for fmt in ("openai", "responses", "gemini"):
+        assert "compaction-sig" not in json.dumps(w.build_messages(opts, format=fmt)), fmt
