@@ -353,6 +353,15 @@ def test_items_in_no_shape_of_the_format_are_refused_and_nothing_is_written(stor
             },
             "tokens",
         ),
+        (
+            {
+                "type": "native",
+                "format": "responses",
+                "value": RESPONSES_LOOP[2],
+                "call": "call_a8HnR5LGCBpjzb5ISNDhAqzp",
+            },
+            "not one of the item's tool calls",
+        ),
     ],
     ids=[
         "unknown format",
@@ -362,6 +371,7 @@ def test_items_in_no_shape_of_the_format_are_refused_and_nothing_is_written(stor
         "a tool use",
         "camelCase",
         "negative tokens",
+        "a call the item does not make",
     ],
 )
 def test_a_native_part_in_no_shape_is_refused(store, part, match):

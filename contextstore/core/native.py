@@ -91,16 +91,26 @@ def check(part: dict[str, Any], bad: Bad) -> None:
     _CHECKS[fmt](value, bad)
 
 
-def check_owner(parts: list[dict[str, Any]], role: str) -> None:
+def check_owner(parts: list[dict[str, Any]], role: str, call_ids: Iterable[str]) -> None:
     """A provider's own parts (reasoning it signed, its calls) come only in the assistant message
-    it answered with (``role``: the item's chat role); ``InvalidItemError`` otherwise."""
+    it answered with (``role``: the item's chat role), a part that is a call only for one of the
+    item's tool calls (``call_ids``), once; ``InvalidItemError`` otherwise."""
+    calls, seen = set(call_ids), set()
     for n, part in enumerate(parts):
-        if part["type"] == NATIVE and role != "assistant":
-            kind = kind_of(part)
+        if part["type"] != NATIVE:
+            continue
+        if role != "assistant":
             raise InvalidItemError(
-                f"content part {n} ({part['format']} {kind!r}) is the provider's own: it belongs to the "
-                f"assistant message it came in, not to a {role} item"
+                f"content part {n} ({part['format']} {kind_of(part)!r}) is the provider's own: it belongs to "
+                f"the assistant message it came in, not to a {role} item"
             )
+        call = part.get("call")
+        if call is not None and (call not in calls or call in seen):
+            raise InvalidItemError(
+                f"content part {n} is tool call {call!r}, which is not one of the item's tool calls "
+                "(metadata['tool_calls']) or is there twice"
+            )
+        seen.add(call)
 
 
 def _call_id(fmt: str, value: dict[str, Any]) -> str | None:

@@ -351,7 +351,7 @@ def new_item(content_or_item: object, *, limits: sizes.ItemLimits, restoring: bo
     sizes.check(content, content_bytes, meta_bytes, source_ref, limits)
     if isinstance(content, list):
         content = parts.check(content)
-        native.check_owner(content, role_class(item_type, role, meta))
+        native.check_owner(content, role_class(item_type, role, meta), (call_id for _, call_id in calls))
     return NewItem(
         content=content,
         type=item_type,
