@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from typing import Any
 
 import msgspec
@@ -18,6 +19,8 @@ from test_reasoning import CLAUDE_LOOP, _as_blocks, _valid_anthropic
 import contextstore as cs
 from contextstore.core import parts
 from contextstore.errors import InvalidItemError
+
+from support import key
 
 #: an OpenAI Responses loop with a reasoning model and store=false (the shapes of OpenAI's reasoning
 #: and function-calling guides): reasoning with encrypted content before each call and the answer
@@ -448,3 +451,32 @@ def test_an_anthropic_compaction_block_comes_back_as_it_came_and_stands_for_what
     assert own > 10 and built.total_tokens == w.build_messages_structured(opts).total_tokens + own  # an earlier turn's
     for fmt in ("openai", "responses", "gemini"):
         assert "compaction-sig" not in json.dumps(w.build_messages(opts, format=fmt)), fmt
+
+
+@pytest.mark.parametrize(
+    "spoil",
+    [
+        lambda b: b.replace(b'"format":"anthropic"', b'"format":"bedrock"'),
+        lambda b: re.sub(rb'"tokens":\d+', b'"tokens":-3', b),
+        lambda b: b.replace(b'"type":"thinking"', b'"type":"telepathy"'),
+        lambda b: b.replace(b'"signature":"', b'"signature":7,"x":"'),
+    ],
+    ids=["a format no provider has", "negative tokens", "an unknown block", "a signature that is no str"],
+)
+def test_a_native_part_read_back_in_no_shape_is_a_corrupt_window(make_store, r, prefix, spoil):
+    """Stored data is hostile: a native part no add could have written, read back by a store
+    without the item cached, raises ``CorruptWindowError`` for reads and builds (which write
+    nothing, their ``built`` event neither), and ``verify()`` names the item."""
+    make_store().window("hostile").add_many(CLAUDE_LOOP[:3], format="anthropic")
+    items_key = key(prefix, "hostile", "items")
+    body = bytes(r.hget(items_key, "ctx-2"))
+    assert b'"type":"native"' in body
+    r.hset(items_key, "ctx-2", spoil(body))
+    before, events = r.hgetall(items_key), r.xlen(key(prefix, "hostile", "events"))
+    w = make_store(item_cache_bytes=0).window("hostile")
+    for read in (w.items, lambda: w.build_messages(OPTS, format="anthropic"), lambda: w.build_messages(OPTS)):
+        with pytest.raises(cs.CorruptWindowError):
+            read()
+    report = w.verify()
+    assert r.hgetall(items_key) == before and r.xlen(key(prefix, "hostile", "events")) == events
+    assert not report.ok and "ctx-2" in str(report)
