@@ -13,6 +13,7 @@ import pytest
 
 import contextstore as cs
 from contextstore import cli
+from contextstore.types import CHAT_FORMATS
 
 from support import RedisProcess, on_cluster
 
@@ -88,7 +89,7 @@ def test_build_prints_what_the_library_builds_in_every_format(capsys, redis_url,
     built = msgspec.json.decode(run(capsys, redis_url, prefix, *base, "--json")[1], type=cs.BuiltContext)
     assert built == win.build_structured(opts)
     assert run(capsys, redis_url, prefix, *base)[1] == built.content + "\n"
-    for fmt in ("openai", "anthropic"):
+    for fmt in CHAT_FORMATS:  # every format the library builds
         got = msgspec.json.decode(
             run(capsys, redis_url, prefix, *base, "--format", fmt, "--json")[1], type=cs.BuiltMessages
         )
