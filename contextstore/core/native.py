@@ -265,10 +265,11 @@ def sends(part: dict[str, Any], fmt: str, model: str | None) -> bool:
 
 
 def for_format(part: dict[str, Any], fmt: str, model: str | None) -> dict[str, Any] | None:
-    """A native part as a build in ``fmt`` sends it: its value as it came (``sends``), else the
-    text it stands for as a text part, else None (left out)."""
+    """A native part as a build in ``fmt`` sends it: its value as it came (``sends``; the
+    caller copies what it hands out), else the text it stands for as a text part, else None (left
+    out)."""
     if sends(part, fmt, model):
-        return dict(part["value"])
+        return part["value"]  # type: ignore[no-any-return]
     text = text_of(part)
     return {"type": "text", "text": text} if text else None
 
@@ -290,7 +291,13 @@ def gemini_spelled(value: Any) -> Any:
     return value
 
 
-def anthropic_wrapped(parts: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+def anthropic_wrapped(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Content parts with Anthropic's thinking blocks given as they came (``thinking``,
-    ``redacted_thinking``) as native parts; the others as they are."""
-    return [wrap("anthropic", p) if p.get("type") in ("thinking", "redacted_thinking") else p for p in parts]
+    ``redacted_thinking``) as native parts; ``parts`` itself when it holds none (every stored
+    item's parts pass here on read)."""
+    if not any(p.get("type") in _RAW_THINKING for p in parts):
+        return parts
+    return [wrap("anthropic", p) if p.get("type") in _RAW_THINKING else p for p in parts]
+
+
+_RAW_THINKING = ("thinking", "redacted_thinking")

@@ -102,16 +102,15 @@ def _function_response(item: ContextItem, calls: dict[str, tuple[str, bool]]) ->
     other text under ``output`` (``error`` when it says it failed), images as its parts."""
     call_id = (item.metadata or {})["tool_call_id"]
     name, with_id = calls[call_id]
-    text = parts.text_of([p for p in item.content if p["type"] == "text"]) if isinstance(item.content, list) else (
-        item.content
-    )  # fmt: skip
+    content = item.content
+    text = content if isinstance(content, str) else parts.text_of([p for p in content if p["type"] == "text"])
+    media = [] if isinstance(content, str) else [p for p in content if p["type"] != "text"]
     response = _object(text)
     if response is None:
         response = {"error" if (item.metadata or {}).get("is_error") is True else "output": text}
     out: dict[str, Any] = {"name": name, "response": response}
     if with_id:
         out["id"] = call_id
-    media = [p for p in item.content if p["type"] != "text"] if isinstance(item.content, list) else []
     if media:
         out["parts"] = [_media(item, p, "a tool result") for p in media]
     return {"function_response": out}
